@@ -1,0 +1,181 @@
+"""The `headsearch` command. Thin: parses options, calls the library, turns errors into one line."""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from headsearch.errors import HeadsearchError
+from headsearch.settings import IndexSettings, default_library_path
+
+EXIT_PARTIAL = 2  # some files failed, the others were indexed
+
+library_option = click.option(
+    "--library", "-l", type=click.Path(path_type=Path), default=None, envvar="HEADSEARCH_LIBRARY",
+    help="Library folder (default: $HEADSEARCH_LIBRARY or ./headsearch-library).",
+)
+
+
+def _library_path(library: Path | None) -> Path:
+    return library if library is not None else default_library_path()
+
+
+class HeadsearchGroup(click.Group):
+    """Turns domain errors into one clear line and an exit code, never a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except HeadsearchError as e:
+            click.echo(f"error: {e}", err=True)
+            ctx.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted: the library is consistent; run the same command again to finish", err=True)
+            ctx.exit(130)
+        except OSError as e:
+            if e.errno == 28:  # ENOSPC
+                click.echo(f"error: disk full ({e.filename or ''}); the library keeps its last committed state", err=True)
+            else:
+                click.echo(f"error: {e.filename + ': ' if e.filename else ''}{e.strerror or e}", err=True)
+            ctx.exit(1)
+
+
+@click.group(cls=HeadsearchGroup)
+@click.option("-v", "--verbose", is_flag=True, help="Log what happens.")
+@click.version_option(package_name="headsearch")
+def main(verbose: bool) -> None:
+    """Find people in video libraries by their whole head: face, hair, contour, accessories."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@library_option
+@click.option("--model", "-m", default=None, help="Embedding model: dlib-resnet (default), an ArcFace .onnx, an insightface pack folder.")
+@click.option("--fps", "sample_fps", type=click.FloatRange(min=0.01), default=IndexSettings.sample_fps, show_default=True, help="Frames sampled per second.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+def index(paths: tuple[Path, ...], library: Path | None, model: str | None, sample_fps: float, quiet: bool) -> None:
+    """Index videos and photos (files or folders, recursively) into the library.
+
+    Unchanged files are skipped, changed ones re-indexed, and files that vanished from the given
+    folders removed. Interrupt at any time: the next run finishes the work.
+    """
+    from headsearch.embedders import load_embedder
+    from headsearch.library import Library
+    from indexer.pipeline import Indexer
+
+    embedder = load_embedder(model)
+    lib = Library.create(_library_path(library), embedder.describe())
+    settings = IndexSettings(sample_fps=sample_fps)
+    summary = Indexer(lib, embedder, settings, progress=not quiet).run(paths, report=lambda m: click.echo(m, err=True))
+    stages = ", ".join(f"{k} {summary.clock.seconds.get(k, 0.0):.1f}s" for k in ("decode", "shots", "detect", "track", "embed", "store"))
+    click.echo(f"{summary.line()} [{stages}]")
+    if summary.failed:
+        sys.exit(EXIT_PARTIAL if summary.indexed or summary.skipped else 1)
+
+
+@main.command()
+@click.argument("image", type=click.Path(path_type=Path))
+@library_option
+@click.option("-k", "k", type=click.IntRange(min=1), default=5, show_default=True, help="Number of distinct tracks.")
+@click.option("--all", "all_heads", is_flag=True, help="Search every head in the photo, not only the largest.")
+@click.option("--whole-image", is_flag=True, help="The photo is already a head crop (e.g. the back of a head).")
+@click.option("--json", "as_json", is_flag=True, help="A JSON list of hits.")
+@click.option("--model", "-m", default=None, help="Model to embed the query with (must be the library's).")
+def query(image: Path, library: Path | None, k: int, all_heads: bool, whole_image: bool, as_json: bool, model: str | None) -> None:
+    """Find the moments where the person in IMAGE appears."""
+    from headsearch.detect import FaceDetector
+    from headsearch.embedders import load_embedder
+    from headsearch.library import Library
+    from headsearch.query import QueryEngine, Thresholds, query_crops
+
+    lib = Library.open(_library_path(library))
+    embedder = load_embedder(model or lib.model["name"])
+    lib.check_model(embedder.describe())
+    thresholds = Thresholds.load(lib.root / "thresholds.json")
+    crops = query_crops(image, FaceDetector(), all_heads, whole_image)
+    engine = QueryEngine(lib, embedder, thresholds)
+    results = [engine.search(c, k) for c in crops]
+    if as_json:
+        out = [h.to_dict() for h in results[0]] if len(results) == 1 else [[h.to_dict() for h in r] for r in results]
+        click.echo(json.dumps(out, indent=2))
+        return
+    for n, hits in enumerate(results):
+        if len(results) > 1:
+            click.echo(f"head {n + 1}:")
+        if not hits:
+            click.echo("no matches (the library is empty)")
+        for rank, h in enumerate(hits, 1):
+            tier = f"  {h.tier}" if h.tier else ""
+            click.echo(f"{rank:>2}. {h.score:.3f}  {h.start:7.2f}-{h.end:7.2f}s  at {h.time:7.2f}s  {h.video}  [{h.thumbnail}]{tier}")
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@library_option
+def remove(paths: tuple[Path, ...], library: Path | None) -> None:
+    """Remove files (or everything under folders) from the library."""
+    from headsearch.library import Library
+
+    lib = Library.open(_library_path(library), read_only=False)
+    with lib.writer_lock():
+        lib.vector_index("id")
+        for kind in lib.model.get("kinds", ["id"]):
+            lib.vector_index(kind)
+        stored = lib.stored_videos()
+        missing = []
+        for p in paths:
+            target = Path(p).expanduser().resolve()
+            matched = [s for s in stored if Path(s) == target or Path(s).is_relative_to(target)]
+            if not matched:
+                missing.append(str(p))
+            for s in matched:
+                lib.remove_video(s)
+                click.echo(f"removed {s}")
+        lib.save_indexes()
+    if missing:
+        raise HeadsearchError(f"not in the library: {', '.join(missing)}")
+
+
+@main.command()
+@library_option
+@click.option("--json", "as_json", is_flag=True)
+def stats(library: Path | None, as_json: bool) -> None:
+    """What the library holds."""
+    from headsearch.library import Library
+
+    s = Library.open(_library_path(library)).stats()
+    if as_json:
+        click.echo(json.dumps(s, indent=2))
+        return
+    m = s["model"]
+    click.echo(f"library   {s['library']}\nmodel     {m['name']} ({m['version']}, {m['dim']}-d, {'+'.join(m['kinds'])})")
+    click.echo(f"files     {s['videos']} ({s['images']} images), {s['video_seconds'] / 60:.1f} min of video")
+    click.echo(f"shots     {s['shots']}\ntracks    {s['tracks']}\nsightings {s['observations']}\nvectors   {s['vectors']}")
+    click.echo(f"size      {s['bytes'] / 1e6:.1f} MB")
+
+
+@main.command()
+@click.option("--out", type=click.Path(path_type=Path), default=Path("headsearch-demo"), show_default=True, help="Folder for the demo video, query photo and library.")
+@click.pass_context
+def demo(ctx: click.Context, out: Path) -> None:
+    """Make a video from photos that ship with installed packages, index it, and query it."""
+    from headsearch.demo import make_demo_video
+
+    video, photo, plan = make_demo_video(out)
+    click.echo(f"demo video {video}: " + "; ".join(f"shot {i + 1} (from {2 * i:.0f} s) {p}" for i, p in enumerate(plan)))
+    library = out / "library"
+    ctx.invoke(index, paths=(video,), library=library, model=None, sample_fps=IndexSettings.sample_fps, quiet=True)
+    click.echo(f"query {photo} (person 2, cut from the photo at another scale, mirrored and rotated):")
+    ctx.invoke(query, image=photo, library=library, k=3, all_heads=False, whole_image=False, as_json=False, model=None)
+
+
+from cli.bench import bench  # noqa: E402  (registered last: its module imports this one's options)
+
+main.add_command(bench)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""Head crops: the square head region of a frame, resized, with the face box carried along."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from schemas.records import Box, FaceDetection
+
+
+@dataclass(frozen=True)
+class HeadCrop:
+    """A square RGB head crop and where the face lies inside it (estimated when not visible)."""
+
+    image: np.ndarray  # (S, S, 3) uint8 RGB
+    face_box: Box  # in crop pixels
+    landmarks: np.ndarray | None  # (5, 2) in crop pixels when a face was detected
+    face_visible: bool
+
+
+# Where the face sits in a head box when none was detected (inverse of head_box_from_face, frontal).
+_DEFAULT_FACE_IN_HEAD = Box(0.21, 0.31, 0.79, 0.88)
+
+
+def crop_head(rgb: np.ndarray, head: Box, face: FaceDetection | None, size: int = 256) -> HeadCrop:
+    """Cut the head box out of a frame (edges replicated where it leaves the frame) at size x size."""
+    side = max(head.width, head.height, 2.0)
+    scale = size / side
+    # Affine map frame -> crop.
+    m = np.array([[scale, 0, -head.x1 * scale], [0, scale, -head.y1 * scale]], dtype=np.float32)
+    interp = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
+    image = cv2.warpAffine(rgb, m, (size, size), flags=interp, borderMode=cv2.BORDER_REPLICATE)
+    if face is not None:
+        fb = face.box.shifted(-head.x1, -head.y1).scaled(scale)
+        landmarks = (face.landmarks - np.array([head.x1, head.y1], dtype=np.float32)) * scale
+        return HeadCrop(image=image, face_box=fb, landmarks=landmarks.astype(np.float32), face_visible=True)
+    d = _DEFAULT_FACE_IN_HEAD
+    return HeadCrop(image=image, face_box=Box(d.x1 * size, d.y1 * size, d.x2 * size, d.y2 * size), landmarks=None, face_visible=False)
+
+
+def whole_image_crop(rgb: np.ndarray, face: FaceDetection | None, size: int = 256) -> HeadCrop:
+    """Treat a whole photo as the head crop (centre-square), e.g. the back of a head."""
+    h, w = rgb.shape[:2]
+    side = min(h, w)
+    box = Box((w - side) / 2, (h - side) / 2, (w + side) / 2, (h + side) / 2)
+    return crop_head(rgb, box, face, size)

@@ -1,0 +1,28 @@
+"""Domain errors: each carries one line a user can act on. The CLI turns them into exit codes."""
+from __future__ import annotations
+
+
+class HeadsearchError(Exception):
+    """Base of every error a user should see as one clear line."""
+
+    exit_code = 1
+
+
+class MediaError(HeadsearchError):
+    """A file cannot be read as an image or video (corrupt, truncated, not media, unreadable)."""
+
+
+class NoHeadFound(HeadsearchError):
+    """A photo in which no head was detected."""
+
+
+class ModelError(HeadsearchError):
+    """A model cannot be loaded: missing file, wrong format, unexpected weights."""
+
+
+class LibraryError(HeadsearchError):
+    """The library folder is missing, locked, damaged, or made by another model."""
+
+
+class ModelMismatch(LibraryError):
+    """The library's vectors were made by another model than the one asked for."""

@@ -1,0 +1,50 @@
+"""Reading still images robustly (PNG chunks some readers reject, alpha, grey, EXIF rotation)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from headsearch.errors import MediaError
+
+
+def read_image_rgb(path: str | Path) -> np.ndarray:
+    """Read an image file as an RGB uint8 array, or raise MediaError naming the file."""
+    path = Path(path)
+    try:
+        data = np.fromfile(str(path), dtype=np.uint8)
+    except OSError as e:
+        raise MediaError(f"{path}: cannot read file ({e.strerror or e})") from e
+    if data.size == 0:
+        raise MediaError(f"{path}: empty file")
+    image = cv2.imdecode(data, cv2.IMREAD_COLOR)  # BGR, alpha dropped, EXIF orientation applied
+    if image is None:
+        image = _read_with_pillow(path)
+    else:
+        image = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+    if image.ndim != 3 or image.shape[0] < 8 or image.shape[1] < 8:
+        raise MediaError(f"{path}: image too small ({image.shape[1]}x{image.shape[0]})")
+    return np.ascontiguousarray(image)
+
+
+def _read_with_pillow(path: Path) -> np.ndarray:
+    from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
+
+    ImageFile.LOAD_TRUNCATED_IMAGES = False
+    try:
+        with Image.open(path) as im:
+            im = ImageOps.exif_transpose(im)
+            return np.asarray(im.convert("RGB"))
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+        raise MediaError(f"{path}: not a readable image ({e})") from e
+
+
+def write_jpeg(path: Path, rgb: np.ndarray, quality: int = 88) -> None:
+    """Write an RGB image as JPEG, atomically."""
+    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality])
+    if not ok:
+        raise MediaError(f"{path}: cannot encode thumbnail")
+    tmp = path.with_suffix(".jpg.tmp")
+    tmp.write_bytes(buf.tobytes())
+    tmp.replace(path)

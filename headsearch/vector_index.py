@@ -1,0 +1,113 @@
+"""FAISS vector index with stable int64 ids (the ids of the `vectors` table) and atomic saves."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+def gpu_count() -> int:
+    """GPUs that faiss can use (0 with faiss-cpu)."""
+    import faiss
+
+    try:
+        return faiss.get_num_gpus() if hasattr(faiss, "StandardGpuResources") else 0
+    except Exception:  # a faiss-gpu build without a usable driver
+        return 0
+
+
+class VectorIndex:
+    """Exact inner-product search over L2-normalised vectors, keyed by external ids.
+
+    Searches run on a GPU copy when faiss-gpu sees a GPU; the CPU index stays the master copy.
+    """
+
+    def __init__(self, dim: int):
+        import faiss
+
+        self.dim = dim
+        self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+        self._gpu = None
+
+    def __len__(self) -> int:
+        return int(self._index.ntotal)
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Add vectors under the given ids."""
+        if len(ids) == 0:
+            return
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.shape[1] != self.dim:
+            raise ValueError(f"vector dimension {vectors.shape[1]} != index dimension {self.dim}")
+        self._index.add_with_ids(vectors, np.ascontiguousarray(ids, dtype=np.int64))
+        self._gpu = None
+
+    def remove(self, ids: np.ndarray) -> int:
+        """Remove vectors by id; returns how many were removed."""
+        import faiss
+
+        if len(ids) == 0:
+            return 0
+        self._gpu = None
+        return int(self._index.remove_ids(faiss.IDSelectorBatch(np.ascontiguousarray(ids, dtype=np.int64))))
+
+    def ids(self) -> np.ndarray:
+        """All stored ids."""
+        import faiss
+
+        return faiss.vector_to_array(self._index.id_map).astype(np.int64)
+
+    def _searcher(self):
+        if self._gpu is None and gpu_count() > 0 and len(self) > 0:
+            import faiss
+
+            try:
+                self._gpu = faiss.index_cpu_to_all_gpus(self._index)
+            except Exception as e:  # fall back to the CPU index
+                log.warning("faiss GPU search unavailable, using the CPU: %s", e)
+                self._gpu = False
+        return self._gpu or self._index
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, ids) per query; missing slots have id -1."""
+        queries = np.ascontiguousarray(np.atleast_2d(queries), dtype=np.float32)
+        k = max(1, min(k, len(self)))
+        if len(self) == 0:
+            return np.full((len(queries), k), -np.inf, np.float32), np.full((len(queries), k), -1, np.int64)
+        scores, ids = self._searcher().search(queries, k)
+        return scores, ids
+
+    def save(self, path: Path, generation: int) -> None:
+        """Write the index and the library generation it reflects, atomically."""
+        import faiss
+
+        tmp = path.with_name(path.name + ".tmp")
+        faiss.write_index(self._index, str(tmp))
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        state = path.with_suffix(".json")
+        tmp_state = state.with_name(state.name + ".tmp")
+        tmp_state.write_text(json.dumps({"generation": generation, "count": len(self), "dim": self.dim}))
+        os.replace(tmp_state, state)
+
+    @classmethod
+    def load(cls, path: Path) -> tuple["VectorIndex", int]:
+        """An index and the generation it was saved at (-1 when its state file is missing)."""
+        import faiss
+
+        index = cls.__new__(cls)
+        index._index = faiss.read_index(str(path))
+        index.dim = index._index.d
+        index._gpu = None
+        state = path.with_suffix(".json")
+        try:
+            generation = int(json.loads(state.read_text())["generation"])
+        except (OSError, ValueError, KeyError):
+            generation = -1
+        return index, generation

@@ -1,0 +1,101 @@
+"""The library's DuckDB tables, declared with SQLAlchemy (duckdb-engine cannot reflect them)."""
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Double,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+)
+
+metadata = MetaData()
+
+# One row per indexed file (a video, or a still image indexed as a one-frame item).
+videos = Table(
+    "videos",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("path", String, nullable=False, unique=True),
+    Column("kind", String, nullable=False),  # "video" or "image"
+    Column("fingerprint", String, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("mtime", Double, nullable=False),
+    Column("duration", Double, nullable=False),
+    Column("fps", Double, nullable=False),
+    Column("width", Integer, nullable=False),
+    Column("height", Integer, nullable=False),
+    Column("frames_decoded", BigInteger, nullable=False),
+    Column("frames_sampled", BigInteger, nullable=False),
+    Column("decoder", String, nullable=False),
+    Column("indexed_at", Double, nullable=False),
+)
+
+shots = Table(
+    "shots",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("video_id", BigInteger, nullable=False, index=True),
+    Column("shot_index", Integer, nullable=False),
+    Column("start_frame", BigInteger, nullable=False),
+    Column("end_frame", BigInteger, nullable=False),
+    Column("start_time", Double, nullable=False),
+    Column("end_time", Double, nullable=False),
+)
+
+tracks = Table(
+    "tracks",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("video_id", BigInteger, nullable=False, index=True),
+    Column("shot_id", BigInteger, nullable=False),
+    Column("start_time", Double, nullable=False),
+    Column("end_time", Double, nullable=False),
+    Column("best_time", Double, nullable=False),
+    Column("n_observations", Integer, nullable=False),
+    Column("face_visible_share", Double, nullable=False),
+    Column("thumbnail", String, nullable=False),  # path relative to the library folder
+)
+
+observations = Table(
+    "observations",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("track_id", BigInteger, nullable=False, index=True),
+    Column("video_id", BigInteger, nullable=False, index=True),
+    Column("frame_index", BigInteger, nullable=False),
+    Column("time", Double, nullable=False),
+    Column("x1", Double, nullable=False),
+    Column("y1", Double, nullable=False),
+    Column("x2", Double, nullable=False),
+    Column("y2", Double, nullable=False),
+    Column("face_visible", Boolean, nullable=False),
+    Column("face_score", Double, nullable=True),
+)
+
+# One row per stored vector; `id` is the vector's id inside the FAISS index of its `kind`.
+vectors = Table(
+    "vectors",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("kind", String, nullable=False),  # "id" (identity) or "head" (whole-head appearance)
+    Column("observation_id", BigInteger, nullable=False),
+    Column("track_id", BigInteger, nullable=False, index=True),
+    Column("video_id", BigInteger, nullable=False, index=True),
+    Column("embedding", LargeBinary, nullable=False),  # float32, little-endian, L2-normalised
+)
+
+# Key/value facts about the library; `generation` increases with every committed change, and
+# the saved FAISS files record the generation they reflect.
+library_state = Table(
+    "library_state",
+    metadata,
+    Column("key", String, primary_key=True),
+    Column("value", String, nullable=False),
+)
+
+ALL_TABLES = (videos, shots, tracks, observations, vectors, library_state)

@@ -1,0 +1,66 @@
+"""Shared fixtures: the real media folder, the real CLI, and a library indexed once per session."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cli.main import main
+
+DATA = Path(os.environ.get("HEADSEARCH_TEST_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+HAMILTON = DATA / "face_recognition" / "examples" / "short_hamilton_clip.mp4"
+RETALKING = DATA / "video-retalking" / "examples" / "face"
+EXAMPLES = DATA / "face_recognition" / "examples"
+
+needs_data = pytest.mark.skipif(not HAMILTON.is_file(), reason=f"real test media not found at {DATA} (set HEADSEARCH_TEST_DATA)")
+
+
+def run(*args: str, ok: bool = True):
+    """Run the real CLI; assert success unless ok=False."""
+    result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+def query_json(library: Path, image: Path, *extra: str) -> list[dict]:
+    return json.loads(run("query", image, "--library", library, "--json", *extra).stdout)
+
+
+@pytest.fixture(scope="session")
+def hamilton_library(tmp_path_factory) -> Path:
+    """The hamilton clip and the video-retalking clips, indexed with the default model."""
+    if not HAMILTON.is_file():
+        pytest.skip(f"real test media not found at {DATA}")
+    library = tmp_path_factory.mktemp("lib") / "library"
+    run("index", HAMILTON, RETALKING, "--library", library, "--quiet")
+    return library
+
+
+def make_arcface_like_onnx(path: Path, dim: int = 512, seed: int = 0) -> Path:
+    """A small ONNX model with insightface ArcFace's interface: (N, 3, 112, 112) -> (N, dim)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    pooled = 3 * 14 * 14
+    weight = numpy_helper.from_array(rng.standard_normal((pooled, dim)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("AveragePool", ["input.1"], ["pooled"], kernel_shape=[8, 8], strides=[8, 8]),
+        helper.make_node("Flatten", ["pooled"], ["flat"], axis=1),
+        helper.make_node("MatMul", ["flat", "w"], ["683"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "arcface_like",
+        [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, ["None", 3, 112, 112])],
+        [helper.make_tensor_value_info("683", TensorProto.FLOAT, ["None", dim])],
+        initializer=[weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path

@@ -1,0 +1,148 @@
+"""End to end on real media: index real videos and photos with the real CLI, query with photos."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import duckdb
+import faiss
+import numpy as np
+from conftest import DATA, EXAMPLES, HAMILTON, needs_data, query_json, run
+
+pytestmark = needs_data
+
+LIN = EXAMPLES / "lin-manuel-miranda.png"
+OBAMA = EXAMPLES / "knn_examples" / "train" / "obama" / "obama.jpg"
+AMY = DATA / "face-api.js" / "examples" / "images" / "amy"
+
+
+def table_counts(library) -> dict[str, int]:
+    con = duckdb.connect(str(library / "library.duckdb"), read_only=True)
+    try:
+        return {t: con.execute(f"select count(*) from {t}").fetchone()[0] for t in ("videos", "shots", "tracks", "observations", "vectors")}
+    finally:
+        con.close()
+
+
+def assert_consistent(library) -> None:
+    """No orphan or duplicate rows; FAISS holds exactly the database's vectors."""
+    con = duckdb.connect(str(library / "library.duckdb"), read_only=True)
+    try:
+        q = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
+        assert q("select count(*) from (select path from videos group by path having count(*) > 1)") == 0
+        assert q("select count(*) from observations o left join tracks t on o.track_id = t.id where t.id is null") == 0
+        assert q("select count(*) from tracks t left join videos v on t.video_id = v.id where v.id is null") == 0
+        assert q("select count(*) from vectors x left join observations o on x.observation_id = o.id where o.id is null") == 0
+        assert q("select count(*) from tracks t where not exists (select 1 from observations o where o.track_id = t.id)") == 0
+        db_ids = sorted(r[0] for r in con.execute("select id from vectors where kind = 'id'").fetchall())
+        thumbs = {r[0] for r in con.execute("select thumbnail from tracks").fetchall()}
+    finally:
+        con.close()
+    # The query path syncs FAISS with the database; the saved file must then hold exactly db_ids.
+    run("stats", "--library", library)
+    index = faiss.read_index(str(library / "vectors_id.faiss"))
+    state = json.loads((library / "vectors_id.json").read_text())
+    if state["count"] == len(db_ids):
+        assert sorted(faiss.vector_to_array(index.id_map).tolist()) == db_ids
+    for rel in thumbs:
+        assert (library / rel).is_file(), rel
+
+
+def test_shots_and_tracks_of_hamilton(hamilton_library):
+    con = duckdb.connect(str(hamilton_library / "library.duckdb"), read_only=True)
+    vid = con.execute("select id from videos where path = ?", [str(HAMILTON)]).fetchone()[0]
+    starts = [r[0] for r in con.execute("select start_frame from shots where video_id = ? order by shot_index", [vid]).fetchall()]
+    assert starts == [0, 20, 82, 211]
+    # Tracks never cross a cut.
+    bad = con.execute("""select count(*) from tracks t join shots s on t.shot_id = s.id
+                         where t.start_time < s.start_time - 1e-6 or t.end_time > s.end_time + 1e-6""").fetchone()[0]
+    con.close()
+    assert bad == 0
+
+
+def test_lin_manuel_miranda_first_in_third_shot(hamilton_library):
+    hits = query_json(hamilton_library, LIN, "-k", "3")
+    assert len(hits) == 3
+    assert set(hits[0]) >= {"video", "start", "end", "time", "score", "track_id", "thumbnail"}
+    top = hits[0]
+    assert top["video"] == str(HAMILTON)
+    assert 2.6 <= top["start"] and top["end"] <= 7.1 and top["start"] <= top["time"] <= top["end"], top
+    assert (hamilton_library / "thumbnails").is_dir() and top["thumbnail"].endswith(".jpg")
+
+
+def test_obama_in_audience_shot_top3(hamilton_library):
+    hits = query_json(hamilton_library, OBAMA, "-k", "3")
+    assert any(h["video"] == str(HAMILTON) and h["start"] >= 7.0 for h in hits), hits
+
+
+def test_top_k_are_distinct_tracks(hamilton_library):
+    hits = query_json(hamilton_library, LIN, "-k", "8")
+    assert len(hits) == 8
+    assert len({h["track_id"] for h in hits}) == 8
+    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+
+
+def test_table_output_and_stats(hamilton_library):
+    out = run("query", LIN, "--library", hamilton_library, "-k", "2").stdout
+    assert out.count(str(HAMILTON)) >= 1 and len(out.strip().splitlines()) == 2
+    stats = json.loads(run("stats", "--library", hamilton_library, "--json").stdout)
+    assert stats["videos"] == 6 and stats["shots"] >= 4 and stats["vectors"] == stats["observations"] > 0
+    assert stats["model"]["name"] == "dlib-resnet"
+
+
+def test_incremental_skip_change_remove(tmp_path):
+    media = tmp_path / "media"
+    media.mkdir()
+    clip = media / "clip.mp4"
+    shutil.copy(RETALK1 := DATA / "video-retalking" / "examples" / "face" / "1.mp4", clip)
+    shutil.copy(AMY / "amy1.png", media / "amy1.png")
+    lib = tmp_path / "lib"
+    first = run("index", media, "--library", lib, "-q").stdout
+    assert "2 indexed" in first
+    counts = table_counts(lib)
+    assert "2 unchanged" in run("index", media, "--library", lib, "-q").stdout
+    assert table_counts(lib) == counts
+    # Same bytes, new mtime: still unchanged (content fingerprint).
+    clip.touch()
+    assert "2 unchanged" in run("index", media, "--library", lib, "-q").stdout
+    # Changed content: re-indexed in place, no duplicates.
+    shutil.copy(DATA / "video-retalking" / "examples" / "face" / "2.mp4", clip)
+    assert "1 indexed" in run("index", media, "--library", lib, "-q").stdout
+    assert table_counts(lib)["videos"] == 2
+    assert_consistent(lib)
+    # A file deleted from an indexed folder disappears on the next run.
+    (media / "amy1.png").unlink()
+    assert "1 removed" in run("index", media, "--library", lib, "-q").stdout
+    assert table_counts(lib)["videos"] == 1
+    # `remove` drops rows, vectors and thumbnails.
+    run("remove", clip, "--library", lib)
+    assert table_counts(lib) == {"videos": 0, "shots": 0, "tracks": 0, "observations": 0, "vectors": 0}
+    assert not list((lib / "thumbnails").glob("*.jpg"))
+    assert_consistent(lib)
+    assert RETALK1.is_file()
+
+
+def test_photo_folder_and_whole_image(tmp_path):
+    lib = tmp_path / "lib"
+    run("index", AMY, "--library", lib, "-q")
+    assert table_counts(lib)["videos"] == 5
+    hits = query_json(lib, AMY / "amy3.png", "-k", "1")
+    assert hits[0]["video"] == str(AMY / "amy3.png") and hits[0]["score"] > 0.99
+    hits = query_json(lib, AMY / "amy3.png", "-k", "2", "--whole-image")
+    assert len(hits) == 2
+
+
+def test_all_heads_in_a_group_photo(hamilton_library):
+    res = json.loads(run("query", EXAMPLES / "two_people.jpg", "--library", hamilton_library, "--json", "--all", "-k", "2").stdout)
+    assert len(res) == 2 and all(len(r) == 2 for r in res)
+
+
+def test_faiss_cache_rebuilt_from_database(tmp_path):
+    lib = tmp_path / "lib"
+    run("index", AMY, "--library", lib, "-q")
+    before = query_json(lib, AMY / "amy2.png", "-k", "3")
+    (lib / "vectors_id.faiss").unlink()
+    assert query_json(lib, AMY / "amy2.png", "-k", "3") == before
+    (lib / "vectors_id.faiss").write_bytes(b"garbage")
+    assert query_json(lib, AMY / "amy2.png", "-k", "3") == before
+    assert np.isclose(before[0]["score"], 1.0, atol=1e-3)
