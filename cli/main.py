@@ -93,7 +93,7 @@ def query(image: Path, library: Path | None, k: int, all_heads: bool, whole_imag
     from headsearch.query import QueryEngine, Thresholds, query_crops
 
     lib = Library.open(_library_path(library))
-    embedder = load_embedder(model or lib.model["name"])
+    embedder = load_embedder(model or lib.model.get("source", lib.model["name"]))
     lib.check_model(embedder.describe())
     thresholds = Thresholds.load(lib.root / "thresholds.json")
     crops = query_crops(image, FaceDetector(), all_heads, whole_image)

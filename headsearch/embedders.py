@@ -45,6 +45,7 @@ class Embedder(ABC):
     version: str
     dim: int
     kinds: tuple[str, ...] = ("id",)
+    source: str = ""  # how to load it again: a model name or an absolute path
 
     @abstractmethod
     def embed(self, crops: Sequence[HeadCrop]) -> dict[str, np.ndarray]:
@@ -52,7 +53,7 @@ class Embedder(ABC):
 
     def describe(self) -> dict:
         """What the library manifest records about this model."""
-        return {"name": self.name, "version": self.version, "dim": self.dim, "kinds": list(self.kinds)}
+        return {"name": self.name, "version": self.version, "dim": self.dim, "kinds": list(self.kinds), "source": self.source or self.name}
 
 
 def align_face(crop: HeadCrop, size: int = 112) -> np.ndarray:
@@ -138,6 +139,7 @@ class ArcFaceOnnxEmbedder(Embedder):
         out = self._session.get_outputs()[0]
         self.dim = int(out.shape[-1])
         self.name = f"arcface-onnx:{self.path.name}"
+        self.source = str(self.path.resolve())
         self.version = _file_digest(self.path)
 
     def embed(self, crops: Sequence[HeadCrop]) -> dict[str, np.ndarray]:

@@ -1,7 +1,9 @@
 """Streaming video decoding: decord first, PyAV for what decord cannot open (AV1, odd containers)."""
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -33,6 +35,25 @@ class DecodedFrame:
     rgb: np.ndarray  # (H, W, 3) uint8
 
 
+@contextlib.contextmanager
+def _native_stderr_silenced():
+    """Hide what FFmpeg and decord print straight to fd 2 while probing a file: the user gets
+    one clear line from us instead."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def _bounded_size(width: int, height: int, max_side: int) -> tuple[int, int]:
     scale = min(1.0, max_side / max(width, height))
     return max(2, round(width * scale / 2) * 2), max(2, round(height * scale / 2) * 2)
@@ -48,7 +69,8 @@ class VideoStream:
         errors = []
         for opener in (self._open_decord, self._open_pyav):
             try:
-                self.info = opener()
+                with _native_stderr_silenced():
+                    self.info = opener()
                 return
             except Exception as e:  # each backend raises its own types for unreadable media
                 errors.append(f"{opener.__name__[6:]}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}")
@@ -74,6 +96,7 @@ class VideoStream:
     def _open_pyav(self) -> VideoInfo:
         import av
 
+        av.logging.set_level(av.logging.PANIC)
         container = av.open(str(self.path))
         if not container.streams.video:
             container.close()

@@ -123,6 +123,8 @@ class HeadTracker:
         m = np.array([[scale, 0, -search.x1 * scale], [0, scale, -search.y1 * scale]], dtype=np.float32)
         size = (round(search.width * scale), round(search.height * scale))
         region = cv2.warpAffine(grey, m, size, flags=cv2.INTER_AREA, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+        if float(a.template.std()) < 4.0 or float(region.std()) < 4.0:  # flat patches match anything
+            return None
         result = cv2.matchTemplate(region, a.template, cv2.TM_CCOEFF_NORMED)
         _, best, _, (bx, by) = cv2.minMaxLoc(result)
         if best < self.follow_min_score:

@@ -15,6 +15,7 @@ DATA = Path(os.environ.get("HEADSEARCH_TEST_DATA", Path(__file__).resolve().pare
 HAMILTON = DATA / "face_recognition" / "examples" / "short_hamilton_clip.mp4"
 RETALKING = DATA / "video-retalking" / "examples" / "face"
 EXAMPLES = DATA / "face_recognition" / "examples"
+AMY_DIR = DATA / "face-api.js" / "examples" / "images" / "amy"
 
 needs_data = pytest.mark.skipif(not HAMILTON.is_file(), reason=f"real test media not found at {DATA} (set HEADSEARCH_TEST_DATA)")
 

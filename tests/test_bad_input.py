@@ -1,0 +1,135 @@
+"""Bad input: one clear line, a non-zero exit where the command failed, the library intact."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import cv2
+import numpy as np
+from conftest import AMY_DIR, DATA, EXAMPLES, HAMILTON, make_arcface_like_onnx, needs_data, query_json, run
+from test_index_query import assert_consistent, table_counts
+
+pytestmark = needs_data
+
+
+def remux_to_ts(src, dst) -> None:
+    """Copy a video's stream into MPEG-TS, a container that stays readable when cut short."""
+    import av
+
+    with av.open(str(src)) as inp, av.open(str(dst), "w", format="mpegts") as out:
+        stream = out.add_stream_from_template(inp.streams.video[0])
+        for packet in inp.demux(inp.streams.video[0]):
+            if packet.dts is None:
+                continue
+            packet.stream = stream
+            out.mux(packet)
+
+
+def one_line_error(result, *fragments: str) -> None:
+    assert result.exit_code != 0
+    lines = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    assert lines, result.output
+    assert "Traceback" not in result.output
+    for f in fragments:
+        assert any(f in l for l in lines), (f, result.stderr)
+
+
+def test_bad_files_do_not_stop_the_others(tmp_path):
+    media = tmp_path / "media"
+    media.mkdir()
+    (media / "random.mp4").write_bytes(np.random.default_rng(0).bytes(50_000))
+    (media / "notes.mkv").write_text("this is not a video\n")
+    (media / "fake.jpg").write_text("not an image either")
+    data = HAMILTON.read_bytes()
+    (media / "cut-before-index.mp4").write_bytes(data[: len(data) // 2])  # its moov index is at the end
+    remux_to_ts(HAMILTON, tmp_path / "full.ts")
+    ts = (tmp_path / "full.ts").read_bytes()
+    (media / "truncated.ts").write_bytes(ts[: len(ts) // 2])
+    cv2.imwrite(str(media / "amy.png"), cv2.imread(str(AMY_DIR / "amy1.png")))
+    lib = tmp_path / "lib"
+    result = run("index", media, tmp_path / "missing-folder", "--library", lib, "-q", ok=False)
+    assert result.exit_code == 2  # partial: others indexed
+    one_line_error(result, "random.mp4", "notes.mkv", "fake.jpg", "missing-folder", "cut-before-index.mp4")
+    assert "Traceback" not in result.output
+    counts = table_counts(lib)
+    assert counts["videos"] == 2  # amy.png and what the truncated video held
+    # A stream cut short without an index is indexed up to where it ends.
+    import duckdb
+
+    con = duckdb.connect(str(lib / "library.duckdb"), read_only=True)
+    frames = con.execute("select frames_decoded from videos where path like '%truncated.ts'").fetchone()[0]
+    con.close()
+    assert 50 < frames < 200
+    assert_consistent(lib)
+    assert query_json(lib, AMY_DIR / "amy1.png", "-k", "1")[0]["video"].endswith("amy.png")
+
+
+def test_nothing_indexable_fails(tmp_path):
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"\x00" * 1000)
+    result = run("index", bad, "--library", tmp_path / "lib", "-q", ok=False)
+    assert result.exit_code == 1
+    one_line_error(result, "bad.mp4")
+
+
+def test_query_photo_without_head(tmp_path):
+    lib = tmp_path / "lib"
+    run("index", AMY_DIR / "amy1.png", "--library", lib, "-q")
+    blank = tmp_path / "wall.png"
+    cv2.imwrite(str(blank), np.full((200, 300, 3), 180, np.uint8))
+    one_line_error(run("query", blank, "--library", lib, ok=False), "no head found", "wall.png")
+    one_line_error(run("query", tmp_path / "nope.jpg", "--library", lib, ok=False), "nope.jpg")
+    one_line_error(run("query", blank, "--library", tmp_path / "no-library", ok=False), "no headsearch library")
+    # --whole-image accepts a photo without a detectable face (e.g. the back of a head).
+    assert len(query_json(lib, blank, "--whole-image", "-k", "1")) == 1
+
+
+def test_other_model_and_missing_model(tmp_path):
+    lib = tmp_path / "lib"
+    run("index", AMY_DIR / "amy1.png", "--library", lib, "-q")
+    before = table_counts(lib)
+    onnx = make_arcface_like_onnx(tmp_path / "w600k_r50.onnx")
+    result = run("index", AMY_DIR / "amy2.png", "--library", lib, "--model", onnx, "-q", ok=False)
+    one_line_error(result, "made by dlib-resnet", "re-embedding")
+    result = run("query", AMY_DIR / "amy2.png", "--library", lib, "--model", onnx, ok=False)
+    one_line_error(result, "made by dlib-resnet")
+    one_line_error(run("index", AMY_DIR, "--library", lib, "--model", tmp_path / "absent.onnx", ok=False), "missing model file")
+    (tmp_path / "broken.onnx").write_bytes(b"not onnx")
+    one_line_error(run("index", AMY_DIR, "--library", lib, "--model", tmp_path / "broken.onnx", ok=False), "broken.onnx")
+    assert table_counts(lib) == before
+
+
+def test_user_arcface_onnx_and_insightface_folder(tmp_path):
+    pack = tmp_path / "buffalo_l"
+    pack.mkdir()
+    make_arcface_like_onnx(pack / "w600k_r50.onnx")
+    lib = tmp_path / "lib"
+    run("index", AMY_DIR, "--library", lib, "--model", pack, "-q")
+    hits = query_json(lib, AMY_DIR / "amy2.png", "-k", "1")
+    assert hits[0]["video"].endswith("amy2.png") and hits[0]["score"] > 0.999
+
+
+def test_killed_run_leaves_a_consistent_library(tmp_path):
+    media = tmp_path / "media"
+    media.mkdir()
+    for i, name in enumerate(["1.mp4", "2.mp4", "3.mp4", "4.mp4"]):
+        os.symlink(DATA / "video-retalking" / "examples" / "face" / name, media / f"clip{i}.mp4")
+    lib = tmp_path / "lib"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "cli.main", "index", str(media), "--library", str(lib), "-q"]
+    for delay in (4.0, 7.0):
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        if (lib / "manifest.json").exists():
+            run("stats", "--library", lib)  # opens and answers after a kill
+            assert_consistent(lib)
+    result = run("index", media, "--library", lib, "-q")
+    assert "0 failed" in result.stdout
+    assert table_counts(lib)["videos"] == 4
+    assert_consistent(lib)
+    assert query_json(lib, EXAMPLES / "obama_small.jpg", "-k", "2")
