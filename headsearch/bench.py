@@ -302,8 +302,8 @@ def evaluate_samples(report: ModelReport, samples: Sequence[Sample], fars: Seque
         report.protocols[protocol] = evaluate_protocol(sim, i, j, relation, protocol, fars)
         report.scores[protocol] = protocol_scores(sim, i, j, relation, protocol)
     if report.pairs["R3"] == 0:
-        report.problems.append(f"identity verification: no impostor pairs (R3): the set names one identity "
-                               f"({report.n_identities}); add photos of other people")
+        report.problems.append("identity verification: no impostor pairs (R3): the set names a single identity; "
+                               "add samples of other people")
     if report.pairs["R1"] + report.pairs["R2"] == 0:
         report.problems.append("identity verification: no genuine pairs (every identity has one sample)")
     if report.pairs["R1"] == 0:
@@ -378,6 +378,10 @@ def _table(rows: list[list[str]], align: str) -> list[str]:
     return ["  ".join(f"{cell:{align[c]}{widths[c]}}" for c, cell in enumerate(r)).rstrip() for r in rows]
 
 
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
 def _vr_cell(r, insightface: bool = False) -> str:
     if r.vr is None:
         return "n/m"
@@ -423,7 +427,7 @@ def format_accuracy(reports: Sequence[ModelReport], fars: Sequence[float] = DEFA
                            for p in PROTOCOLS if p in r.protocols)
         unmeasurable = sorted({f"VR@{k} needs {needed_impostors(f)}" for p in r.protocols.values() for k, f in zip(keys, fars)
                                if not p.vr[k].measurable and p.n_genuine}, key=len)
-        out.append(f"{r.spec}: {r.n_samples} samples ({r.n_photos} photos, {r.n_tracks} video tracks) of {r.n_identities} identities; "
+        out.append(f"{r.spec}: {r.n_samples} samples ({r.n_photos} photos, {r.n_tracks} video tracks) of {_count(r.n_identities, 'identity', 'identities')}; "
                    f"pairs R1 {r.pairs.get('R1', 0)}, R2 {r.pairs.get('R2', 0)}, R3 {r.pairs.get('R3', 0)}; {counts or 'no pairs'}; "
                    f"hierarchy over {r.quadruples} quadruples ({r.head_kind} vectors)"
                    + (f"; n/m: {', '.join(unmeasurable)} impostors" if unmeasurable else ""))
@@ -450,24 +454,20 @@ def plot_roc(reports: Sequence[ModelReport], path: Path, fars: Sequence[float] =
 
     fig, axes = plt.subplots(1, len(PROTOCOLS), figsize=(6 * len(PROTOCOLS), 5), squeeze=False)
     for ax, protocol in zip(axes[0], PROTOCOLS):
-        lowest = 1.0
-        for r in reports:
-            if r.error or protocol not in r.scores:
-                continue
-            genuine, impostor = r.scores[protocol]
-            if genuine.size == 0 or impostor.size == 0:
-                continue
+        curves = [(r, *r.scores[protocol]) for r in reports if not r.error and protocol in r.scores]
+        curves = [(r, g, i) for r, g, i in curves if g.size and i.size]
+        # A FAR of 0 cannot sit on a log axis: such points are drawn at the left edge.
+        left = min([min(fars)] + [1.0 / i.size for _, _, i in curves]) / 2
+        for r, genuine, impostor in curves:
             fpr, tpr, _ = roc_points(genuine, impostor)
-            keep = fpr > 0
-            lowest = min(lowest, 1.0 / impostor.size)
             auc = r.protocols[protocol].auc
-            ax.step(fpr[keep], tpr[keep], where="post", label=f"{r.spec} (AUC {auc:.3f}, {impostor.size} impostors)")
+            ax.step(np.maximum(fpr, left), tpr, where="post", label=f"{r.spec} (AUC {auc:.3f}, {impostor.size} impostors)")
         for far in fars:
             ax.axvline(far, color="0.85", lw=0.8, zorder=0)
         ax.set_xscale("log")
-        ax.set_xlim(min(lowest, min(fars)) / 2, 1.0)
+        ax.set_xlim(left, 1.0)
         ax.set_ylim(0.0, 1.01)
-        ax.set_xlabel("false accept rate (log)")
+        ax.set_xlabel("false accept rate (log; 0 at the left edge)")
         ax.set_ylabel("verification rate")
         ax.set_title(PROTOCOL_TITLES[protocol])
         ax.grid(True, which="both", alpha=0.3)

@@ -40,11 +40,16 @@ def _read_with_pillow(path: Path) -> np.ndarray:
         raise MediaError(f"{path}: not a readable image ({e})") from e
 
 
-def write_jpeg(path: Path, rgb: np.ndarray, quality: int = 88) -> None:
-    """Write an RGB image as JPEG, atomically."""
+def encode_jpeg(rgb: np.ndarray, quality: int = 88) -> bytes:
+    """An RGB image as JPEG bytes."""
     ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality])
     if not ok:
-        raise MediaError(f"{path}: cannot encode thumbnail")
-    tmp = path.with_suffix(".jpg.tmp")
-    tmp.write_bytes(buf.tobytes())
+        raise MediaError("cannot encode a JPEG thumbnail")
+    return buf.tobytes()
+
+
+def write_file_atomic(path: Path, data: bytes) -> None:
+    """Write bytes to a file so that it is either absent, old, or complete."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
     tmp.replace(path)

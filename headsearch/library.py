@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from headsearch.errors import LibraryError, ModelMismatch
+from headsearch.images import write_file_atomic
 from headsearch.vector_index import VectorIndex
 from schemas import tables as t
 
@@ -54,7 +55,7 @@ class VideoRows:
     tracks: list[dict]
     observations: list[dict]
     vectors: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]  # kind -> (ids, obs_ids, track_ids, vecs)
-    thumbnails: dict[int, np.ndarray]  # track id -> RGB thumbnail
+    thumbnails: dict[int, bytes]  # track id -> JPEG thumbnail
 
 
 def _is_lock_error(e: Exception) -> bool:
@@ -252,10 +253,8 @@ class Library:
                 "observations": max([r["id"] for r in rows.observations], default=ids["observations"] - 1) + 1,
                 "vectors": max([int(v[0].max()) for v in rows.vectors.values() if len(v[0])], default=ids["vectors"] - 1) + 1,
             })
-            for track_id, image in rows.thumbnails.items():
-                from headsearch.images import write_jpeg
-
-                write_jpeg(self.root / THUMBNAILS / f"{track_id}.jpg", image)
+            for track_id, jpeg in rows.thumbnails.items():
+                write_file_atomic(self.root / THUMBNAILS / f"{track_id}.jpg", jpeg)
             conn.execute(sa.insert(t.videos), [rows.video])
             _bulk_insert(conn, t.shots, rows.shots)
             _bulk_insert(conn, t.tracks, rows.tracks)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+import cv2
 import numpy as np
 from tqdm import tqdm
 
@@ -17,7 +18,7 @@ from headsearch.crops import HeadCrop, crop_head
 from headsearch.detect import FaceDetector, detect_heads
 from headsearch.embedders import Embedder
 from headsearch.errors import HeadsearchError, MediaError
-from headsearch.images import read_image_rgb
+from headsearch.images import encode_jpeg, read_image_rgb
 from headsearch.library import THUMBNAILS, Library, VideoRows
 from headsearch.settings import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, IndexSettings
 from indexer.decode import VideoStream
@@ -240,15 +241,15 @@ class Indexer:
             best = track.observations[track.best_index]
             best_quality = best.face.box.area * best.face.score if best.face is not None else 0.0
             if track.thumbnail is None or quality > best_quality:
+                # Kept as a small JPEG: a long video holds thousands of tracks until it commits.
                 track.best_index = track.observations.index(obs)
-                track.thumbnail = crop.image
+                px = self.settings.thumbnail_px
+                track.thumbnail = encode_jpeg(cv2.resize(crop.image, (px, px), interpolation=cv2.INTER_AREA))
         clock.add("embed", t0)
 
     # ----- storing -------------------------------------------------------------------------
     def rows(self, result: FileResult, stat: os.stat_result, digest: str, ids: dict[str, int]) -> VideoRows:
         """Rows for one analysed file, numbered from the library's next free ids."""
-        import cv2
-
         video_id = ids["videos"]
         next_shot, next_track, next_obs, next_vec = ids["shots"], ids["tracks"], ids["observations"], ids["vectors"]
         shot_ids = {}
@@ -264,10 +265,9 @@ class Indexer:
             track_id = next_track
             next_track += 1
             best = tr.observations[tr.best_index]
-            thumb = cv2.resize(tr.thumbnail, (self.settings.thumbnail_px, self.settings.thumbnail_px), interpolation=cv2.INTER_AREA)
-            thumbs[track_id] = thumb
+            thumbs[track_id] = tr.thumbnail
             track_rows.append({"id": track_id, "video_id": video_id, "shot_id": shot_ids.get(tr.shot_index, shot_ids[max(shot_ids)]),
-                               "start_time": tr.start, "end_time": tr.end, "best_time": best.time,
+                               "start_time": tr.start, "end_time": self._track_end(tr, result), "best_time": best.time,
                                "n_observations": len(tr.observations), "face_visible_share": tr.face_visible_share,
                                "thumbnail": f"{THUMBNAILS}/{track_id}.jpg"})
             for o in tr.observations:
@@ -289,6 +289,13 @@ class Indexer:
                  "height": result.height, "frames_decoded": result.frames_decoded, "frames_sampled": result.frames_sampled,
                  "decoder": result.decoder, "indexed_at": time.time()}
         return VideoRows(video, shot_rows, track_rows, obs_rows, vectors, thumbs)
+
+    def _track_end(self, track: HeadTrack, result: FileResult) -> float:
+        """A track lasts until the next sample after its last sighting, within its shot."""
+        if result.kind == "image":
+            return track.end
+        shot_end = next((sh.end_time for sh in result.shots if sh.index == track.shot_index), result.duration)
+        return max(track.end, min(track.end + 1.0 / self.settings.sample_fps, shot_end))
 
     # ----- many files ----------------------------------------------------------------------
     def run(self, paths: Iterable[Path], report: Callable[[str], None] = print) -> IndexSummary:

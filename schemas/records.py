@@ -89,7 +89,7 @@ class HeadTrack:
 
     shot_index: int
     observations: list[Observation] = field(default_factory=list)
-    thumbnail: np.ndarray | None = None  # RGB crop of the best observation
+    thumbnail: bytes | None = None  # JPEG of the best observation's head crop
     best_index: int = 0  # index into observations of the best (largest visible face) observation
 
     @property
