@@ -134,8 +134,12 @@ def media_kind(path: Path) -> str:
 class Indexer:
     """Indexes files into one library with one detector and one embedder."""
 
-    def __init__(self, library: Library, embedder: Embedder, settings: IndexSettings | None = None, progress: bool = True):
+    def __init__(self, library: Library | None, embedder: Embedder, settings: IndexSettings | None = None, progress: bool = True,
+                 crop_sink: Callable[[HeadTrack, Observation, HeadCrop], None] | None = None):
+        """`library` may be None for analysis only (`analyse`); `crop_sink` sees every head crop
+        before it is embedded (the dataset builder keeps them)."""
         self.library = library
+        self.crop_sink = crop_sink
         self.embedder = embedder
         self.settings = settings or IndexSettings()
         s = self.settings
@@ -233,6 +237,9 @@ class Indexer:
         """Embed queued crops in one batch; keep the best crop of each track as its thumbnail."""
         if not pending:
             return
+        if self.crop_sink is not None:
+            for track, obs, crop in pending:
+                self.crop_sink(track, obs, crop)
         t0 = time.perf_counter()
         vectors = self.embedder.embed([c for _, _, c in pending])
         for i, (track, obs, crop) in enumerate(pending):
@@ -300,6 +307,8 @@ class Indexer:
     # ----- many files ----------------------------------------------------------------------
     def run(self, paths: Iterable[Path], report: Callable[[str], None] = print) -> IndexSummary:
         """Index files and folders; unchanged files are skipped, vanished ones under the folders removed."""
+        if self.library is None:
+            raise ValueError("Indexer.run needs a library")
         summary = IndexSummary()
         start = time.perf_counter()
         files, problems, folders = discover(paths)
