@@ -151,6 +151,57 @@ class ArcFaceOnnxEmbedder(Embedder):
         return {"id": l2_normalise(out)}
 
 
+class HeadSimilarityEmbedder(Embedder):
+    """The dual-CLS head-similarity ViT (our checkpoints: `.safetensors` + `.safetensors.json`).
+
+    The whole head crop, resized to the model's input size, gives z_id (identity) and z_head
+    (whole-head appearance). Runs on CUDA when torch sees a GPU, else on the CPU.
+    """
+
+    kinds = ("id", "head")
+
+    def __init__(self, path: Path, batch_size: int = 64):
+        import torch
+
+        from headsearch.model import load_checkpoint, read_checkpoint_card
+
+        self.path = Path(path)
+        self.model = load_checkpoint(self.path)  # raises ModelError with one line
+        self.card = read_checkpoint_card(self.path)
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.model.to(self.device).eval()
+        self.size = self.model.cfg.img_size
+        self.dim = self.model.cfg.out_dim
+        self.batch_size = batch_size
+        self.name = self.card.get("card", {}).get("name") or f"headsim:{self.path.stem}"
+        self.version = _file_digest(self.path)
+        self.source = str(self.path.resolve())
+        self.kinds = ("id", "head") if self.model.cfg.variant != "shared" else ("id",)
+
+    def preprocess(self, crops: Sequence[HeadCrop]) -> np.ndarray:
+        """Head crops as an (N, 3, S, S) float32 batch in [-1, 1]."""
+        images = np.stack([cv2.resize(c.image, (self.size, self.size), interpolation=cv2.INTER_AREA) for c in crops])
+        return ((images.astype(np.float32) - 127.5) / 127.5).transpose(0, 3, 1, 2)
+
+    def embed(self, crops: Sequence[HeadCrop]) -> dict[str, np.ndarray]:
+        import torch
+
+        if not crops:
+            return {k: np.zeros((0, self.dim), np.float32) for k in self.kinds}
+        ids, heads = [], []
+        with torch.inference_mode():
+            for start in range(0, len(crops), self.batch_size):
+                x = torch.from_numpy(self.preprocess(crops[start : start + self.batch_size])).to(self.device)
+                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+                    z_id, z_head = self.model(x)
+                ids.append(z_id.float().cpu().numpy())
+                heads.append(z_head.float().cpu().numpy())
+        out = {"id": l2_normalise(np.concatenate(ids))}
+        if "head" in self.kinds:
+            out["head"] = l2_normalise(np.concatenate(heads))
+        return out
+
+
 def _file_digest(path: Path) -> str:
     import hashlib
 
@@ -175,6 +226,10 @@ def load_embedder(spec: str | None) -> Embedder:
     if spec == "dlib-resnet":
         return DlibResNetEmbedder()
     path = Path(spec).expanduser()
+    if path.suffix == ".safetensors":
+        if not path.is_file():
+            raise ModelError(f"missing model file: {path}")
+        return HeadSimilarityEmbedder(path)
     if path.suffix == ".onnx":
         return ArcFaceOnnxEmbedder(path)
     if path.is_dir() and any(path.glob("*.onnx")):

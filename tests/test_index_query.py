@@ -143,3 +143,19 @@ def test_faiss_cache_rebuilt_from_database(tmp_path):
     (lib / "vectors_id.faiss").write_bytes(b"garbage")
     assert query_json(lib, AMY / "amy2.png", "-k", "3") == before
     assert np.isclose(before[0]["score"], 1.0, atol=1e-3)
+
+
+def test_dual_cls_checkpoint_stores_id_and_head_vectors(tmp_path):
+    from headsearch.model import HeadModelConfig, HeadSimilarityModel, save_checkpoint
+
+    ckpt = tmp_path / "tiny.safetensors"
+    save_checkpoint(HeadSimilarityModel(HeadModelConfig.tiny()).eval(), ckpt, {"name": "headsim-test"})
+    lib = tmp_path / "lib"
+    run("index", AMY, "--library", lib, "--model", ckpt, "-q")
+    con = duckdb.connect(str(lib / "library.duckdb"), read_only=True)
+    kinds = dict(con.execute("select kind, count(*) from vectors group by kind").fetchall())
+    con.close()
+    assert kinds == {"id": 5, "head": 5}
+    hits = query_json(lib, AMY / "amy4.png", "-k", "2")
+    assert hits[0]["video"] == str(AMY / "amy4.png") and hits[0]["head_score"] is not None
+    assert abs(hits[0]["score"] - 1.0) < 1e-3 and abs(hits[0]["head_score"] - 1.0) < 1e-3
