@@ -43,10 +43,10 @@ class Thresholds:
             return None
 
     def tier(self, id_score: float, head_score: float | None) -> str:
-        if id_score < self.identity:
+        if id_score <= self.identity:  # accepted only strictly above, as the thresholds were measured
             return "other_person"
         look = head_score if head_score is not None else id_score
-        return "same_look" if look >= self.same_look else "other_look"
+        return "same_look" if look > self.same_look else "other_look"
 
 
 def query_crops(path: Path, detector: FaceDetector, all_heads: bool, whole_image: bool, crop_px: int = 256) -> list[HeadCrop]:

@@ -1,0 +1,166 @@
+"""`headsearch bench`: verification accuracy of models on a labelled set, threshold calibration, speed."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from cli.main import _library_path, library_option
+from headsearch.errors import HeadsearchError, ModelMismatch
+from headsearch.settings import IndexSettings
+
+
+def _far(ctx, param, value):
+    if value is not None and not 0.0 < value < 1.0:
+        raise click.BadParameter(f"a false accept rate in (0, 1) is expected, got {value:g}")
+    return value
+
+
+@click.command()
+@click.argument("set_csv", metavar="[SET]", required=False, type=click.Path(path_type=Path))
+@click.option("--model", "-m", "models", multiple=True,
+              help="Model to benchmark (repeat for several; default dlib-resnet; --speed indexes with the first).")
+@click.option("--root", type=click.Path(path_type=Path), default=None,
+              help="Folder the set's relative paths start from (default: the CSV's folder; a `source` column adds a subfolder).")
+@click.option("--whole-image", is_flag=True, help="Photos are already head crops: use the whole image, not the largest head.")
+@click.option("--fps", "sample_fps", type=click.FloatRange(min=0.01), default=IndexSettings.sample_fps, show_default=True,
+              help="Frames sampled per second in videos.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable results on stdout.")
+@click.option("--plot", type=click.Path(path_type=Path), default=None, help="Write ROC curves (log FAR) of all models to this PNG.")
+@click.option("--calibrate", type=float, default=None, metavar="FAR", callback=_far,
+              help="Write <library>/thresholds.json: exact thresholds at this FAR for the library's model.")
+@library_option
+@click.option("--speed", is_flag=True, help="Benchmark indexing and search speed instead of (or besides) accuracy.")
+@click.option("--video", type=click.Path(path_type=Path), default=None, help="Video for the indexing speed benchmark.")
+@click.option("--only", type=click.Choice(["indexing", "search"]), default=None, help="Run only one part of --speed.")
+@click.option("--sizes", default="1e4,1e5,1e6", show_default=True, help="Stored vector counts for the search benchmark.")
+@click.option("--dim", type=click.IntRange(min=2), default=128, show_default=True, help="Dimension of the synthetic vectors.")
+@click.option("--queries", type=click.IntRange(min=10), default=1000, show_default=True, help="Queries per size (latency over the first 200).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic vectors.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
+def bench(set_csv: Path | None, models: tuple[str, ...], root: Path | None, whole_image: bool, sample_fps: float, as_json: bool,
+          plot: Path | None, calibrate: float | None, library: Path | None, speed: bool, video: Path | None, only: str | None,
+          sizes: str, dim: int, queries: int, seed: int, quiet: bool) -> None:
+    """Benchmark models on a labelled SET: VR at FAR, AUC, ROC; or indexing and search speed (--speed).
+
+    SET is a CSV with columns path,identity[,appearance_state] (paths relative to the CSV, or
+    absolute). Rows naming several people (a;b) or a group/crowd are skipped. Photos give their
+    largest head, one-person videos their longest head track. All pairs are scored on two
+    protocols: head similarity (same identity and look vs the rest) and identity verification.
+    """
+    say = (lambda m: None) if quiet else (lambda m: click.echo(m, err=True))
+    warn = lambda m: click.echo(m, err=True)  # noqa: E731
+    if set_csv is None and not speed:
+        raise click.UsageError("give a labelled SET (CSV of path,identity[,appearance_state]) or --speed")
+    if calibrate is not None and set_csv is None:
+        raise click.UsageError("--calibrate needs a labelled SET")
+    if speed and only != "search" and video is None:
+        raise click.UsageError("the indexing speed benchmark needs a video: pass --video PATH (or --only search)")
+    size_list = None
+    if speed and only != "indexing":
+        from headsearch.bench import parse_sizes
+
+        size_list = parse_sizes(sizes)
+
+    out: dict = {}
+    texts: list[str] = []
+    deferred: list[HeadsearchError] = []  # errors raised after the results are printed
+    settings = IndexSettings(sample_fps=sample_fps)
+
+    if set_csv is not None:
+        _accuracy(set_csv, models, root, whole_image, settings, plot, calibrate, library, out, texts, deferred, say, warn)
+    if speed:
+        _speed(video, models[0] if models else None, only, size_list, dim, queries, seed, settings, out, texts, say, warn)
+
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+    else:
+        click.echo("\n\n".join(t for t in texts if t))
+    if deferred:
+        raise deferred[0]
+
+
+def _accuracy(set_csv, models, root, whole_image, settings, plot, calibrate, library, out, texts, deferred, say, warn) -> None:
+    from headsearch.bench import calibrate_thresholds, format_accuracy, plot_roc, read_label_set, write_thresholds
+    from headsearch.metrics import DEFAULT_FARS
+    from indexer.speed import run_accuracy
+
+    lib = None
+    if calibrate is not None:
+        from headsearch.library import Library
+
+        lib = Library.open(_library_path(library))  # fail before the long part when there is no library
+    specs = list(dict.fromkeys(models)) or [lib.model["name"] if lib is not None else "dlib-resnet"]
+    labels = read_label_set(set_csv, root)
+    if labels.skipped_line():
+        warn(f"note: {labels.skipped_line()}")
+    if not labels.files:
+        raise HeadsearchError(f"{set_csv}: no usable rows (each needs a path and one identity)")
+    reports, _ = run_accuracy(labels.files, specs, whole_image=whole_image, settings=settings,
+                              report=warn, progress=say)
+    seen = set()
+    for r in reports:
+        for p in r.problems:
+            if p not in seen:
+                seen.add(p)
+                warn(f"warning: {p}")
+    out["set"] = labels.to_dict()
+    out["fars"] = [float(f) for f in DEFAULT_FARS]
+    out["models"] = {r.spec: r.to_dict() for r in reports}
+    texts.append(f"set {set_csv}: {len(labels.files)} usable of {labels.rows} rows "
+                 f"({out['set']['photos']} photos, {out['set']['videos']} videos, {out['set']['identities']} "
+                 f"{'identity' if out['set']['identities'] == 1 else 'identities'})\n"
+                 + format_accuracy(reports))
+    if plot is not None:
+        if any(r.scores for r in reports):
+            texts.append(f"ROC curves: {plot_roc(reports, plot)}")
+        else:
+            warn(f"warning: no ROC curve to plot in {plot}: nothing was measured")
+    if calibrate is not None:
+        try:
+            target = _calibration_model(lib, reports)
+            thresholds = calibrate_thresholds(target, calibrate)
+            path = write_thresholds(lib.root, thresholds)
+            out["calibration"] = {**thresholds, "path": str(path)}
+            texts.append(f"calibrated {path} at FAR {calibrate:g} for {thresholds['model']}: identity > {thresholds['identity']:.4f} "
+                         f"(VR {thresholds['vr']['identity']:.3f}), same_look > {thresholds['same_look']:.4f} "
+                         f"(VR {thresholds['vr']['same_look']:.3f}, {thresholds['same_look_vectors']} vectors)")
+        except HeadsearchError as e:
+            deferred.append(e)
+    if not any(r.measured for r in reports):
+        reasons = "; ".join(dict.fromkeys([r.error for r in reports if r.error]
+                                          + [p for r in reports for p in r.problems if not p.startswith("hierarchy")]))
+        deferred.append(HeadsearchError(f"nothing could be measured on {set_csv}" + (f": {reasons}" if reasons else "")))
+
+
+def _calibration_model(lib, reports):
+    """The benchmarked model that made the library (refuse when none did)."""
+    mine = (lib.model["name"], lib.model["version"])
+    for r in reports:
+        if r.model is not None and (r.model["name"], r.model["version"]) == mine:
+            return r
+    loaded = ", ".join(f"{r.model['name']} ({r.model['version']})" for r in reports if r.model) or "none loaded"
+    raise ModelMismatch(f"{lib.root}: library vectors were made by {mine[0]} ({mine[1]}), but the benchmarked model is "
+                        f"{loaded}; thresholds only hold for the model that made the library: bench with --model {mine[0]}")
+
+
+def _speed(video, model, only, size_list, dim, queries, seed, settings, out, texts, say, warn) -> None:
+    if only != "search":
+        from indexer.speed import format_indexing, indexing_speed
+
+        say(f"indexing {video} into a temporary library")
+        result = indexing_speed(video, model, settings)
+        for w in result["warnings"]:
+            warn(f"warning: {w}")
+        out["indexing"] = result
+        texts.append(format_indexing(result))
+    if only != "indexing":
+        from headsearch.bench import format_search, search_speed
+
+        results = []
+        for n in size_list:
+            say(f"search: {n:,} vectors")
+            results.extend(search_speed(n, dim=dim, seed=seed, n_queries=queries))
+        out["search"] = [r.to_dict() for r in results]
+        texts.append(format_search(results, seed))

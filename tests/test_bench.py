@@ -1,0 +1,216 @@
+"""`headsearch bench` through the real CLI on real labelled photos and videos of shared/data."""
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cli.main import main
+
+DATA = Path(os.environ.get("HEADSEARCH_TEST_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+FACES = DATA / "face-api.js" / "examples" / "images"
+LABELS = DATA / "LABELS.csv"
+
+pytestmark = pytest.mark.skipif(not (FACES / "leonard" / "leonard1.png").is_file(),
+                                reason=f"real test media not found at {DATA} (set HEADSEARCH_TEST_DATA)")
+
+# Glasses states as LABELS.csv gives them: Leonard wears glasses in 1, 4, 5; Amy only in 4.
+STATES = {"leonard": {1: "glasses", 4: "glasses", 5: "glasses", 2: "no_glasses", 3: "no_glasses"},
+          "amy": {4: "glasses", 1: "no_glasses", 2: "no_glasses", 3: "no_glasses", 5: "no_glasses"}}
+
+
+def bench(*args, ok: bool | None = True):
+    result = CliRunner().invoke(main, ["bench", *(str(a) for a in args)], catch_exceptions=False)
+    if ok is True:
+        assert result.exit_code == 0, result.output
+    elif ok is False:
+        assert result.exit_code != 0, result.output
+    return result
+
+
+def rows_of(people: dict[str, range]) -> list[tuple[str, str, str]]:
+    """(absolute path, identity, state) of face-api.js crops."""
+    return [(str(FACES / p / f"{p}{n}.png"), p, STATES.get(p, {}).get(n, "")) for p, ns in people.items() for n in ns]
+
+
+def write_set(path: Path, rows, header=("path", "identity", "appearance_state")) -> Path:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+def brute_pairs(rows) -> dict[str, int]:
+    """Relation counts over all pairs, by a plain loop over the labels."""
+    counts = {"R1": 0, "R2": 0, "R3": 0}
+    for (_, ia, sa), (_, ib, sb) in itertools.combinations(rows, 2):
+        counts["R3" if ia != ib else "R1" if sa == sb else "R2"] += 1
+    return counts
+
+
+FOUR = rows_of({"leonard": range(1, 6), "amy": range(1, 6), "sheldon": range(1, 6), "raj": range(1, 6)})
+
+
+def test_accuracy_json_both_protocols_and_brute_force_counts(tmp_path):
+    csv_path = write_set(tmp_path / "set.csv", FOUR)
+    plot = tmp_path / "roc.png"
+    res = bench(csv_path, "--json", "--plot", plot, "-m", "dlib-resnet", "-m", tmp_path / "missing.onnx", "-q")
+    out = json.loads(res.stdout)
+    pairs = brute_pairs(FOUR)
+    assert pairs == {"R1": 30, "R2": 10, "R3": 150}
+    model = out["models"]["dlib-resnet"]
+    assert model["error"] is None and model["samples"] == 20 and model["identities"] == 4
+    assert model["pairs"] == pairs
+    head, ident = model["protocols"]["head"], model["protocols"]["identity"]
+    assert (head["n_genuine"], head["n_impostor"]) == (pairs["R1"], pairs["R2"] + pairs["R3"])
+    assert (ident["n_genuine"], ident["n_impostor"]) == (pairs["R1"] + pairs["R2"], pairs["R3"])
+    for p in (head, ident):
+        assert 0.0 <= p["auc"] <= 1.0
+        assert set(p["vr"]) == set(p["vr_insightface"]) == {"1e-2", "1e-3", "1e-4"}
+        # 150-160 impostors: 1e-2 is measurable (k = 1), 1e-3 and 1e-4 are not.
+        assert p["measurable"] == {"1e-2": True, "1e-3": False, "1e-4": False}
+        assert 0.0 <= p["vr"]["1e-2"] <= 1.0 and p["vr"]["1e-3"] is None
+    assert ident["auc"] > 0.9  # dlib tells these four people apart
+    assert 0.0 <= model["hierarchy"]["accuracy"] <= 1.0 and model["hierarchy"]["quadruples"] > 0
+    # The model that cannot load has its row, with the reason; the other still ran.
+    broken = out["models"][str(tmp_path / "missing.onnx")]
+    assert broken["error"] and "missing model file" in broken["error"]
+    assert "missing.onnx" in res.stderr
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_labels_layout_unreadable_file_and_video(tmp_path):
+    # LABELS.csv's layout: source folder + path, relative to --root; extra columns; rows to skip.
+    (tmp_path / "broken.png").write_bytes(b"not an image")
+    rows = [
+        ("face-api.js", "examples/images/raj/raj1.png", "bbt_raj", "", "", ""),
+        ("face-api.js", "examples/images/raj/raj2.png", "bbt_raj", "", "", ""),
+        ("face-api.js", "examples/images/sheldon/sheldon1.png", "bbt_sheldon", "", "", ""),
+        ("face-api.js", "examples/images/sheldon/sheldon2.png", "bbt_sheldon", "", "", ""),
+        ("video-retalking", "examples/face/5.mp4", "vr_person5", "", "", "one talking head"),
+        ("face_recognition", "examples/two_people.jpg", "barack_obama;joe_biden", "", "", "2 faces"),
+        ("face-api.js", "examples/images/bbt1.jpg", "bbt_cast_group", "", "", "group photo, 2-7 faces"),
+        ("", str(tmp_path / "broken.png"), "bbt_raj", "", "", ""),  # absolute path
+        ("face-api.js", "examples/images/raj/no_such_raj.png", "bbt_raj", "", "", ""),
+    ]
+    csv_path = write_set(tmp_path / "labels.csv", rows, ("source", "path", "identity", "appearance_state", "label_origin", "note"))
+    res = bench(csv_path, "--root", DATA, "-q")
+    assert "skipped 2 of 9 rows" in res.stderr
+    assert "broken.png" in res.stderr and "no_such_raj.png" in res.stderr
+    assert sum("broken.png" in line for line in res.stderr.splitlines()) == 1  # one line per problem
+    assert "dlib-resnet" in res.stdout and "VR@1e-2" in res.stdout and "insightface convention" in res.stdout
+    assert "5 samples (4 photos, 1 video tracks)" in res.stdout
+    # Without --root the paths start from the CSV's folder: every file is missing, nothing to measure.
+    res = bench(csv_path, "--json", "-q", ok=False)
+    assert "nothing could be measured" in res.stderr
+
+
+def test_one_identity_set(tmp_path):
+    # Leonard alone, with and without glasses: head similarity has R2 impostors, identity has none.
+    leonard = rows_of({"leonard": range(1, 6)})
+    res = bench(write_set(tmp_path / "leonard.csv", leonard), "--json", "-q")
+    assert "no impostor pairs" in res.stderr
+    model = json.loads(res.stdout)["models"]["dlib-resnet"]
+    assert model["protocols"]["identity"]["auc"] is None and model["protocols"]["identity"]["n_impostor"] == 0
+    assert model["protocols"]["head"]["n_impostor"] == brute_pairs(leonard)["R2"] == 6
+    assert 0.0 <= model["protocols"]["head"]["auc"] <= 1.0
+    # Raj alone, one state: nothing can be computed -> non-zero exit, one clear line.
+    res = bench(write_set(tmp_path / "raj.csv", rows_of({"raj": range(1, 4)})), "-q", ok=False)
+    assert "no impostor pairs" in res.stderr and "nothing could be measured" in res.stderr
+
+
+def _exact_scores(rows):
+    """The benchmark's scores recomputed independently with the library's own building blocks."""
+    from headsearch.detect import FaceDetector
+    from headsearch.embedders import load_embedder
+    from headsearch.query import query_crops
+
+    detector, embedder = FaceDetector(), load_embedder(None)
+    v = embedder.embed([query_crops(Path(p), detector, False, False)[0] for p, _, _ in rows])["id"].astype(np.float64)
+    gen = {"head": [], "identity": []}
+    imp = {"head": [], "identity": []}
+    for a, b in itertools.combinations(range(len(rows)), 2):
+        s = float(v[a] @ v[b])
+        same_id, same_state = rows[a][1] == rows[b][1], rows[a][2] == rows[b][2]
+        (gen if same_id and same_state else imp)["head"].append(s)
+        (gen if same_id else imp)["identity"].append(s)
+    return gen, imp
+
+
+def test_calibrate_writes_exact_thresholds(tmp_path):
+    from conftest import make_arcface_like_onnx
+
+    from headsearch.metrics import vr_at_far
+
+    lib = tmp_path / "lib"
+    res = CliRunner().invoke(main, ["index", str(FACES / "raj" / "raj1.png"), str(FACES / "amy" / "amy1.png"),
+                                    "--library", str(lib), "-q"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    csv_path = write_set(tmp_path / "set.csv", FOUR)
+    out = json.loads(bench(csv_path, "--calibrate", "1e-2", "--library", lib, "--json", "-q").stdout)
+    written = json.loads((lib / "thresholds.json").read_text())
+    assert out["calibration"]["identity"] == written["identity"]
+    assert written["far"] == 0.01 and written["model"] == "dlib-resnet" and written["version"]
+    gen, imp = _exact_scores(FOUR)
+    assert written["counts"]["identity"] == {"genuine": len(gen["identity"]), "impostor": len(imp["identity"])}
+    assert written["identity"] == pytest.approx(vr_at_far(np.array(gen["identity"]), np.array(imp["identity"]), 1e-2).threshold, abs=1e-5)
+    assert written["same_look"] == pytest.approx(vr_at_far(np.array(gen["head"]), np.array(imp["head"]), 1e-2).threshold, abs=1e-5)
+    # The query command reads it back.
+    from headsearch.query import Thresholds
+
+    assert Thresholds.load(lib / "thresholds.json").identity == written["identity"]
+    res = CliRunner().invoke(main, ["query", str(FACES / "amy" / "amy1.png"), "--library", str(lib), "--json", "-k", "2"], catch_exceptions=False)
+    hits = json.loads(res.stdout)
+    assert hits[0]["tier"] == "same_look"  # the same photo
+    assert hits[1]["tier"] == ("other_person" if hits[1]["score"] <= written["identity"] else "other_look")
+
+    # Not measurable at that FAR: refused, the file stays as it was.
+    small = write_set(tmp_path / "small.csv", rows_of({"raj": range(1, 4), "sheldon": range(1, 4)}))
+    res = bench(small, "--calibrate", "1e-2", "--library", lib, "-q", ok=False)
+    assert "cannot calibrate at FAR 0.01" in res.stderr and "at least 100 impostor pairs" in res.stderr
+    assert json.loads((lib / "thresholds.json").read_text()) == written
+    # Another model than the library's: refused.
+    onnx = make_arcface_like_onnx(tmp_path / "other.onnx")
+    res = bench(small, "--calibrate", "0.5", "--library", lib, "--model", onnx, "-q", ok=False)
+    assert "dlib-resnet" in res.stderr and "thresholds only hold for the model that made the library" in res.stderr
+    assert json.loads((lib / "thresholds.json").read_text()) == written
+
+
+def test_speed_search_and_indexing(tmp_path):
+    out = json.loads(bench("--speed", "--only", "search", "--sizes", "2000", "--queries", "200", "--json", "-q").stdout)
+    by_index = {r["index"]: r for r in out["search"]}
+    assert set(by_index) == {"flat", "ivf"} and all(r["n"] == 2000 and r["dim"] == 128 for r in out["search"])
+    assert by_index["flat"]["recall@10"] == 1.0
+    assert 0.0 <= by_index["ivf"]["recall@10"] <= 1.0
+    assert by_index["ivf"]["params"]["nlist"] == round(4 * 2000 ** 0.5) and by_index["ivf"]["params"]["nprobe"] == 16
+    for r in out["search"]:
+        assert 0 < r["p50_ms"] <= r["p95_ms"] and r["memory_bytes"] >= 2000 * 128 * 4
+    # --speed without a video asks for one.
+    assert "--video" in bench("--speed", ok=False).output
+    # Indexing speed on a tiny real clip (5 frames): every stage reported, next to the decode-only bound.
+    clip = DATA / "face-api.js" / "test" / "media" / "video.mp4"
+    out = json.loads(bench("--speed", "--only", "indexing", "--video", clip, "--json", "-q").stdout)["indexing"]
+    assert list(out["stages"]) == ["decode", "shots", "detect", "track", "embed", "store"]
+    assert out["frames_decoded"] == out["decode_only"]["frames"] == 5 and out["frames_sampled"] >= 1
+    assert out["realtime"] > 0 and out["decode_only"]["realtime"] > 0
+
+
+def test_labels_csv_rows():
+    from headsearch.bench import read_label_set
+
+    if not LABELS.is_file():
+        pytest.skip(f"{LABELS} not found")
+    labels = read_label_set(LABELS)
+    assert all(f.path.is_file() for f in labels.files), [str(f.path) for f in labels.files if not f.path.is_file()]
+    assert all(";" not in f.identity for f in labels.files)
+    assert not {"bbt_cast_group", "friends_cast_6", "crowd_unknown"} & {f.identity for f in labels.files}
+    assert labels.skipped["with several identities"] == sum(";" in r["identity"] for r in csv.DictReader(LABELS.open()))
+    leonard = {f.path.name: f.state for f in labels.files if f.identity == "bbt_leonard"}
+    assert leonard["leonard1.png"] == "glasses" and leonard["leonard2.png"] == "no_glasses"
