@@ -196,7 +196,7 @@ class Indexer:
             t0 = clock.add("decode", t0)
             if frame is None:
                 break
-            new_shot = cuts.push(hsv_histogram(frame.rgb)) if frame.index > 0 else False
+            new_shot = cuts.push(hsv_histogram(frame.rgb))  # False for the first frame
             t0 = clock.add("shots", t0)
             if new_shot:
                 shots.append(Shot(len(shots), shot_start[0], frame.index - 1, shot_start[1], frame.time))
