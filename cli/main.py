@@ -173,9 +173,12 @@ def demo(ctx: click.Context, out: Path) -> None:
     ctx.invoke(query, image=photo, library=library, k=3, all_heads=False, whole_image=False, as_json=False, model=None)
 
 
-from cli.bench import bench  # noqa: E402  (registered last: its module imports this one's options)
+# Registered last: these modules import this one's options.
+from cli.bench import bench  # noqa: E402
+from cli.dataset import build_dataset_command  # noqa: E402
 
 main.add_command(bench)
+main.add_command(build_dataset_command, "build-dataset")
 
 if __name__ == "__main__":
     main()
