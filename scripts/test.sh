@@ -15,5 +15,7 @@ if [ ! -f "$venv/.complete" ]; then
     touch "$venv/.complete"
 fi
 # Point the cached environment at this checkout (cheap; no dependency changes).
-"$venv/bin/pip" install --quiet --no-deps -e .
+log="$(mktemp)"
+"$venv/bin/pip" install --quiet --no-deps -e . >"$log" 2>&1 || { cat "$log"; exit 1; }
+rm -f "$log"
 exec "$venv/bin/python" -m pytest -q "$@"
