@@ -176,9 +176,11 @@ def demo(ctx: click.Context, out: Path) -> None:
 # Registered last: these modules import this one's options.
 from cli.bench import bench  # noqa: E402
 from cli.dataset import build_dataset_command  # noqa: E402
+from cli.train import train  # noqa: E402
 
 main.add_command(bench)
 main.add_command(build_dataset_command, "build-dataset")
+main.add_command(train)
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,66 @@
+"""`headsearch train`: train the dual-CLS head-similarity model on a dataset folder. Thin: parses options."""
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("dataset", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Run folder: checkpoints, log.jsonl, state.pt.")
+@click.option("--config", type=click.Choice(["small", "tiny", "paper"]), default="small", show_default=True, help="Model size preset.")
+@click.option("--variant", type=click.Choice(["dual_cls", "shared", "dual_head_split", "dual_head_both"]), default="dual_cls",
+              show_default=True, help="Architecture ablation.")
+@click.option("--epochs", type=click.IntRange(min=1), default=30, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=2), default=256, show_default=True)
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=1e-4, show_default=True, help="Peak learning rate (AdamW).")
+@click.option("--weight-decay", type=click.FloatRange(min=0), default=5e-2, show_default=True)
+@click.option("--warmup-epochs", type=click.FloatRange(min=0), default=1.0, show_default=True, help="Linear warm-up, then cosine decay.")
+@click.option("--grad-clip", type=click.FloatRange(min=0), default=5.0, show_default=True, help="Max gradient norm (0: off).")
+@click.option("--lambda-align", type=click.FloatRange(min=0), default=1.0, show_default=True, help="Weight of the teacher alignment loss.")
+@click.option("--samples-per-state", type=click.IntRange(min=2), default=4, show_default=True,
+              help="K: samples of each of two states per identity in a batch.")
+@click.option("--val-identities", type=click.FloatRange(min=0, max=1, max_open=True), default=0.2, show_default=True,
+              help="Fraction of identities held out for validation.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--resume", is_flag=True, help="Continue the run in --out from its state.pt.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True, help="Decoding worker processes.")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Stop (resumably) after this many steps.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+def train(dataset: Path, out: Path, config: str, variant: str, epochs: int, batch_size: int, lr: float, weight_decay: float,
+          warmup_epochs: float, grad_clip: float, lambda_align: float, samples_per_state: int, val_identities: float,
+          seed: int, resume: bool, device: str, workers: int, max_steps: int | None, quiet: bool) -> None:
+    """Train the head-similarity model on DATASET (a folder with manifest.parquet, teacher.npy, head crops).
+
+    Each epoch appends a line to OUT/log.jsonl and writes OUT/last.safetensors; OUT/best.safetensors
+    keeps the best validation head-protocol AUC. Ctrl-C saves the state; --resume continues exactly.
+    """
+    from trainer.train import TrainOptions
+    from trainer.train import train as run_training
+
+    options = TrainOptions(
+        config=config, variant=variant, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
+        warmup_epochs=warmup_epochs, grad_clip=grad_clip, lambda_align=lambda_align, samples_per_state=samples_per_state,
+        val_identities=val_identities, seed=seed, resume=resume, device=device, workers=workers, max_steps=max_steps,
+        progress=not quiet, command_line=shlex.join(["headsearch", *sys.argv[1:]]) if sys.argv else None,
+    )
+    result = run_training(dataset, out, options, report=lambda m: click.echo(m, err=True))
+    resume_cmd = shlex.join(["headsearch", "train", str(dataset), "--out", str(out), "--config", config, "--variant", variant,
+                             "--epochs", str(epochs), "--batch-size", str(batch_size), "--seed", str(seed),
+                             "--val-identities", str(val_identities), "--samples-per-state", str(samples_per_state), "--resume"])
+    if result["interrupted"]:
+        click.echo(f"interrupted after step {result['steps']}: state saved to {result['state']}; resume with: {resume_cmd}", err=True)
+        sys.exit(130)
+    val = result.get("val") or {}
+    auc = val.get("head_auc")
+    summary = f"trained {result['epochs_done']}/{epochs} epochs, {result['steps']} steps"
+    if auc is not None:
+        summary += f"; val head AUC {auc:.4f}, identity AUC {val.get('identity_auc') or float('nan'):.4f}"
+    summary += f"; last {result['last']}, best {result['best']}"
+    if result["stopped_early"]:
+        summary += f"; stopped at --max-steps, continue with: {resume_cmd}"
+    click.echo(summary)
