@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from cli.main import _library_path, library_option
+from cli.options import library_option, library_path
 from headsearch.errors import HeadsearchError, ModelMismatch
 from headsearch.settings import IndexSettings
 
@@ -90,7 +90,7 @@ def _accuracy(set_csv, models, root, whole_image, settings, plot, calibrate, lib
     if calibrate is not None:
         from headsearch.library import Library
 
-        lib = Library.open(_library_path(library))  # fail before the long part when there is no library
+        lib = Library.open(library_path(library))  # fail before the long part when there is no library
     specs = list(dict.fromkeys(models)) or [lib.model["name"] if lib is not None else "dlib-resnet"]
     labels = read_label_set(set_csv, root)
     if labels.skipped_line():

@@ -9,19 +9,10 @@ from pathlib import Path
 import click
 
 from headsearch.errors import HeadsearchError
-from headsearch.settings import IndexSettings, default_library_path
+from cli.options import library_option, library_path
+from headsearch.settings import IndexSettings
 
 EXIT_PARTIAL = 2  # some files failed, the others were indexed
-
-library_option = click.option(
-    "--library", "-l", type=click.Path(path_type=Path), default=None, envvar="HEADSEARCH_LIBRARY",
-    help="Library folder (default: $HEADSEARCH_LIBRARY or ./headsearch-library).",
-)
-
-
-def _library_path(library: Path | None) -> Path:
-    return library if library is not None else default_library_path()
-
 
 class HeadsearchGroup(click.Group):
     """Turns domain errors into one clear line and an exit code, never a traceback."""
@@ -68,7 +59,7 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
     from indexer.pipeline import Indexer
 
     embedder = load_embedder(model)
-    lib = Library.create(_library_path(library), embedder.describe())
+    lib = Library.create(library_path(library), embedder.describe())
     settings = IndexSettings(sample_fps=sample_fps)
     summary = Indexer(lib, embedder, settings, progress=not quiet).run(paths, report=lambda m: click.echo(m, err=True))
     stages = ", ".join(f"{k} {summary.clock.seconds.get(k, 0.0):.1f}s" for k in ("decode", "shots", "detect", "track", "embed", "store"))
@@ -92,7 +83,7 @@ def query(image: Path, library: Path | None, k: int, all_heads: bool, whole_imag
     from headsearch.library import Library
     from headsearch.query import QueryEngine, Thresholds, query_crops
 
-    lib = Library.open(_library_path(library))
+    lib = Library.open(library_path(library))
     embedder = load_embedder(model or lib.model.get("source", lib.model["name"]))
     lib.check_model(embedder.describe())
     thresholds = Thresholds.load(lib.root / "thresholds.json")
@@ -120,7 +111,7 @@ def remove(paths: tuple[Path, ...], library: Path | None) -> None:
     """Remove files (or everything under folders) from the library."""
     from headsearch.library import Library
 
-    lib = Library.open(_library_path(library), read_only=False)
+    lib = Library.open(library_path(library), read_only=False)
     with lib.writer_lock():
         lib.vector_index("id")
         for kind in lib.model.get("kinds", ["id"]):
@@ -147,7 +138,7 @@ def stats(library: Path | None, as_json: bool) -> None:
     """What the library holds."""
     from headsearch.library import Library
 
-    s = Library.open(_library_path(library)).stats()
+    s = Library.open(library_path(library)).stats()
     if as_json:
         click.echo(json.dumps(s, indent=2))
         return
@@ -173,7 +164,6 @@ def demo(ctx: click.Context, out: Path) -> None:
     ctx.invoke(query, image=photo, library=library, k=3, all_heads=False, whole_image=False, as_json=False, model=None)
 
 
-# Registered last: these modules import this one's options.
 from cli.bench import bench  # noqa: E402
 from cli.dataset import build_dataset_command  # noqa: E402
 from cli.train import train  # noqa: E402

@@ -124,4 +124,4 @@ class QueryEngine:
                 head_score = float(np.dot(np.frombuffer(emb, "<f4"), query["head"]))
         tier = self.thresholds.tier(score, head_score) if self.thresholds else None
         return SearchHit(track_id=track_id, video=row.path, start=row.start_time, end=row.end_time, time=row.time,
-                         score=score, thumbnail=str(self.library.root / row.thumbnail), tier=tier, head_score=head_score)
+                         score=score, thumbnail=str((self.library.root / row.thumbnail).resolve()), tier=tier, head_score=head_score)

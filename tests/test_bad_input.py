@@ -115,21 +115,57 @@ def test_user_arcface_onnx_and_insightface_folder(tmp_path):
 def test_killed_run_leaves_a_consistent_library(tmp_path):
     media = tmp_path / "media"
     media.mkdir()
-    for i, name in enumerate(["1.mp4", "2.mp4", "3.mp4", "4.mp4"]):
-        os.symlink(DATA / "video-retalking" / "examples" / "face" / name, media / f"clip{i}.mp4")
+    clips = [DATA / "video-retalking" / "examples" / "face" / f"{i}.mp4" for i in range(1, 6)]
+    for i, clip in enumerate(clips):
+        os.symlink(clip, media / f"clip{i}.mp4")
     lib = tmp_path / "lib"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "cli.main", "index", str(media), "--library", str(lib), "-q"]
-    for delay in (4.0, 7.0):
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(delay)
+
+    def thumbnails() -> int:
+        return len(list((lib / "thumbnails").glob("*.jpg"))) if (lib / "thumbnails").is_dir() else 0
+
+    for pause in (0.5, 0.0):  # mid-file, and right after a file's thumbnails were written (before or during its commit)
+        seen = thumbnails()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while thumbnails() <= seen and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(pause)
+        assert proc.poll() is None, proc.stderr.read().decode()  # still indexing when killed
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        if (lib / "manifest.json").exists():
-            run("stats", "--library", lib)  # opens and answers after a kill
-            assert_consistent(lib)
+        run("stats", "--library", lib)  # opens and answers after a kill
+        assert_consistent(lib)
+        query_json(lib, EXAMPLES / "obama_small.jpg", "-k", "1")
+    killed_with = table_counts(lib)["videos"]
+    assert killed_with < len(clips)
     result = run("index", media, "--library", lib, "-q")
-    assert "0 failed" in result.stdout
-    assert table_counts(lib)["videos"] == 4
+    assert "0 failed" in result.stdout and f"{killed_with} unchanged" in result.stdout
+    assert table_counts(lib)["videos"] == len(clips)
     assert_consistent(lib)
-    assert query_json(lib, EXAMPLES / "obama_small.jpg", "-k", "2")
+
+def test_queries_answer_while_another_process_indexes(tmp_path):
+    lib = tmp_path / "lib"
+    run("index", AMY_DIR, "--library", lib, "-q")
+    media = tmp_path / "media"
+    media.mkdir()
+    for i, name in enumerate(["1.mp4", "2.mp4", "3.mp4"]):
+        os.symlink(DATA / "video-retalking" / "examples" / "face" / name, media / f"clip{i}.mp4")
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "index", str(media), "--library", str(lib), "-q"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    answered = 0
+    while proc.poll() is None:
+        hits = query_json(lib, AMY_DIR / "amy2.png", "-k", "1")
+        assert hits[0]["video"].endswith("amy2.png")
+        answered += 1
+    assert proc.returncode == 0, proc.stderr.read().decode()
+    assert answered >= 1
+    # A second indexer on the same library is refused while the first runs.
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "index", str(media / "clip0.mp4"), str(DATA / "video-retalking" / "examples" / "face" / "4.mp4"),
+                             "--library", str(lib), "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.5)
+    second = run("index", AMY_DIR, "--library", lib, "-q", ok=False)
+    proc.wait()
+    if second.exit_code != 0:  # the first run may already have finished on a fast machine
+        one_line_error(second, "another headsearch run is indexing this library")
+    assert_consistent(lib)
