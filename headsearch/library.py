@@ -164,10 +164,14 @@ class Library:
         """A write transaction that bumps the library generation on commit."""
         if self.read_only:
             raise LibraryError(f"{self.root}: opened read-only")
-        with self._connection(begin=True) as conn:
-            yield conn
-            if sa.inspect(conn).has_table("library_state"):
-                conn.execute(sa.text("UPDATE library_state SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) WHERE key = 'generation'"))
+        try:
+            with self._connection(begin=True) as conn:
+                yield conn
+                if sa.inspect(conn).has_table("library_state"):
+                    conn.execute(sa.text("UPDATE library_state SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) WHERE key = 'generation'"))
+        except sa.exc.DBAPIError as e:  # disk full, I/O error...: the transaction was rolled back
+            reason = str(getattr(e, "orig", e)).splitlines()[0]
+            raise LibraryError(f"{self.root}: could not commit ({reason}); the library keeps its last committed state") from e
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[sa.Connection]:
@@ -260,9 +264,9 @@ class Library:
             _bulk_insert(conn, t.tracks, rows.tracks)
             _bulk_insert(conn, t.observations, rows.observations)
             vector_rows = []
-            for kind, (ids, obs_ids, track_ids, vecs) in rows.vectors.items():
-                for i in range(len(ids)):
-                    vector_rows.append({"id": int(ids[i]), "kind": kind, "observation_id": int(obs_ids[i]), "track_id": int(track_ids[i]),
+            for kind, (vec_ids, obs_ids, track_ids, vecs) in rows.vectors.items():
+                for i in range(len(vec_ids)):
+                    vector_rows.append({"id": int(vec_ids[i]), "kind": kind, "observation_id": int(obs_ids[i]), "track_id": int(track_ids[i]),
                                         "video_id": rows.video["id"], "embedding": np.asarray(vecs[i], dtype="<f4").tobytes()})
             _bulk_insert(conn, t.vectors, vector_rows)
         self._after_commit(removed, {k: (v[0], v[3]) for k, v in rows.vectors.items()})

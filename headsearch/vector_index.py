@@ -1,12 +1,16 @@
 """FAISS vector index with stable int64 ids (the ids of the `vectors` table) and atomic saves."""
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 from pathlib import Path
 
 import numpy as np
+
+from headsearch.errors import LibraryError
+from headsearch.quiet import native_stderr_silenced
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +91,15 @@ class VectorIndex:
         import faiss
 
         tmp = path.with_name(path.name + ".tmp")
-        faiss.write_index(self._index, str(tmp))
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
+        try:
+            with native_stderr_silenced():
+                faiss.write_index(self._index, str(tmp))
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        except (RuntimeError, OSError) as e:
+            tmp.unlink(missing_ok=True)
+            reason = "disk full" if "No space left" in str(e) or getattr(e, "errno", None) == errno.ENOSPC else str(e).splitlines()[-1]
+            raise LibraryError(f"{path}: cannot save the vector index ({reason}); it will be rebuilt from the database") from e
         os.replace(tmp, path)
         state = path.with_suffix(".json")
         tmp_state = state.with_name(state.name + ".tmp")

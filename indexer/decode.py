@@ -1,9 +1,7 @@
 """Streaming video decoding: decord first, PyAV for what decord cannot open (AV1, odd containers)."""
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -11,6 +9,7 @@ from typing import Iterator
 import numpy as np
 
 from headsearch.errors import MediaError
+from headsearch.quiet import native_stderr_silenced
 
 log = logging.getLogger(__name__)
 
@@ -35,25 +34,6 @@ class DecodedFrame:
     rgb: np.ndarray  # (H, W, 3) uint8
 
 
-@contextlib.contextmanager
-def _native_stderr_silenced():
-    """Hide what FFmpeg and decord print straight to fd 2 while probing a file: the user gets
-    one clear line from us instead."""
-    try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
 def _bounded_size(width: int, height: int, max_side: int) -> tuple[int, int]:
     scale = min(1.0, max_side / max(width, height))
     return max(2, round(width * scale / 2) * 2), max(2, round(height * scale / 2) * 2)
@@ -69,7 +49,7 @@ class VideoStream:
         errors = []
         for opener in (self._open_decord, self._open_pyav):
             try:
-                with _native_stderr_silenced():
+                with native_stderr_silenced():
                     self.info = opener()
                 return
             except Exception as e:  # each backend raises its own types for unreadable media

@@ -1,6 +1,7 @@
 """The indexing pipeline: files -> frames -> shots -> heads -> tracks -> embeddings -> library."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -17,7 +18,7 @@ from tqdm import tqdm
 from headsearch.crops import HeadCrop, crop_head
 from headsearch.detect import FaceDetector, detect_heads
 from headsearch.embedders import Embedder
-from headsearch.errors import HeadsearchError, MediaError
+from headsearch.errors import HeadsearchError, LibraryError, MediaError
 from headsearch.images import encode_jpeg, read_image_rgb
 from headsearch.library import THUMBNAILS, Library, VideoRows
 from headsearch.settings import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, IndexSettings
@@ -332,10 +333,14 @@ class Indexer:
                 overall.set_postfix_str(path.name[-40:])
                 try:
                     self._index_one(path, stored.get(str(path)), summary, frame_bar, report)
+                except LibraryError:
+                    raise  # the library cannot take more (disk full, I/O error): stop, nothing is lost
                 except HeadsearchError as e:
                     summary.failed.append(str(e))
                     report(f"error: {e}")
                 except OSError as e:
+                    if e.errno == errno.ENOSPC:
+                        raise LibraryError(f"{self.library.root}: disk full; the library keeps its last committed state (free space and run again)") from e
                     summary.failed.append(f"{path}: {e.strerror or e}")
                     report(f"error: {path}: {e.strerror or e}")
                 if time.monotonic() - last_save > 60:

@@ -169,3 +169,36 @@ def test_queries_answer_while_another_process_indexes(tmp_path):
     if second.exit_code != 0:  # the first run may already have finished on a fast machine
         one_line_error(second, "another headsearch run is indexing this library")
     assert_consistent(lib)
+
+
+def test_full_disk_stops_cleanly_and_keeps_the_library(tmp_path):
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mount)], capture_output=True).returncode != 0:
+        import pytest
+
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        lib = mount / "lib"
+        run("index", AMY_DIR, "--library", lib, "-q")
+        before = table_counts(lib)
+        filler = mount / "filler"
+        with open(filler, "wb") as f:  # fill the disk to the last block
+            try:
+                while True:
+                    f.write(bytes(65536))
+                    f.flush()
+            except OSError:
+                pass
+        result = run("index", DATA / "video-retalking" / "examples" / "face", DATA / "face-api.js" / "examples" / "images",
+                     "--library", lib, "-q", ok=False)
+        one_line_error(result, "disk full")
+        assert result.stderr.count("disk full") == 1
+        assert table_counts(lib) == before
+        assert query_json(lib, AMY_DIR / "amy2.png", "-k", "1")[0]["video"].endswith("amy2.png")
+        filler.unlink()
+        run("index", DATA / "video-retalking" / "examples" / "face" / "1.mp4", "--library", lib, "-q")
+        assert table_counts(lib)["videos"] == before["videos"] + 1
+        assert_consistent(lib)
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)
