@@ -43,6 +43,7 @@ from headsearch.metrics import (
     vr_at_far,
 )
 from headsearch.settings import VIDEO_EXTENSIONS
+from headsearch.vector_index import NPROBE, build_ivf, ivf_nlist
 
 Report = Callable[[str], None]
 
@@ -610,13 +611,8 @@ def _measure(name: str, index, params: dict, build_s: float, db: np.ndarray, que
                        faiss.omp_get_max_threads())
 
 
-def ivf_nlist(n: int) -> int:
-    """Inverted lists for n vectors: ~4 sqrt(n)."""
-    return max(1, round(4 * math.sqrt(n)))
-
-
 def search_speed(n: int, dim: int = 128, seed: int = 0, n_queries: int = 1000, latency_queries: int = 200, k: int = 10,
-                 nprobe: int = 16, train_per_list: int = 40) -> list[SearchSpeed]:
+                 nprobe: int = NPROBE, train_per_list: int = 40) -> list[SearchSpeed]:
     """Exact (IndexFlatIP) and approximate (IndexIVFFlat) search over n synthetic clustered vectors."""
     import faiss
 
@@ -630,15 +626,9 @@ def search_speed(n: int, dim: int = 128, seed: int = 0, n_queries: int = 1000, l
     del flat
     nlist = ivf_nlist(n)
     t0 = time.perf_counter()
-    quantizer = faiss.IndexFlatIP(dim)
-    ivf = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
-    ivf.cp.seed = seed
-    ivf.cp.spherical = True
-    sample = np.random.default_rng(seed + 1).choice(n, size=min(n, train_per_list * nlist), replace=False)
-    ivf.train(db[np.sort(sample)])
+    ivf = build_ivf(db, nlist, nprobe, seed, train_per_list)  # the library's own IVF recipe
     ivf.add(db)
-    ivf.nprobe = min(nprobe, nlist)
-    params = {"nlist": nlist, "nprobe": int(ivf.nprobe), "trained_on": int(len(sample))}
+    params = {"nlist": nlist, "nprobe": int(ivf.nprobe), "trained_on": int(min(n, train_per_list * nlist))}
     results.append(_measure("ivf", ivf, params, time.perf_counter() - t0, db, queries, truth, kth, k, latency_queries))
     return results
 

@@ -339,6 +339,7 @@ class Library:
         with self.reader() as conn:
             generation = self.generation(conn)
         for kind, index in self._indexes.items():
+            index.make_approximate_if_large()
             index.save(self.index_path(kind), generation)
 
     def collect_orphan_thumbnails(self) -> int:
