@@ -159,3 +159,30 @@ def test_dual_cls_checkpoint_stores_id_and_head_vectors(tmp_path):
     hits = query_json(lib, AMY / "amy4.png", "-k", "2")
     assert hits[0]["video"] == str(AMY / "amy4.png") and hits[0]["head_score"] is not None
     assert abs(hits[0]["score"] - 1.0) < 1e-3 and abs(hits[0]["head_score"] - 1.0) < 1e-3
+
+
+def test_av1_video_falls_back_to_pyav(tmp_path):
+    import av
+    import pytest
+
+    if "libsvtav1" not in av.codecs_available:
+        pytest.skip("this PyAV build has no AV1 encoder")
+    clip = tmp_path / "clip-av1.mkv"
+    with av.open(str(DATA / "video-retalking" / "examples" / "face" / "1.mp4")) as src, av.open(str(clip), "w") as out:
+        stream = out.add_stream("libsvtav1", rate=25)
+        ctx = src.streams.video[0].codec_context
+        stream.width, stream.height, stream.pix_fmt = ctx.width, ctx.height, "yuv420p"
+        for i, frame in enumerate(src.decode(video=0)):
+            if i == 50:
+                break
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame.to_ndarray(format="rgb24"), format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    lib = tmp_path / "lib"
+    run("index", clip, "--library", lib, "-q")
+    con = duckdb.connect(str(lib / "library.duckdb"), read_only=True)
+    decoder, frames = con.execute("select decoder, frames_decoded from videos").fetchone()
+    tracks = con.execute("select count(*) from tracks").fetchone()[0]
+    con.close()
+    assert decoder == "pyav" and frames == 50 and tracks >= 1
