@@ -11,9 +11,7 @@ Search speed: synthetic, seeded, clustered unit vectors searched with an exact F
 from __future__ import annotations
 
 import csv
-import json
 import math
-import os
 import re
 import time
 from collections import Counter
@@ -27,6 +25,7 @@ from headsearch.crops import HeadCrop
 from headsearch.detect import FaceDetector
 from headsearch.embedders import Embedder, l2_normalise
 from headsearch.errors import HeadsearchError
+from headsearch.files import write_json_atomic
 from headsearch.metrics import (
     DEFAULT_FARS,
     PROTOCOLS,
@@ -363,9 +362,7 @@ def calibrate_thresholds(report: ModelReport, far: float) -> dict:
 def write_thresholds(library_root: Path, thresholds: dict) -> Path:
     """Write `<library>/thresholds.json` atomically."""
     path = Path(library_root) / THRESHOLDS_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(thresholds, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_json_atomic(path, thresholds)
     return path
 
 

@@ -47,9 +47,3 @@ def encode_jpeg(rgb: np.ndarray, quality: int = 88) -> bytes:
         raise MediaError("cannot encode a JPEG thumbnail")
     return buf.tobytes()
 
-
-def write_file_atomic(path: Path, data: bytes) -> None:
-    """Write bytes to a file so that it is either absent, old, or complete."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)

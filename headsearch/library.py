@@ -12,7 +12,6 @@ import contextlib
 import fcntl
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from headsearch.errors import LibraryError, ModelMismatch
-from headsearch.images import write_file_atomic
+from headsearch.files import write_bytes_atomic, write_json_atomic
 from headsearch.vector_index import VectorIndex
 from schemas import tables as t
 
@@ -94,7 +93,7 @@ class Library:
         with lib.transaction() as conn:
             t.metadata.create_all(conn)
             conn.execute(sa.insert(t.library_state).values(key="generation", value="0"))
-        _write_json_atomic(manifest_path, manifest)  # last: a folder with a manifest is complete
+        write_json_atomic(manifest_path, manifest)  # last: a folder with a manifest is complete
         return lib
 
     @classmethod
@@ -258,7 +257,7 @@ class Library:
                 "vectors": max([int(v[0].max()) for v in rows.vectors.values() if len(v[0])], default=ids["vectors"] - 1) + 1,
             })
             for track_id, jpeg in rows.thumbnails.items():
-                write_file_atomic(self.root / THUMBNAILS / f"{track_id}.jpg", jpeg)
+                write_bytes_atomic(self.root / THUMBNAILS / f"{track_id}.jpg", jpeg, fsync=False)
             conn.execute(sa.insert(t.videos), [rows.video])
             _bulk_insert(conn, t.shots, rows.shots)
             _bulk_insert(conn, t.tracks, rows.tracks)
@@ -391,10 +390,3 @@ def _bulk_insert(conn: sa.Connection, table: sa.Table, rows: list[dict]) -> None
     finally:
         raw.unregister(name)
 
-
-def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

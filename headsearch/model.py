@@ -14,8 +14,6 @@ Because the model subclasses timm's ``VisionTransformer``, its state-dict keys a
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, fields
 from functools import partial
 from pathlib import Path
@@ -28,6 +26,7 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
 from headsearch.errors import ModelError
+from headsearch.files import atomic_write
 
 CHECKPOINT_FORMAT = "headsearch-head-similarity/1"
 
@@ -167,18 +166,6 @@ class HeadSimilarityModel(VisionTransformer):
 # --- checkpoints -------------------------------------------------------------------------------------
 
 
-def _atomic_write_bytes(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _side_file(path: Path) -> Path:
     return path.with_name(path.name + ".json")
 
@@ -193,8 +180,8 @@ def save_checkpoint(model: HeadSimilarityModel, path: Path, card: dict) -> None:
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     meta = {"format": CHECKPOINT_FORMAT, "config": asdict(model.cfg), "card": card}
     text = json.dumps(meta, indent=2, sort_keys=True)  # fails early if the card is not JSON-serialisable
-    _atomic_write_bytes(path, lambda tmp: save_file(state, tmp, metadata={"format": CHECKPOINT_FORMAT}))
-    _atomic_write_bytes(_side_file(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    atomic_write(path, lambda tmp: save_file(state, str(tmp), metadata={"format": CHECKPOINT_FORMAT}))
+    atomic_write(_side_file(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def read_checkpoint_card(path: Path) -> dict:

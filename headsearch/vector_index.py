@@ -4,12 +4,12 @@ from __future__ import annotations
 import errno
 import json
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
 
 from headsearch.errors import LibraryError
+from headsearch.files import atomic_write, write_json_atomic
 from headsearch.quiet import native_stderr_silenced
 
 log = logging.getLogger(__name__)
@@ -140,21 +140,16 @@ class VectorIndex:
         """Write the index and the library generation it reflects, atomically."""
         import faiss
 
-        tmp = path.with_name(path.name + ".tmp")
-        try:
+        def write(tmp: Path) -> None:
             with native_stderr_silenced():
                 faiss.write_index(self._index, str(tmp))
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
+
+        try:
+            atomic_write(path, write)
         except (RuntimeError, OSError) as e:
-            tmp.unlink(missing_ok=True)
             reason = "disk full" if "No space left" in str(e) or getattr(e, "errno", None) == errno.ENOSPC else str(e).splitlines()[-1]
             raise LibraryError(f"{path}: cannot save the vector index ({reason}); it will be rebuilt from the database") from e
-        os.replace(tmp, path)
-        state = path.with_suffix(".json")
-        tmp_state = state.with_name(state.name + ".tmp")
-        tmp_state.write_text(json.dumps({"generation": generation, "count": len(self), "dim": self.dim}))
-        os.replace(tmp_state, state)
+        write_json_atomic(path.with_suffix(".json"), {"generation": generation, "count": len(self), "dim": self.dim}, indent=None)
 
     @classmethod
     def load(cls, path: Path) -> tuple["VectorIndex", int]:

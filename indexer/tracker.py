@@ -3,7 +3,7 @@ the head region through frames where no face is visible (profile, turned away, o
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import cv2
 import numpy as np

@@ -52,6 +52,7 @@ import numpy as np
 from tqdm import tqdm
 
 from headsearch.errors import HeadsearchError
+from headsearch.files import atomic_write
 from headsearch.settings import VIDEO_EXTENSIONS, IndexSettings
 
 PART_VERSION = 1
@@ -646,11 +647,14 @@ def assemble(out: Path, segments: list[Segment], teacher_vectors, metas, teacher
     _swap_dir(heads, out / "heads")
     _swap_dir(faces, out / "faces")
     teacher_array = np.stack(vectors).astype(np.float32) if vectors else np.zeros((0, dim), np.float32)
-    np.save(out / "teacher.npy.tmp.npy", teacher_array)
-    os.replace(out / "teacher.npy.tmp.npy", out / "teacher.npy")
+
+    def write_teacher(tmp: Path) -> None:
+        with open(tmp, "wb") as f:  # a file object: np.save would add ".npy" to a path
+            np.save(f, teacher_array)
+
+    atomic_write(out / "teacher.npy", write_teacher)
     (out / "teacher.json").write_text(json.dumps(teacher, indent=2))
-    pq.write_table(table, out / "manifest.parquet.tmp")
-    os.replace(out / "manifest.parquet.tmp", out / "manifest.parquet")
+    atomic_write(out / "manifest.parquet", lambda tmp: pq.write_table(table, str(tmp)))
     videos = {meta["path"]: {"part": key, "kind": meta["kind"], "duration": meta["duration"], "fps": meta["fps"],
                              "width": meta["width"], "height": meta["height"], "tracks": len(meta["tracks"]),
                              "shots": [{"index": s[0], "start_frame": s[1], "end_frame": s[2], "start_time": s[3], "end_time": s[4]}

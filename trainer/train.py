@@ -17,13 +17,11 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import random
 import signal
 import sys
-import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from headsearch.errors import HeadsearchError
+from headsearch.files import atomic_write
 from headsearch.metrics import evaluate_protocol, hierarchy_accuracy, pair_relations
 from headsearch.model import HeadModelConfig, HeadSimilarityModel, save_checkpoint
 from trainer.augment import HeadAugment, eval_transform
@@ -349,18 +348,6 @@ def validate(model, loader, device, amp, identities, states) -> dict[str, Any]:
 # --- state files --------------------------------------------------------------------------------------
 
 
-def _atomic_torch_save(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _rng_states() -> dict[str, Any]:
     states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
@@ -563,7 +550,7 @@ def train(dataset: Path, out: Path, options: TrainOptions | None = None,
         log({"event": "teacher", "teacher": info.teacher_meta.get("name"), "val": teacher_metrics})
 
     def save_state(epoch_: int, step_in_epoch_: int) -> None:
-        _atomic_torch_save({
+        state = {
             "format": STATE_FORMAT,
             "options": asdict(options),
             "model": model.state_dict(),
@@ -581,7 +568,8 @@ def train(dataset: Path, out: Path, options: TrainOptions | None = None,
             "teacher_metrics": teacher_metrics,
             "last_val": last_val,
             "rng": _rng_states(),
-        }, state_path)
+        }
+        atomic_write(state_path, lambda tmp: torch.save(state, tmp))
 
     clip = options.grad_clip if options.grad_clip and options.grad_clip > 0 else None
     interrupted = stopped = False
