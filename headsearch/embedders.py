@@ -179,9 +179,10 @@ class HeadSimilarityEmbedder(Embedder):
         self.kinds = ("id", "head") if self.model.cfg.variant != "shared" else ("id",)
 
     def preprocess(self, crops: Sequence[HeadCrop]) -> np.ndarray:
-        """Head crops as an (N, 3, S, S) float32 batch in [-1, 1]."""
-        images = np.stack([cv2.resize(c.image, (self.size, self.size), interpolation=cv2.INTER_AREA) for c in crops])
-        return ((images.astype(np.float32) - 127.5) / 127.5).transpose(0, 3, 1, 2)
+        """Head crops as an (N, 3, S, S) float32 batch in [-1, 1], exactly as in training's validation."""
+        from headsearch.model import image_to_input
+
+        return np.stack([image_to_input(c.image, self.size) for c in crops])
 
     def embed(self, crops: Sequence[HeadCrop]) -> dict[str, np.ndarray]:
         import torch

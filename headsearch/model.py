@@ -19,6 +19,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import cv2
+import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
@@ -83,6 +85,20 @@ class HeadModelConfig:
     @property
     def num_prefix_tokens(self) -> int:
         return 2 if self.variant == "dual_cls" else 1
+
+
+def pixels_to_input(rgb: np.ndarray) -> np.ndarray:
+    """(H, W, 3) RGB in [0, 255] -> (3, H, W) float32 in [-1, 1]: the model's input scaling."""
+    x = (np.asarray(rgb, dtype=np.float32) - 127.5) / 127.5
+    return np.ascontiguousarray(np.clip(x, -1.0, 1.0).transpose(2, 0, 1))
+
+
+def image_to_input(rgb: np.ndarray, size: int) -> np.ndarray:
+    """A head crop as the model sees it at inference and validation: resized to size x size
+    (INTER_AREA), then scaled by `pixels_to_input`."""
+    if rgb.shape[0] != size or rgb.shape[1] != size:
+        rgb = cv2.resize(rgb, (size, size), interpolation=cv2.INTER_AREA)
+    return pixels_to_input(rgb)
 
 
 def _projection(in_dim: int, hidden: int, out_dim: int, relu: bool) -> nn.Sequential:

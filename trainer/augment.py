@@ -10,9 +10,9 @@ Pipeline (``HeadAugment.__call__``), on an RGB uint8 head crop whose head sits i
 3. horizontal flip with probability ``flip_p``;
 4. light colour jitter: brightness, contrast and saturation factors in ``1 +- jitter``.
 
-The output is a float32 tensor (3, size, size) in [-1, 1] -- the same layout and scaling the indexer feeds
-the model (``headsearch.embedders.HeadSimilarityEmbedder.preprocess``: RGB, (x - 127.5) / 127.5).
-``eval_transform`` is that same preprocessing without any randomness.
+The output is a float32 tensor (3, size, size) in [-1, 1], scaled by ``headsearch.model.pixels_to_input``
+as the indexer's embedder does. ``eval_transform`` is the embedder's own preprocessing
+(``headsearch.model.image_to_input``) without any randomness.
 """
 from __future__ import annotations
 
@@ -23,20 +23,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from headsearch.model import image_to_input, pixels_to_input
+
 BACKGROUND_KINDS = ("solid", "noise", "patch")
 
 
-def to_model_input(rgb: np.ndarray) -> Tensor:
-    """(H, W, 3) uint8/float RGB in [0, 255] -> (3, H, W) float32 tensor in [-1, 1]."""
-    x = (np.asarray(rgb, dtype=np.float32) - 127.5) / 127.5
-    return torch.from_numpy(np.ascontiguousarray(np.clip(x, -1.0, 1.0).transpose(2, 0, 1)))
-
-
 def eval_transform(rgb: np.ndarray, size: int = 112) -> Tensor:
-    """Deterministic preprocessing: resize to size x size (INTER_AREA, as the indexer does), scale to [-1, 1]."""
-    if rgb.shape[0] != size or rgb.shape[1] != size:
-        rgb = cv2.resize(rgb, (size, size), interpolation=cv2.INTER_AREA)
-    return to_model_input(rgb)
+    """Deterministic preprocessing, the same as the indexer's: resize (INTER_AREA), scale to [-1, 1]."""
+    return torch.from_numpy(image_to_input(rgb, size))
 
 
 def head_mask(height: int, width: int, axes: tuple[float, float] = (0.36, 0.44),
@@ -177,4 +171,4 @@ class HeadAugment:
                 grey = (img @ np.array([0.299, 0.587, 0.114], np.float32))[..., None]
                 img = (img - grey) * f + grey
             img = np.clip(img, 0.0, 255.0)
-        return to_model_input(img)
+        return torch.from_numpy(pixels_to_input(img))

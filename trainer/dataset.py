@@ -53,6 +53,7 @@ from tqdm import tqdm
 
 from headsearch.errors import HeadsearchError
 from headsearch.files import atomic_write
+from headsearch.images import encode_jpeg
 from headsearch.settings import VIDEO_EXTENSIONS, IndexSettings
 
 PART_VERSION = 1
@@ -219,11 +220,6 @@ def _part_settings(settings: IndexSettings, teacher: dict) -> dict:
             "head_px": HEAD_PX, "face_px": FACE_PX, "teacher": [teacher.get("name"), teacher.get("version")]}
 
 
-def _write_jpeg(path: Path, rgb: np.ndarray) -> None:
-    if not cv2.imwrite(str(path), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY]):
-        raise OSError(f"cannot write {path}")
-
-
 class CropWriter:
     """The indexer's crop sink: writes each head crop (and aligned face) the moment it is cut."""
 
@@ -242,11 +238,11 @@ class CropWriter:
 
         n = len(self.files)
         head = f"heads/{n}.jpg"
-        _write_jpeg(self.folder / head, cv2.resize(crop.image, (HEAD_PX, HEAD_PX), interpolation=cv2.INTER_AREA))
+        (self.folder / head).write_bytes(encode_jpeg(cv2.resize(crop.image, (HEAD_PX, HEAD_PX), interpolation=cv2.INTER_AREA), JPEG_QUALITY))
         face = None
         if crop.face_visible:
             face = f"faces/{n}.jpg"
-            _write_jpeg(self.folder / face, align_face(crop, FACE_PX))
+            (self.folder / face).write_bytes(encode_jpeg(align_face(crop, FACE_PX), JPEG_QUALITY))
         self.files[id(obs)] = (obs, head, face)  # obs kept referenced: its id stays unique
 
 

@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import cv2
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from headsearch.errors import HeadsearchError
 from headsearch.files import atomic_write
+from headsearch.images import read_image_rgb
 from headsearch.metrics import evaluate_protocol, hierarchy_accuracy, pair_relations
 from headsearch.model import HeadModelConfig, HeadSimilarityModel, save_checkpoint
 from trainer.augment import HeadAugment, eval_transform
@@ -180,13 +180,6 @@ def split_identities(identity: list[str], fraction: float, seed: int) -> tuple[n
     return np.flatnonzero(~is_val), np.flatnonzero(is_val)
 
 
-def read_rgb(path: Path) -> np.ndarray:
-    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
-    if image is None:
-        raise TrainingError(f"cannot read head crop {path}")
-    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
-
-
 class CropDataset(torch.utils.data.Dataset):
     """Samples of a DatasetInfo.  Key: an index (eval preprocessing) or (index, aug_seed) (augmented)."""
 
@@ -204,7 +197,7 @@ class CropDataset(torch.utils.data.Dataset):
         return len(self.indices)
 
     def image(self, local: int) -> np.ndarray:
-        return read_rgb(self.info.root / self.info.head_crop[int(self.indices[local])])
+        return read_image_rgb(self.info.root / self.info.head_crop[int(self.indices[local])])
 
     def __getitem__(self, key) -> dict[str, Any]:
         if isinstance(key, tuple):
