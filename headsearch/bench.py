@@ -370,7 +370,7 @@ def write_thresholds(library_root: Path, thresholds: dict) -> Path:
 # Printing and plotting
 
 
-def _table(rows: list[list[str]], align: str) -> list[str]:
+def format_table(rows: list[list[str]], align: str) -> list[str]:
     """Rows of cells as fixed-width lines; align[i] is '<' or '>' for column i."""
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     return ["  ".join(f"{cell:{align[c]}{widths[c]}}" for c, cell in enumerate(r)).rstrip() for r in rows]
@@ -408,7 +408,7 @@ def format_accuracy(reports: Sequence[ModelReport], fars: Sequence[float] = DEFA
             row += [_vr_cell(pr.vr[k]) for k in keys] + ["n/m" if pr.auc is None else f"{pr.auc:.4f}"]
         row.append("n/m" if r.hierarchy is None else f"{r.hierarchy:.3f}")
         rows.append(row)
-    lines, widths = _table(rows, "<" + ">" * (len(head) - 1)), [max(len(r[c]) for r in rows) for c in range(len(head))]
+    lines, widths = format_table(rows, "<" + ">" * (len(head) - 1)), [max(len(r[c]) for r in rows) for c in range(len(head))]
     # Protocol titles above their column groups.
     group = len(keys) + 1
     offset = lambda col: sum(w + 2 for w in widths[:col])  # noqa: E731
@@ -439,7 +439,7 @@ def format_accuracy(reports: Sequence[ModelReport], fars: Sequence[float] = DEFA
         irows = [ihead]
         for r in measured:
             irows.append([r.spec] + [_vr_cell(r.protocols[p].vr_insightface[k], True) for p in PROTOCOLS for k in keys])
-        out += _table(irows, "<" + ">" * (len(ihead) - 1))
+        out += format_table(irows, "<" + ">" * (len(ihead) - 1))
     return "\n".join(out)
 
 
@@ -642,7 +642,7 @@ def format_search(results: Sequence[SearchSpeed], seed: int) -> str:
         name = "flat (exact)" if r.index == "flat" else f"ivf (nlist {r.params['nlist']}, nprobe {r.params['nprobe']})"
         rows.append([f"{r.n:,}", name, f"{r.p50_ms:.3f}", f"{r.p95_ms:.3f}", f"{r.batch_qps:,.0f}", f"{r.recall_at_k:.4f}",
                      f"{r.memory_bytes / 1e6:.1f}", f"{r.build_s:.2f}"])
-    return "\n".join(lines + _table(rows, ">" + "<" + ">" * 6))
+    return "\n".join(lines + format_table(rows, ">" + "<" + ">" * 6))
 
 
 def parse_sizes(text: str) -> list[int]:

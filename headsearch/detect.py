@@ -8,6 +8,7 @@ import cv2
 import numpy as np
 
 from headsearch.errors import ModelError
+from headsearch.settings import IndexSettings
 from schemas.records import Box, FaceDetection, HeadDetection
 
 log = logging.getLogger(__name__)
@@ -29,13 +30,19 @@ def onnx_providers() -> list[str]:
 class FaceDetector:
     """RetinaFace on a copy of the frame scaled to a bounded long side; boxes in frame pixels."""
 
-    def __init__(self, score_threshold: float = 0.7, max_side: int = 640, min_side: int = 480, min_face_px: float = 16.0):
+    def __init__(self, score_threshold: float = IndexSettings.face_score_threshold, max_side: int = IndexSettings.detect_max_side,
+                 min_side: int = IndexSettings.detect_min_side, min_face_px: float = IndexSettings.min_face_px):
         self.score_threshold = score_threshold
         self.max_side = max_side
         self.min_side = min_side
         self.min_face_px = min_face_px
         self._session = None
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: IndexSettings) -> "FaceDetector":
+        """The detector the given index settings describe."""
+        return cls(settings.face_score_threshold, settings.detect_max_side, settings.detect_min_side, settings.min_face_px)
 
     def _load(self):
         if self._session is None:

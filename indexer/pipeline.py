@@ -143,8 +143,7 @@ class Indexer:
         self.crop_sink = crop_sink
         self.embedder = embedder
         self.settings = settings or IndexSettings()
-        s = self.settings
-        self.detector = FaceDetector(s.face_score_threshold, s.detect_max_side, s.detect_min_side, s.min_face_px)
+        self.detector = FaceDetector.from_settings(self.settings)
         self.progress = progress
 
     # ----- one file ------------------------------------------------------------------------

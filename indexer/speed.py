@@ -22,6 +22,7 @@ from headsearch.bench import (
     Sample,
     embed_photos,
     evaluate_samples,
+    format_table,
     mean_vector,
     model_key,
 )
@@ -93,7 +94,7 @@ def run_accuracy(files: Sequence[LabeledFile], specs: Sequence[str], *, whole_im
                  report: Report = print, progress: Report | None = None) -> tuple[list[ModelReport], dict[str, Embedder]]:
     """Each model's verification report on the labelled files; a model that fails is reported, not fatal."""
     settings = settings or IndexSettings()
-    detector = FaceDetector(settings.face_score_threshold, settings.detect_max_side, settings.detect_min_side, settings.min_face_px)
+    detector = FaceDetector.from_settings(settings)
     cache = BenchCache()
     photos = [f for f in files if f.kind == "image"]
     videos = [f for f in files if f.kind == "video"]
@@ -215,9 +216,7 @@ def format_indexing(r: dict) -> str:
     b = r["decode_only"]
     rows.append(["decode-only bound", f"{b['seconds']:.2f}", "", "-" if b["fps"] is None else f"{b['fps']:,.1f} frames/s",
                  "-" if b["realtime"] is None else f"{b['realtime']:.1f}x"])
-    widths = [max(len(row[c]) for row in rows) for c in range(5)]
-    align = "<>>>>"
-    lines += ["  ".join(f"{cell:{align[c]}{widths[c]}}" for c, cell in enumerate(row)).rstrip() for row in rows]
+    lines += format_table(rows, "<>>>>")
     lines.append(f"(decode-only: every frame decoded and histogrammed, no detection; model load and detector start-up "
                  f"{r['startup_s']:.1f} s not counted)")
     return "\n".join(lines)
