@@ -113,7 +113,6 @@ def remove(paths: tuple[Path, ...], library: Path | None) -> None:
 
     lib = Library.open(library_path(library), read_only=False)
     with lib.writer_lock():
-        lib.vector_index("id")
         for kind in lib.model.get("kinds", ["id"]):
             lib.vector_index(kind)
         stored = lib.stored_videos()
