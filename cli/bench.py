@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from cli.options import library_option, library_path
-from headsearch.errors import HeadsearchError, ModelMismatch
+from headsearch.errors import HeadsearchError
 from headsearch.settings import IndexSettings
 
 
@@ -59,7 +59,7 @@ def bench(set_csv: Path | None, models: tuple[str, ...], root: Path | None, whol
         raise click.UsageError("the indexing speed benchmark needs a video: pass --video PATH (or --only search)")
     size_list = None
     if speed and only != "indexing":
-        from headsearch.bench import parse_sizes
+        from bench.search import parse_sizes
 
         size_list = parse_sizes(sizes)
 
@@ -82,26 +82,28 @@ def bench(set_csv: Path | None, models: tuple[str, ...], root: Path | None, whol
 
 
 def _accuracy(set_csv, models, root, whole_image, settings, plot, calibrate, library, out, texts, deferred, say, warn) -> None:
-    from headsearch.bench import calibrate_thresholds, format_accuracy, plot_roc, read_label_set, write_thresholds
+    from bench.accuracy import calibrated_thresholds, calibration_report, run_accuracy
+    from bench.report import format_accuracy, plot_roc
+    from headsearch.embedders import DEFAULT_MODEL
+    from headsearch.labels import read_label_set
     from headsearch.metrics import DEFAULT_FARS
-    from indexer.speed import run_accuracy
+    from headsearch.thresholds import write_thresholds
 
     lib = None
     if calibrate is not None:
         from headsearch.library import Library
 
         lib = Library.open(library_path(library))  # fail before the long part when there is no library
-    specs = list(dict.fromkeys(models)) or [lib.model["name"] if lib is not None else "dlib-resnet"]
+    specs = list(dict.fromkeys(models)) or [lib.model.name if lib is not None else DEFAULT_MODEL]
     labels = read_label_set(set_csv, root)
     if labels.skipped_line():
         warn(f"note: {labels.skipped_line()}")
     if not labels.files:
         raise HeadsearchError(f"{set_csv}: no usable rows (each needs a path and one identity)")
-    reports, _ = run_accuracy(labels.files, specs, whole_image=whole_image, settings=settings,
-                              report=warn, progress=say)
+    reports = run_accuracy(labels.files, specs, whole_image=whole_image, settings=settings, report=warn, progress=say)
     seen = set()
     for r in reports:
-        for p in r.problems:
+        for p in r.evaluation.problems:
             if p not in seen:
                 seen.add(p)
                 warn(f"warning: {p}")
@@ -113,14 +115,13 @@ def _accuracy(set_csv, models, root, whole_image, settings, plot, calibrate, lib
                  f"{'identity' if out['set']['identities'] == 1 else 'identities'})\n"
                  + format_accuracy(reports))
     if plot is not None:
-        if any(r.scores for r in reports):
+        if any(r.evaluation.scores for r in reports):
             texts.append(f"ROC curves: {plot_roc(reports, plot)}")
         else:
             warn(f"warning: no ROC curve to plot in {plot}: nothing was measured")
     if calibrate is not None:
         try:
-            target = _calibration_model(lib, reports)
-            thresholds = calibrate_thresholds(target, calibrate)
+            thresholds = calibrated_thresholds(calibration_report(lib.model, reports, lib.root), calibrate)
             path = write_thresholds(lib.root, thresholds)
             out["calibration"] = {**thresholds, "path": str(path)}
             texts.append(f"calibrated {path} at FAR {calibrate:g} for {thresholds['model']}: identity > {thresholds['identity']:.4f} "
@@ -130,24 +131,14 @@ def _accuracy(set_csv, models, root, whole_image, settings, plot, calibrate, lib
             deferred.append(e)
     if not any(r.measured for r in reports):
         reasons = "; ".join(dict.fromkeys([r.error for r in reports if r.error]
-                                          + [p for r in reports for p in r.problems if not p.startswith("hierarchy")]))
+                                          + [p for r in reports for p in r.evaluation.problems if not p.startswith("hierarchy")]))
         deferred.append(HeadsearchError(f"nothing could be measured on {set_csv}" + (f": {reasons}" if reasons else "")))
-
-
-def _calibration_model(lib, reports):
-    """The benchmarked model that made the library (refuse when none did)."""
-    mine = (lib.model["name"], lib.model["version"])
-    for r in reports:
-        if r.model is not None and (r.model["name"], r.model["version"]) == mine:
-            return r
-    loaded = ", ".join(f"{r.model['name']} ({r.model['version']})" for r in reports if r.model) or "none loaded"
-    raise ModelMismatch(f"{lib.root}: library vectors were made by {mine[0]} ({mine[1]}), but the benchmarked model is "
-                        f"{loaded}; thresholds only hold for the model that made the library: bench with --model {mine[0]}")
 
 
 def _speed(video, model, only, size_list, dim, queries, seed, settings, out, texts, say, warn) -> None:
     if only != "search":
-        from indexer.speed import format_indexing, indexing_speed
+        from bench.indexing import indexing_speed
+        from bench.report import format_indexing
 
         say(f"indexing {video} into a temporary library")
         result = indexing_speed(video, model, settings)
@@ -156,7 +147,8 @@ def _speed(video, model, only, size_list, dim, queries, seed, settings, out, tex
         out["indexing"] = result
         texts.append(format_indexing(result))
     if only != "indexing":
-        from headsearch.bench import format_search, search_speed
+        from bench.report import format_search
+        from bench.search import search_speed
 
         results = []
         for n in size_list:

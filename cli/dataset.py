@@ -15,13 +15,20 @@ from trainer.dataset import (
     DEFAULT_MIN_VISIBLE,
     DatasetOptions,
 )
+from trainer.dataset_format import layout_help
 
 EXIT_PARTIAL = 2  # some inputs failed, the dataset was built from the others
 
 _share = click.FloatRange(min=0.0, max=1.0)
 
 
-@click.command("build-dataset")
+@click.command("build-dataset", help=f"""Build a head-similarity training set from VIDEOS (files or folders) and labelled photo sets.
+
+    Shots, head tracks and segments (tracks with enough frames, with and without a visible face, and
+    a good best face); segments are grouped into identities across videos by their best-face teacher
+    vectors (never two heads seen in the same frame). Writes OUT/{layout_help()}. Interrupt at any time:
+    the next run reuses every file already analysed.
+    """)
 @click.argument("videos", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--out", "-o", required=True, type=click.Path(path_type=Path, file_okay=False), help="Dataset folder (created; a rerun finishes it).")
 @click.option("--labels", "labels", multiple=True, type=click.Path(path_type=Path, dir_okay=False),
@@ -45,14 +52,6 @@ _share = click.FloatRange(min=0.0, max=1.0)
 def build_dataset_command(videos: tuple[Path, ...], out: Path, labels: tuple[Path, ...], teacher: str | None, sample_fps: float,
                           min_frames: int, min_visible: float, min_invisible: float, best_face_ratio: float,
                           cluster_threshold: float | None, quiet: bool) -> None:
-    """Build a head-similarity training set from VIDEOS (files or folders) and labelled photo sets.
-
-    Shots, head tracks and segments (tracks with enough frames, with and without a visible face, and
-    a good best face); segments are grouped into identities across videos by their best-face teacher
-    vectors (never two heads seen in the same frame). Writes OUT/manifest.parquet, heads/, faces/,
-    teacher.npy, teacher.json, contact/<identity>.png and summary.json. Interrupt at any time: the
-    next run reuses every file already analysed.
-    """
     from trainer.dataset import build_dataset
 
     if not videos and not labels:

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import click
 
-from headsearch.errors import HeadsearchError
 from cli.options import library_option, library_path
+from headsearch.errors import HeadsearchError, is_disk_full
 from headsearch.settings import IndexSettings
 
 EXIT_PARTIAL = 2  # some files failed, the others were indexed
+
 
 class HeadsearchGroup(click.Group):
     """Turns domain errors into one clear line and an exit code, never a traceback."""
@@ -27,7 +28,7 @@ class HeadsearchGroup(click.Group):
             click.echo("interrupted: the library is consistent; run the same command again to finish", err=True)
             ctx.exit(130)
         except OSError as e:
-            if e.errno == 28:  # ENOSPC
+            if is_disk_full(e):
                 click.echo(f"error: disk full ({e.filename or ''}); the library keeps its last committed state", err=True)
             else:
                 click.echo(f"error: {e.filename + ': ' if e.filename else ''}{e.strerror or e}", err=True)
@@ -62,8 +63,7 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
     lib = Library.create(library_path(library), embedder.describe())
     settings = IndexSettings(sample_fps=sample_fps)
     summary = Indexer(lib, embedder, settings, progress=not quiet).run(paths, report=lambda m: click.echo(m, err=True))
-    stages = ", ".join(f"{k} {summary.clock.seconds.get(k, 0.0):.1f}s" for k in ("decode", "shots", "detect", "track", "embed", "store"))
-    click.echo(f"{summary.line()} [{stages}]")
+    click.echo(f"{summary.line()} [{summary.stages_line()}]")
     if summary.failed:
         sys.exit(EXIT_PARTIAL if summary.indexed or summary.skipped else 1)
 
@@ -81,12 +81,13 @@ def query(image: Path, library: Path | None, k: int, all_heads: bool, whole_imag
     from headsearch.detect import FaceDetector
     from headsearch.embedders import load_embedder
     from headsearch.library import Library
-    from headsearch.query import QueryEngine, Thresholds, query_crops
+    from headsearch.query import QueryEngine, query_crops
+    from headsearch.thresholds import read_thresholds
 
     lib = Library.open(library_path(library))
-    embedder = load_embedder(model or lib.model.get("source", lib.model["name"]))
+    embedder = load_embedder(model or lib.model.source)
     lib.check_model(embedder.describe())
-    thresholds = Thresholds.load(lib.root / "thresholds.json")
+    thresholds = read_thresholds(lib.root, lib.model)
     crops = query_crops(image, FaceDetector(), all_heads, whole_image)
     engine = QueryEngine(lib, embedder, thresholds)
     results = [engine.search(c, k) for c in crops]
@@ -112,22 +113,11 @@ def remove(paths: tuple[Path, ...], library: Path | None) -> None:
     from headsearch.library import Library
 
     lib = Library.open(library_path(library), read_only=False)
-    with lib.writer_lock():
-        for kind in lib.model.get("kinds", ["id"]):
-            lib.vector_index(kind)
-        stored = lib.stored_videos()
-        missing = []
-        for p in paths:
-            target = Path(p).expanduser().resolve()
-            matched = [s for s in stored if Path(s) == target or Path(s).is_relative_to(target)]
-            if not matched:
-                missing.append(str(p))
-            for s in matched:
-                lib.remove_video(s)
-                click.echo(f"removed {s}")
-        lib.save_indexes()
-    if missing:
-        raise HeadsearchError(f"not in the library: {', '.join(missing)}")
+    removed, unmatched = lib.remove_paths([Path(p).expanduser().resolve() for p in paths])
+    for path in removed:
+        click.echo(f"removed {path}")
+    if unmatched:
+        raise HeadsearchError(f"not in the library: {', '.join(str(p) for p in unmatched)}")
 
 
 @main.command()

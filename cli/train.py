@@ -7,8 +7,14 @@ from pathlib import Path
 
 import click
 
+from trainer.dataset_format import MANIFEST, TEACHER_VECTORS
 
-@click.command()
+
+@click.command(help=f"""Train the head-similarity model on DATASET (a folder with {MANIFEST}, {TEACHER_VECTORS}, head crops).
+
+    Each epoch appends a line to OUT/log.jsonl and writes OUT/last.safetensors; OUT/best.safetensors
+    keeps the best validation head-protocol AUC. Ctrl-C saves the state; --resume continues exactly.
+    """)
 @click.argument("dataset", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Run folder: checkpoints, log.jsonl, state.pt.")
 @click.option("--config", type=click.Choice(["small", "tiny", "paper"]), default="small", show_default=True, help="Model size preset.")
@@ -34,11 +40,6 @@ import click
 def train(dataset: Path, out: Path, config: str, variant: str, epochs: int, batch_size: int, lr: float, weight_decay: float,
           warmup_epochs: float, grad_clip: float, lambda_align: float, samples_per_state: int, val_identities: float,
           seed: int, resume: bool, device: str, workers: int, max_steps: int | None, quiet: bool) -> None:
-    """Train the head-similarity model on DATASET (a folder with manifest.parquet, teacher.npy, head crops).
-
-    Each epoch appends a line to OUT/log.jsonl and writes OUT/last.safetensors; OUT/best.safetensors
-    keeps the best validation head-protocol AUC. Ctrl-C saves the state; --resume continues exactly.
-    """
     from trainer.train import TrainOptions
     from trainer.train import train as run_training
 

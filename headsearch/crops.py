@@ -23,6 +23,17 @@ class HeadCrop:
 _DEFAULT_FACE_IN_HEAD = Box(0.21, 0.31, 0.79, 0.88)
 
 
+def _face_in_crop(head: Box, face: FaceDetection | None, size: int) -> tuple[Box, np.ndarray | None]:
+    """Where the face lies in the size x size crop of `head` (estimated when none was detected)."""
+    if face is not None:
+        scale = size / max(head.width, head.height, 2.0)
+        fb = face.box.shifted(-head.x1, -head.y1).scaled(scale)
+        landmarks = (face.landmarks - np.array([head.x1, head.y1], dtype=np.float32)) * scale
+        return fb, landmarks.astype(np.float32)
+    d = _DEFAULT_FACE_IN_HEAD
+    return Box(d.x1 * size, d.y1 * size, d.x2 * size, d.y2 * size), None
+
+
 def crop_head(rgb: np.ndarray, head: Box, face: FaceDetection | None, size: int = 256) -> HeadCrop:
     """Cut the head box out of a frame (edges replicated where it leaves the frame) at size x size."""
     side = max(head.width, head.height, 2.0)
@@ -31,12 +42,13 @@ def crop_head(rgb: np.ndarray, head: Box, face: FaceDetection | None, size: int 
     m = np.array([[scale, 0, -head.x1 * scale], [0, scale, -head.y1 * scale]], dtype=np.float32)
     interp = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
     image = cv2.warpAffine(rgb, m, (size, size), flags=interp, borderMode=cv2.BORDER_REPLICATE)
-    if face is not None:
-        fb = face.box.shifted(-head.x1, -head.y1).scaled(scale)
-        landmarks = (face.landmarks - np.array([head.x1, head.y1], dtype=np.float32)) * scale
-        return HeadCrop(image=image, face_box=fb, landmarks=landmarks.astype(np.float32), face_visible=True)
-    d = _DEFAULT_FACE_IN_HEAD
-    return HeadCrop(image=image, face_box=Box(d.x1 * size, d.y1 * size, d.x2 * size, d.y2 * size), landmarks=None, face_visible=False)
+    return crop_from_image(image, head, face)
+
+
+def crop_from_image(image: np.ndarray, head: Box, face: FaceDetection | None) -> HeadCrop:
+    """A head crop from an already cut square image of the `head` box (e.g. a stored crop JPEG)."""
+    face_box, landmarks = _face_in_crop(head, face, image.shape[0])
+    return HeadCrop(image=image, face_box=face_box, landmarks=landmarks, face_visible=face is not None)
 
 
 def whole_image_crop(rgb: np.ndarray, face: FaceDetection | None, size: int = 256) -> HeadCrop:

@@ -3,8 +3,8 @@ sample images), indexed and queried with the default models. Needs no data beyon
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import cv2
 import numpy as np

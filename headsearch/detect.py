@@ -40,7 +40,7 @@ class FaceDetector:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_settings(cls, settings: IndexSettings) -> "FaceDetector":
+    def from_settings(cls, settings: IndexSettings) -> FaceDetector:
         """The detector the given index settings describe."""
         return cls(settings.face_score_threshold, settings.detect_max_side, settings.detect_min_side, settings.min_face_px)
 

@@ -1,6 +1,8 @@
 """Domain errors: each carries one line a user can act on. The CLI turns them into exit codes."""
 from __future__ import annotations
 
+import errno
+
 
 class HeadsearchError(Exception):
     """Base of every error a user should see as one clear line."""
@@ -26,3 +28,10 @@ class LibraryError(HeadsearchError):
 
 class ModelMismatch(LibraryError):
     """The library's vectors were made by another model than the one asked for."""
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """Whether an error means the disk (or quota) is full, whichever library raised it."""
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return "No space left on device" in str(e) or "disk is full" in str(e).lower()

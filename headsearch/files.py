@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def atomic_write(path: Path, write: Callable[[Path], None], fsync: bool = True) -> None:

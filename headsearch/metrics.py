@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 
 R1, R2, R3 = 1, 2, 3
 PROTOCOLS = ("head", "identity")
+PROTOCOL_TITLES = {"head": "head similarity (R1 vs R2+R3)", "identity": "identity verification (R1+R2 vs R3)"}
 DEFAULT_FARS = (1e-2, 1e-3, 1e-4)
 
 
@@ -42,6 +44,11 @@ def _check_far(far: float) -> None:
     """Raise unless 0 < far < 1."""
     if not 0.0 < far < 1.0:
         raise ValueError(f"far must be in (0, 1), got {far}")
+
+
+def needed_impostors(far: float) -> int:
+    """Fewest impostor pairs for which an exact VR at `far` is measurable (floor(far * n) >= 1)."""
+    return math.ceil(1.0 / far - 1e-9)
 
 
 def _allowed_false_accepts(far: float, n_impostor: int) -> int:
@@ -125,6 +132,17 @@ def pair_relations(
     return i, j, relation
 
 
+def relation_counts(identities: Sequence[str], states: Sequence[str | None]) -> dict[str, int]:
+    """Pairs by relation: R1 same identity and state, R2 same identity other state, R3 other identity."""
+    def pairs(k: int) -> int:
+        return k * (k - 1) // 2
+
+    st = _state_keys(states)
+    same_id = sum(pairs(k) for k in Counter(identities).values())
+    same_state = sum(pairs(k) for k in Counter(zip(identities, st, strict=True)).values())
+    return {"R1": same_state, "R2": same_id - same_state, "R3": pairs(len(identities)) - same_id}
+
+
 def protocol_scores(
     sim: np.ndarray, i: np.ndarray, j: np.ndarray, relation: np.ndarray, protocol: str
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -162,7 +180,7 @@ def hierarchy_accuracy(
     return (correct / total if total else None), total
 
 
-def _far_key(far: float) -> str:
+def far_key(far: float) -> str:
     """Compact FAR label: 1e-2, 1e-3, 2.5e-3."""
     mantissa, exponent = f"{far:e}".split("e")
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
@@ -206,7 +224,7 @@ def evaluate_protocol(
     auc = roc_auc(genuine, impostor) if genuine.size and impostor.size else None
     report = ProtocolReport(protocol, int(genuine.size), int(impostor.size), auc)
     for far in fars:
-        report.vr[_far_key(far)] = vr_at_far(genuine, impostor, far)
-        report.vr_insightface[_far_key(far)] = vr_at_far_insightface(genuine, impostor, far)
+        report.vr[far_key(far)] = vr_at_far(genuine, impostor, far)
+        report.vr_insightface[far_key(far)] = vr_at_far_insightface(genuine, impostor, far)
     log.info("protocol=%s genuine=%d impostor=%d auc=%s", protocol, genuine.size, impostor.size, auc)
     return report

@@ -64,19 +64,19 @@ class HeadModelConfig:
             raise ValueError("out_dim and depth must be positive")
 
     @classmethod
-    def paper(cls, **overrides: Any) -> "HeadModelConfig":
+    def paper(cls, **overrides: Any) -> HeadModelConfig:
         """AdaFace ViT-base backbone, as in the paper."""
         return cls(**overrides)
 
     @classmethod
-    def tiny(cls, **overrides: Any) -> "HeadModelConfig":
+    def tiny(cls, **overrides: Any) -> HeadModelConfig:
         """For unit tests: a few hundred thousand parameters, 49 patches."""
         kw = dict(img_size=112, patch_size=16, embed_dim=64, depth=2, num_heads=2, mlp_ratio=3.0, out_dim=32)
         kw.update(overrides)
         return cls(**kw)
 
     @classmethod
-    def small(cls, **overrides: Any) -> "HeadModelConfig":
+    def small(cls, **overrides: Any) -> HeadModelConfig:
         """CPU-friendly (ViT-Tiny width) with the paper's 196-patch layout."""
         kw = dict(img_size=112, patch_size=8, embed_dim=192, depth=6, num_heads=3, mlp_ratio=3.0, out_dim=512)
         kw.update(overrides)

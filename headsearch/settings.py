@@ -5,9 +5,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-VIDEO_EXTENSIONS = frozenset({".mp4", ".mkv", ".mov", ".avi", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv", ".ts"})
-IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"})
-
 DEFAULT_LIBRARY = "headsearch-library"
 
 

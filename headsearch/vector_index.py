@@ -1,14 +1,13 @@
 """FAISS vector index with stable int64 ids (the ids of the `vectors` table) and atomic saves."""
 from __future__ import annotations
 
-import errno
 import json
 import logging
 from pathlib import Path
 
 import numpy as np
 
-from headsearch.errors import LibraryError
+from headsearch.errors import LibraryError, is_disk_full
 from headsearch.files import atomic_write, write_json_atomic
 from headsearch.quiet import native_stderr_silenced
 
@@ -147,12 +146,12 @@ class VectorIndex:
         try:
             atomic_write(path, write)
         except (RuntimeError, OSError) as e:
-            reason = "disk full" if "No space left" in str(e) or getattr(e, "errno", None) == errno.ENOSPC else str(e).splitlines()[-1]
+            reason = "disk full" if is_disk_full(e) else str(e).splitlines()[-1]
             raise LibraryError(f"{path}: cannot save the vector index ({reason}); it will be rebuilt from the database") from e
         write_json_atomic(path.with_suffix(".json"), {"generation": generation, "count": len(self), "dim": self.dim}, indent=None)
 
     @classmethod
-    def load(cls, path: Path) -> tuple["VectorIndex", int]:
+    def load(cls, path: Path) -> tuple[VectorIndex, int]:
         """An index and the generation it was saved at (-1 when its state file is missing)."""
         import faiss
 

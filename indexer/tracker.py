@@ -22,7 +22,6 @@ class _ActiveTrack:
     last_time: float
     last_face_time: float
     template: np.ndarray | None = None  # grey head patch, TEMPLATE_PX square
-    followed: int = 0
 
 
 def _grey(rgb: np.ndarray) -> np.ndarray:
@@ -81,7 +80,7 @@ class HeadTracker:
         pairs.sort(reverse=True)
         used_t, used_d = set(), set()
         new_obs: list[tuple[HeadTrack, Observation]] = []
-        for s, ti, di in pairs:
+        for _, ti, di in pairs:
             if ti in used_t or di in used_d:
                 continue
             used_t.add(ti)
@@ -109,7 +108,6 @@ class HeadTracker:
         if d.face is not None:
             a.last_face_time = time
             a.template = _patch(grey, d.head)
-            a.followed = 0
         return a.track, obs
 
     def _follow(self, a: _ActiveTrack, frame_index: int, time: float, grey: np.ndarray, shape: tuple) -> tuple[HeadTrack, Observation] | None:
@@ -138,5 +136,4 @@ class HeadTracker:
         obs = Observation(frame_index=frame_index, time=time, head=found, face=None)
         a.track.observations.append(obs)
         a.last_box, a.last_time = found, time
-        a.followed += 1
         return a.track, obs

@@ -1,9 +1,31 @@
-"""Record types that cross module boundaries: boxes, detections, observations, tracks, hits."""
+"""Record types that cross module boundaries: boxes, detections, observations, tracks, analysed
+files, models and hits, plus the typed names (vector kinds, tiers, media kinds) they carry."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import numpy as np
+
+
+class VectorKind(StrEnum):
+    """What a stored vector encodes."""
+
+    ID = "id"  # identity (face recognition, z_id)
+    HEAD = "head"  # whole-head appearance (dual-CLS models' z_head)
+
+
+class Tier(StrEnum):
+    """How a hit relates to the query person, from calibrated thresholds."""
+
+    SAME_LOOK = "same_look"  # same person, same appearance state (R1)
+    OTHER_LOOK = "other_look"  # same person, another appearance state (R2)
+    OTHER_PERSON = "other_person"  # below the identity threshold (R3)
+
+
+class MediaKind(StrEnum):
+    VIDEO = "video"
+    IMAGE = "image"  # a still photo, indexed as a one-frame item
 
 
 @dataclass(frozen=True)
@@ -76,7 +98,8 @@ class Observation:
     time: float
     head: Box
     face: FaceDetection | None
-    embeddings: dict[str, np.ndarray] = field(default_factory=dict)
+    embeddings: dict[VectorKind, np.ndarray] = field(default_factory=dict)
+    crop_jpeg: bytes | None = None  # the head crop as JPEG, kept only when the analysis is asked to
 
     @property
     def face_visible(self) -> bool:
@@ -91,6 +114,7 @@ class HeadTrack:
     observations: list[Observation] = field(default_factory=list)
     thumbnail: bytes | None = None  # JPEG of the best observation's head crop
     best_index: int = 0  # index into observations of the best (largest visible face) observation
+    extends_to: float | None = None  # set by the analysis: the track lasts until the next sample within its shot
 
     @property
     def start(self) -> float:
@@ -98,7 +122,7 @@ class HeadTrack:
 
     @property
     def end(self) -> float:
-        return self.observations[-1].time
+        return self.observations[-1].time if self.extends_to is None else max(self.extends_to, self.observations[-1].time)
 
     @property
     def face_visible_share(self) -> float:
@@ -117,6 +141,70 @@ class Shot:
 
 
 @dataclass(frozen=True)
+class FileStamp:
+    """Which version of a file: its path, size, modification time and content fingerprint."""
+
+    path: str
+    size: int
+    mtime: float
+    fingerprint: str
+
+
+@dataclass
+class FileResult:
+    """One media file, decoded and analysed, not yet stored: what `Library.store` commits."""
+
+    stamp: FileStamp
+    kind: MediaKind
+    width: int
+    height: int
+    fps: float
+    duration: float
+    frames_decoded: int
+    frames_sampled: int
+    decoder: str
+    shots: list[Shot]
+    tracks: list[HeadTrack]
+    warning: str | None = None  # e.g. a damaged video indexed up to where it could be decoded
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # time per pipeline stage
+
+    @property
+    def path(self) -> str:
+        return self.stamp.path
+
+    @property
+    def sightings(self) -> int:
+        return sum(len(t.observations) for t in self.tracks)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """The model that made a set of vectors, as a library manifest and a thresholds file record it."""
+
+    name: str
+    version: str
+    dim: int
+    kinds: tuple[VectorKind, ...] = (VectorKind.ID,)
+    source: str = ""  # how to load it again: a registered name or an absolute path
+
+    def same_vectors_as(self, other: ModelInfo) -> bool:
+        """Vectors of the two models can be compared (same weights, hence the same space)."""
+        return (self.name, self.version) == (other.name, other.version)
+
+    def label(self) -> str:
+        return f"{self.name} ({self.version})"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "version": self.version, "dim": self.dim, "kinds": [str(k) for k in self.kinds],
+                "source": self.source or self.name}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ModelInfo:
+        return cls(str(d["name"]), str(d["version"]), int(d.get("dim") or 0),
+                   tuple(VectorKind(k) for k in d.get("kinds") or ("id",)), str(d.get("source") or d["name"]))
+
+
+@dataclass(frozen=True)
 class SearchHit:
     """One distinct track returned by a query."""
 
@@ -127,7 +215,7 @@ class SearchHit:
     time: float
     score: float
     thumbnail: str
-    tier: str | None = None  # "same_look", "other_look", "other_person", or None when uncalibrated
+    tier: Tier | None = None  # None when the scores are uncalibrated
     head_score: float | None = None
 
     def to_dict(self) -> dict:
@@ -139,6 +227,6 @@ class SearchHit:
             "score": round(self.score, 4),
             "track_id": self.track_id,
             "thumbnail": self.thumbnail,
-            "tier": self.tier,
+            "tier": None if self.tier is None else str(self.tier),
             "head_score": None if self.head_score is None else round(self.head_score, 4),
         }

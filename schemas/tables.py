@@ -97,5 +97,3 @@ library_state = Table(
     Column("key", String, primary_key=True),
     Column("value", String, nullable=False),
 )
-
-ALL_TABLES = (videos, shots, tracks, observations, vectors, library_state)

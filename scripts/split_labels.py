@@ -6,6 +6,8 @@ import argparse
 import csv
 from pathlib import Path
 
+from headsearch.labels import write_label_set
+
 HELD_OUT_SOURCES = ("face-api.js", "openface")  # photo sets with glasses / hair-style states (R2 pairs)
 
 
@@ -18,11 +20,8 @@ def main() -> None:
     base = args.labels.resolve().parent
     args.out.mkdir(parents=True, exist_ok=True)
     for name, keep in (("train", lambda r: r["source"] not in HELD_OUT_SOURCES), ("heldout", lambda r: r["source"] in HELD_OUT_SOURCES)):
-        with (args.out / f"{name}.csv").open("w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["path", "identity", "appearance_state"])
-            for r in filter(keep, rows):
-                w.writerow([str(base / r["source"] / r["path"]), r["identity"], r["appearance_state"]])
+        write_label_set(args.out / f"{name}.csv",
+                        [(str(base / r["source"] / r["path"]), r["identity"], r["appearance_state"]) for r in filter(keep, rows)])
     print(f"wrote {args.out / 'train.csv'} and {args.out / 'heldout.csv'}")
 
 

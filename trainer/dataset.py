@@ -1,30 +1,32 @@
 """The training-set builder of the paper's Sec. 4.4: videos -> shots -> head tracks -> segments ->
-cross-video identities, plus labelled photo sets, written as a folder the trainer reads.
+cross-video identities, plus labelled photo sets, written as a dataset folder (its format:
+`trainer.dataset_format`) that the trainer reads.
 
-Steps
-1. shots and 2. head tracks inside shots: ``Indexer.analyse`` (sampled at ``sample_fps``, default 4);
-   every head crop streams through the indexer's ``crop_sink`` and is written to disk at once
-   (a 160 px head JPEG and, when the face is visible, the ArcFace-aligned 112 px face), so memory
-   stays bounded whatever the video's length.
-3. Segment filtering: a track is a *segment* when it has at least ``min_frames`` observations, at
-   least ``min_visible`` of them with a visible face and at least ``min_invisible`` without
-   (paper: 5, 0.2, 0.1). Its *best-face* frame is the face-visible observation whose face box
+Steps (`build_dataset` runs them in this order)
+1. shots and 2. head tracks inside shots (`analyse_inputs`): `indexer.analysis.analyse_file` with its
+   head crops kept (sampled at ``sample_fps``, default 4); each file's crops are written into its part
+   (a 160 px head JPEG and, when the face is visible, the ArcFace-aligned 112 px face) as soon as the
+   file is analysed, so memory holds one file's crops at a time.
+3. Segment filtering (`video_segments`): a track is a *segment* when it has at least ``min_frames``
+   observations, at least ``min_visible`` of them with a visible face and at least ``min_invisible``
+   without (paper: 5, 0.2, 0.1). Its *best-face* frame is the face-visible observation whose face box
    covers the largest share of the head box, and that share must reach ``best_face_ratio``.
    The paper asks for a face covering more than half of the head box; our head boxes are squares
    of 1.75x the face height (``headsearch.detect.head_box_from_face``), so the share is set by the
    face box's aspect ratio alone: at most 1/(1.75^2 * 1.15) = 0.284, about 0.25-0.28 for a frontal
    face, 0.18-0.22 for a strong profile (narrow face box). ``DEFAULT_BEST_FACE_RATIO`` = 0.22 keeps
    near-frontal best faces, the paper's intent, in our geometry.
-4. Identities across videos: agglomerative clustering (average linkage on cosine similarity) of the
-   segments' best-face teacher embeddings, merging while the similarity is at least
+4. Identities across videos (`cluster_identities`): agglomerative clustering (average linkage on cosine
+   similarity) of the segments' best-face teacher embeddings, merging while the similarity is at least
    ``cluster_threshold``, never merging two segments seen in the same sampled frame (cannot-link:
    same video, same shot, a common frame index). Defaults per teacher in ``DEFAULT_CLUSTER_THRESHOLDS``
    (dlib-resnet 0.95: see there).
    Relations: same segment = same appearance state (R1), same identity other segment (R2), other
    identity (R3).
+5. The dataset folder (`assemble`): crops, teacher vectors, manifest, videos.json, contact sheets.
 
-Labelled photo sets (``--labels``, the bench's CSV format read by ``headsearch.bench.read_label_set``)
-add one sample per photo: its largest head, identity ``label:<identity>``, state
+Labelled photo sets (``--labels``, CSV files read by ``headsearch.labels.read_label_set``) add one
+sample per photo: its largest head, identity ``label:<identity>``, state
 ``label:<identity>/<appearance_state or default>``. They are never merged with video identities.
 
 Resumable: each input file is analysed into ``DIR/parts/<key>/`` (written to ``<key>.tmp`` and
@@ -35,6 +37,7 @@ parts' JPEGs (copies where links are impossible).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -43,18 +46,54 @@ import re
 import shutil
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
 from tqdm import tqdm
 
-from headsearch.errors import HeadsearchError
-from headsearch.files import atomic_write
+from headsearch.crops import crop_from_image
+from headsearch.errors import HeadsearchError, NoHeadFound, is_disk_full
 from headsearch.images import encode_jpeg
-from headsearch.settings import VIDEO_EXTENSIONS, IndexSettings
+from headsearch.labels import read_label_set
+from headsearch.media import VIDEO_EXTENSIONS
+from headsearch.metrics import relation_counts
+from headsearch.settings import IndexSettings
+from schemas.records import HeadTrack, MediaKind, ModelInfo, VectorKind
+from trainer.dataset_format import (
+    CONTACT,
+    FACE_PX,
+    FACES,
+    HEAD_PX,
+    HEADS,
+    JPEG_QUALITY,
+    PART_FACES,
+    PART_HEADS,
+    PART_META,
+    PART_TEACHER,
+    PARTS,
+    DatasetError,
+    Sample,
+    contact_sheet_name,
+    crop_name,
+    face_crop_path,
+    fresh_dir,
+    head_crop_path,
+    save_vectors,
+    swap_dir,
+    write_manifest,
+    write_summary,
+    write_teacher,
+    write_videos,
+)
+
+if TYPE_CHECKING:
+    from headsearch.detect import FaceDetector
+    from headsearch.embedders import Embedder
+    from indexer.analysis import FrameProgress
 
 PART_VERSION = 1
 DEFAULT_FPS = 4.0
@@ -72,17 +111,10 @@ DEFAULT_BEST_FACE_RATIO = 0.22
 # ArcFace (insightface) 0.45: its usual verification range (same ~0.5+, different < 0.3), not measured here.
 DEFAULT_CLUSTER_THRESHOLDS = {"dlib-resnet": 0.95, "arcface-onnx": 0.45}
 FALLBACK_CLUSTER_THRESHOLD = 0.5
-HEAD_PX = 160
-FACE_PX = 112
-JPEG_QUALITY = 92
 
 REJECT_REASONS = ("too_few_frames", "too_few_face_visible", "too_few_face_invisible", "no_best_face")
 
 Report = Callable[[str], None]
-
-
-class DatasetError(HeadsearchError):
-    """The dataset cannot be built (nothing usable in the inputs, a bad output folder)."""
 
 
 @dataclass(frozen=True)
@@ -215,105 +247,131 @@ def part_key(path: Path) -> str:
     return f"{stem}-{hashlib.blake2b(str(path).encode(), digest_size=5).hexdigest()}"
 
 
-def _part_settings(settings: IndexSettings, teacher: dict) -> dict:
+def part_settings(settings: IndexSettings, teacher: ModelInfo) -> dict:
+    """What a part depends on besides its file: a part made with other settings is analysed again."""
     return {"part_version": PART_VERSION, "sample_fps": settings.sample_fps, "crop_px": settings.crop_px,
-            "head_px": HEAD_PX, "face_px": FACE_PX, "teacher": [teacher.get("name"), teacher.get("version")]}
+            "head_px": HEAD_PX, "face_px": FACE_PX, "teacher": [teacher.name, teacher.version]}
 
 
-class CropWriter:
-    """The indexer's crop sink: writes each head crop (and aligned face) the moment it is cut."""
+@dataclass
+class Part:
+    """One analysed input file, as stored under parts/<key>/."""
 
-    def __init__(self):
-        self.folder: Path | None = None
-        self.files: dict[int, tuple[object, str, str | None]] = {}
+    key: str
+    folder: Path
+    meta: dict  # meta.json: the file's stamp and settings, shots, tracks with their observations (dicts)
 
-    def start(self, folder: Path) -> None:
-        self.folder = folder
-        (folder / "heads").mkdir(parents=True, exist_ok=True)
-        (folder / "faces").mkdir(parents=True, exist_ok=True)
-        self.files = {}
+    @classmethod
+    def load(cls, folder: Path, path: Path, settings_key: dict) -> Part | None:
+        """The complete part for this file and these settings, or None."""
+        try:
+            meta = json.loads((folder / PART_META).read_text())
+            stat = path.stat()
+        except (OSError, ValueError):
+            return None
+        if meta.get("settings") != settings_key or meta.get("size") != stat.st_size or meta.get("mtime") != stat.st_mtime:
+            return None
+        return cls(folder.name, folder, meta)
 
-    def __call__(self, track, obs, crop) -> None:
-        from headsearch.embedders import align_face
+    @property
+    def tracks(self) -> list[dict]:
+        return self.meta["tracks"]
 
-        n = len(self.files)
-        head = f"heads/{n}.jpg"
-        (self.folder / head).write_bytes(encode_jpeg(cv2.resize(crop.image, (HEAD_PX, HEAD_PX), interpolation=cv2.INTER_AREA), JPEG_QUALITY))
-        face = None
-        if crop.face_visible:
-            face = f"faces/{n}.jpg"
-            (self.folder / face).write_bytes(encode_jpeg(align_face(crop, FACE_PX), JPEG_QUALITY))
-        self.files[id(obs)] = (obs, head, face)  # obs kept referenced: its id stays unique
+    @property
+    def analysis_seconds(self) -> float:
+        return sum(self.meta.get("clock", {}).values())
+
+    @functools.cached_property
+    def teacher(self) -> np.ndarray:
+        """Teacher vectors of the part's face-visible observations (rows named by their "teacher_row")."""
+        return np.load(self.folder / PART_TEACHER)
+
+    def video_entry(self) -> dict:
+        """The file's line in videos.json."""
+        m = self.meta
+        return {"part": self.key, "kind": m["kind"], "duration": m["duration"], "fps": m["fps"], "width": m["width"],
+                "height": m["height"], "tracks": len(m["tracks"]),
+                "shots": [{"index": s[0], "start_frame": s[1], "end_frame": s[2], "start_time": s[3], "end_time": s[4]}
+                          for s in m["shots"]]}
 
 
-def analyse_to_part(indexer, writer: CropWriter, path: Path, part_dir: Path, settings_key: dict, bar: tqdm | None) -> None:
-    """Analyse one file into part_dir (atomically: a .tmp folder renamed when complete)."""
+@dataclass
+class Analyser:
+    """What analysing an input file needs."""
+
+    settings: IndexSettings
+    detector: FaceDetector
+    embedder: Embedder
+    settings_key: dict  # `part_settings`, recorded in each part
+
+
+def _decode_rgb(jpeg: bytes) -> np.ndarray:
+    return cv2.cvtColor(cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+
+
+def _used_tracks(path: Path, kind: MediaKind, tracks: list[HeadTrack]) -> list[HeadTrack]:
+    """The tracks a part keeps: all of a video's, the largest head of a photo."""
+    if kind != MediaKind.IMAGE:
+        return tracks
+    if not tracks:
+        raise NoHeadFound(f"{path}: no head found")
+    return [max(tracks, key=lambda t: t.observations[0].head.area)]
+
+
+def _write_part_crops(folder: Path, tracks: list[HeadTrack]) -> tuple[list[dict], list[np.ndarray]]:
+    """Write the tracks' head crops (and aligned faces) into a part; their rows for meta.json and teacher vectors."""
     from headsearch.detect import yaw_hint
-    from headsearch.errors import NoHeadFound
-    from indexer.pipeline import StageClock, media_kind
+    from headsearch.embedders import align_face
+
+    (folder / PART_HEADS).mkdir(parents=True, exist_ok=True)
+    (folder / PART_FACES).mkdir(parents=True, exist_ok=True)
+    rows, vectors = [], []
+    n = 0
+    for tr in tracks:
+        obs_rows = []
+        for o in tr.observations:
+            rgb = _decode_rgb(o.crop_jpeg)
+            head = f"{PART_HEADS}/{crop_name(n)}"
+            (folder / head).write_bytes(encode_jpeg(cv2.resize(rgb, (HEAD_PX, HEAD_PX), interpolation=cv2.INTER_AREA), JPEG_QUALITY))
+            face, teacher_row = None, -1
+            if o.face is not None:
+                face = f"{PART_FACES}/{crop_name(n)}"
+                (folder / face).write_bytes(encode_jpeg(align_face(crop_from_image(rgb, o.head, o.face), FACE_PX), JPEG_QUALITY))
+                teacher_row = len(vectors)
+                vectors.append(np.asarray(o.embeddings[VectorKind.ID], np.float32))
+            n += 1
+            obs_rows.append({"frame": int(o.frame_index), "time": float(o.time), "head": list(map(float, o.head.as_tuple())),
+                             "face": None if o.face is None else list(map(float, o.face.box.as_tuple())),
+                             "pose": None if o.face is None else yaw_hint(o.face), "head_crop": head,
+                             "face_crop": face, "teacher_row": teacher_row})
+        rows.append({"shot": int(tr.shot_index), "obs": obs_rows})
+    return rows, vectors
+
+
+def analyse_to_part(analyser: Analyser, path: Path, part_dir: Path, progress: FrameProgress | None) -> None:
+    """Analyse one file into part_dir (atomically: a .tmp folder renamed when complete)."""
+    from indexer.analysis import analyse_file
 
     tmp = part_dir.with_name(part_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        stat = path.stat()
-        writer.start(tmp)
-        clock = StageClock()
-        result = indexer.analyse(path, clock, bar)
-        tracks = result.tracks
-        kind = media_kind(path)
-        if kind == "image":
-            if not tracks:
-                raise NoHeadFound(f"{path}: no head found")
-            tracks = [max(tracks, key=lambda t: t.observations[0].head.area)]
-        rows, vectors, used = [], [], set()
-        for tr in tracks:
-            obs_rows = []
-            for o in tr.observations:
-                _, head, face = writer.files[id(o)]
-                used.add(head)
-                teacher_row = -1
-                if o.face is not None:
-                    used.add(face)
-                    teacher_row = len(vectors)
-                    vectors.append(np.asarray(o.embeddings["id"], np.float32))
-                obs_rows.append({"frame": int(o.frame_index), "time": float(o.time), "head": list(map(float, o.head.as_tuple())),
-                                 "face": None if o.face is None else list(map(float, o.face.box.as_tuple())),
-                                 "pose": None if o.face is None else yaw_hint(o.face), "head_crop": head,
-                                 "face_crop": face if o.face is not None else None, "teacher_row": teacher_row})
-            rows.append({"shot": int(tr.shot_index), "obs": obs_rows})
-        for _, head, face in writer.files.values():  # crops of heads a photo does not use
-            for rel in (head, face):
-                if rel is not None and rel not in used:
-                    (tmp / rel).unlink(missing_ok=True)
-        writer.files = {}
-        dim = indexer.embedder.dim
-        np.save(tmp / "teacher.npy", np.stack(vectors).astype(np.float32) if vectors else np.zeros((0, dim), np.float32))
-        meta = {"path": str(path), "kind": kind, "size": stat.st_size, "mtime": stat.st_mtime, "settings": settings_key,
-                "duration": result.duration, "fps": result.fps, "width": result.width, "height": result.height,
-                "frames_decoded": result.frames_decoded, "frames_sampled": result.frames_sampled, "warning": result.warning,
-                "clock": dict(clock.seconds),
+        a = analyser
+        result = analyse_file(path, a.settings, a.detector, a.embedder, keep_crops=True, progress=progress)
+        rows, vectors = _write_part_crops(tmp, _used_tracks(path, result.kind, result.tracks))
+        save_vectors(tmp / PART_TEACHER, vectors, a.embedder.dim)
+        meta = {"path": str(path), "kind": str(result.kind), "size": result.stamp.size, "mtime": result.stamp.mtime,
+                "settings": a.settings_key, "duration": result.duration, "fps": result.fps, "width": result.width,
+                "height": result.height, "frames_decoded": result.frames_decoded, "frames_sampled": result.frames_sampled,
+                "warning": result.warning, "clock": dict(result.stage_seconds),
                 "shots": [[s.index, s.start_frame, s.end_frame, s.start_time, s.end_time] for s in result.shots], "tracks": rows}
-        (tmp / "meta.json").write_text(json.dumps(meta))
+        (tmp / PART_META).write_text(json.dumps(meta))
         if part_dir.exists():
             shutil.rmtree(part_dir)
         os.replace(tmp, part_dir)
     except BaseException:
-        writer.files = {}
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-
-def load_part(part_dir: Path, path: Path, settings_key: dict) -> dict | None:
-    """A complete part for this file and these settings, or None."""
-    try:
-        meta = json.loads((part_dir / "meta.json").read_text())
-        stat = path.stat()
-    except (OSError, ValueError):
-        return None
-    if meta.get("settings") != settings_key or meta.get("size") != stat.st_size or meta.get("mtime") != stat.st_mtime:
-        return None
-    return meta
 
 
 # ----------------------------------------------------------------------------------------------
@@ -328,8 +386,21 @@ class LabelPhoto:
 
 
 @dataclass
+class Inputs:
+    """What a build reads: video files and labelled photos."""
+
+    videos: list[Path]
+    photos: list[LabelPhoto]
+    unreadable: int  # paths that could not be read at all
+
+    def items(self) -> list[tuple[Path, str]]:
+        """(file, source) for every input, videos first; source is "video" or "photo"."""
+        return [(f, "video") for f in self.videos] + [(p.path, "photo") for p in self.photos]
+
+
+@dataclass
 class Segment:
-    part: str  # part key
+    part: Part
     video: str
     source: str  # "video" / "photo"
     track: int
@@ -341,11 +412,15 @@ class Segment:
 
     @property
     def name(self) -> str:
-        return f"{self.part}/t{self.track}"
+        return f"{self.part.key}/t{self.track}"
 
     @property
     def frames(self) -> set[int]:
         return {o["frame"] for o in self.obs}
+
+    @property
+    def best_teacher_vector(self) -> np.ndarray:
+        return self.part.teacher[self.obs[self.best]["teacher_row"]]
 
 
 @dataclass
@@ -388,24 +463,17 @@ class BuildSummary:
                 f"{self.segments_kept} segments ({rej} tracks rejected), {self.identities} identities, "
                 f"{self.samples} samples ({self.teacher_rows} with teacher vectors), {self.wall_seconds:.1f} s")
 
-
-def pair_counts(identities: Sequence[str], states: Sequence[str]) -> dict:
-    """Sample pairs by relation: R1 same state, R2 same identity other state, R3 other identity."""
-    c2 = lambda k: k * (k - 1) // 2  # noqa: E731
-    n = len(identities)
-    same_id = sum(c2(k) for k in Counter(identities).values())
-    same_state = sum(c2(k) for k in Counter(zip(identities, states)).values())
-    return {"R1": same_state, "R2": same_id - same_state, "R3": c2(n) - same_id}
-
-
-def contact_sheet_name(identity: str) -> str:
-    """File name of an identity's contact sheet under contact/ (':' and other odd characters -> '_')."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", identity) + ".png"
+    def fail(self, source: str, message: str, report: Report) -> None:
+        """Count and report an input that could not be used."""
+        self.failed.append(message)
+        if source == "video":
+            self.videos_failed += 1
+        else:
+            self.photos_failed += 1
+        report(f"error: {message}")
 
 
 def collect_label_photos(csvs: Sequence[Path], summary: BuildSummary, report: Report) -> list[LabelPhoto]:
-    from headsearch.bench import read_label_set
-
     photos, seen = [], set()
     skipped = Counter()
     for csv_path in csvs:
@@ -413,7 +481,7 @@ def collect_label_photos(csvs: Sequence[Path], summary: BuildSummary, report: Re
         for reason, k in ls.skipped.items():
             skipped[reason] += k
         for f in ls.files:
-            if f.kind != "image":
+            if f.kind != MediaKind.IMAGE:
                 skipped["video rows (not used as labels)"] += 1
                 continue
             p = f.path.resolve()
@@ -430,15 +498,10 @@ def collect_label_photos(csvs: Sequence[Path], summary: BuildSummary, report: Re
     return photos
 
 
-def build_dataset(videos: Sequence[Path], out: Path, labels: Sequence[Path] = (), teacher: str | None = None,
-                  opts: DatasetOptions = DatasetOptions(), progress: bool = True, report: Report = print) -> BuildSummary:
-    """Build (or finish building) the dataset folder `out`; see the module docstring."""
-    from headsearch.embedders import load_embedder
-    from indexer.pipeline import Indexer, discover
+def gather_inputs(videos: Sequence[Path], labels: Sequence[Path], summary: BuildSummary, report: Report) -> Inputs:
+    """The video files under `videos` and the photos of the labelled sets; DatasetError when there are none."""
+    from indexer.pipeline import discover
 
-    start = time.perf_counter()
-    summary = BuildSummary()
-    out = Path(out).expanduser()
     files, problems, _ = discover(videos)
     for p in problems:
         report(f"error: {p}")
@@ -452,136 +515,164 @@ def build_dataset(videos: Sequence[Path], out: Path, labels: Sequence[Path] = ()
     summary.videos_failed = len(problems)
     if not video_files and not photos:
         raise DatasetError("nothing to build from: no readable videos or labelled photos were given")
+    return Inputs(video_files, photos, len(problems))
 
-    embedder = load_embedder(teacher)
-    described = embedder.describe()
-    threshold = opts.cluster_threshold if opts.cluster_threshold is not None else default_cluster_threshold(embedder.name)
-    summary.cluster_threshold = threshold
-    summary.options = {**asdict(opts), "cluster_threshold": threshold}
-    summary.teacher = described
-    settings = IndexSettings(sample_fps=opts.sample_fps)
-    settings_key = _part_settings(settings, described)
-    writer = CropWriter()
-    indexer = Indexer(None, embedder, settings, progress=progress, crop_sink=writer)
+
+def _analysed_part(analyser: Analyser, path: Path, source: str, part_dir: Path, summary: BuildSummary, report: Report,
+                   progress: FrameProgress | None) -> Part | None:
+    """The part of one input: reused when complete, else analysed now; None (reported) when the file fails."""
+    part = Part.load(part_dir, path, analyser.settings_key)
+    if part is not None:
+        if source == "video":
+            summary.videos_reused += 1
+        return part
     try:
-        (out / "parts").mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.R_OK):
+            raise HeadsearchError(f"{path}: cannot read file" if path.exists() else f"{path}: no such file")
+        analyse_to_part(analyser, path, part_dir, progress)
+    except HeadsearchError as e:
+        summary.fail(source, str(e), report)
+        return None
     except OSError as e:
-        raise DatasetError(f"{out}: cannot create the output folder ({e.strerror or e})") from e
-    for stale in (out / "parts").glob("*.tmp"):
-        shutil.rmtree(stale, ignore_errors=True)
+        if is_disk_full(e):
+            raise
+        summary.fail(source, f"{path}: {e.strerror or e}", report)
+        return None
+    part = Part.load(part_dir, path, analyser.settings_key)
+    if source == "video":
+        summary.videos_analysed += 1
+    if part is None:
+        summary.fail(source, f"{path}: changed while being analysed", report)
+    return part
 
-    # 1-2: analyse every input into its part
-    inputs = [(f, "video") for f in video_files] + [(p.path, "photo") for p in photos]
-    metas: dict[Path, tuple[str, dict]] = {}
-    overall = tqdm(inputs, desc="files", unit="file", disable=not progress, position=0)
+
+def analyse_inputs(inputs: Inputs, parts_dir: Path, analyser: Analyser, summary: BuildSummary, report: Report,
+                   progress: bool) -> dict[Path, Part]:
+    """Steps 1-2: every input analysed into its part under `parts_dir` (or its complete part reused)."""
+    parts: dict[Path, Part] = {}
+    overall = tqdm(inputs.items(), desc="files", unit="file", disable=not progress, position=0)
     frame_bar = tqdm(desc="frames", unit="frame", disable=not progress, position=1, leave=False)
     for path, source in overall:
         overall.set_postfix_str(path.name[-40:])
-        key = part_key(path)
-        part_dir = out / "parts" / key
-        meta = load_part(part_dir, path, settings_key)
-        if meta is None:
-            try:
-                if not os.access(path, os.R_OK):
-                    raise HeadsearchError(f"{path}: cannot read file" if path.exists() else f"{path}: no such file")
-                analyse_to_part(indexer, writer, path, part_dir, settings_key, frame_bar if source == "video" else None)
-                meta = load_part(part_dir, path, settings_key)
-                if source == "video":
-                    summary.videos_analysed += 1
-            except HeadsearchError as e:
-                _fail(summary, source, str(e), report)
-                continue
-            except OSError as e:
-                if e.errno == 28:
-                    raise
-                _fail(summary, source, f"{path}: {e.strerror or e}", report)
-                continue
-            if meta is None:
-                _fail(summary, source, f"{path}: changed while being analysed", report)
-                continue
-        elif source == "video":
-            summary.videos_reused += 1
-        if meta.get("warning"):
-            summary.warnings.append(meta["warning"])
-            report(f"warning: {meta['warning']}")
-        metas[path] = (key, meta)
-        summary.analysis_seconds += sum(meta.get("clock", {}).values())
+        part = _analysed_part(analyser, path, source, parts_dir / part_key(path), summary, report,
+                              frame_bar if source == "video" else None)
+        if part is None:
+            continue
+        warning = part.meta.get("warning")
+        if warning:
+            summary.warnings.append(warning)
+            report(f"warning: {warning}")
+        parts[path] = part
+        summary.analysis_seconds += part.analysis_seconds
     frame_bar.close()
     overall.close()
+    if not parts:
+        raise DatasetError(f"nothing usable: none of the {len(inputs.items()) + inputs.unreadable} inputs could be read "
+                           "(see the errors above)")
+    return parts
 
-    # 3: segments
+
+def video_segments(videos: Sequence[Path], parts: dict[Path, Part], opts: DatasetOptions, summary: BuildSummary) -> list[Segment]:
+    """Step 3: the video tracks that pass the segment filter, with their best-face observation."""
     segments: list[Segment] = []
-    for path in video_files:
-        if path not in metas:
+    for path in videos:
+        part = parts.get(path)
+        if part is None:
             continue
-        key, meta = metas[path]
-        summary.shots += len(meta["shots"])
-        summary.tracks += len(meta["tracks"])
-        summary.video_seconds += meta["duration"] or 0.0
-        for t, tr in enumerate(meta["tracks"]):
+        summary.shots += len(part.meta["shots"])
+        summary.tracks += len(part.tracks)
+        summary.video_seconds += part.meta["duration"] or 0.0
+        for t, tr in enumerate(part.tracks):
             best, reason = select_segment(tr["obs"], opts)
             if reason is not None:
                 summary.segments_rejected[reason] += 1
                 continue
-            segments.append(Segment(key, str(path), "video", t, tr["shot"], tr["obs"], best))
+            segments.append(Segment(part, str(path), "video", t, tr["shot"], tr["obs"], best))
     summary.segments_kept = len(segments)
-    photo_segments = []
+    return segments
+
+
+def photo_segments(photos: Sequence[LabelPhoto], parts: dict[Path, Part], summary: BuildSummary) -> list[Segment]:
+    """One single-sample segment per analysed labelled photo, with its labelled identity and state."""
+    segments = []
     for ph in photos:
-        if ph.path not in metas:
+        part = parts.get(ph.path)
+        if part is None:
             continue
-        key, meta = metas[ph.path]
-        tr = meta["tracks"][0]
-        photo_segments.append(Segment(key, str(ph.path), "photo", 0, 0, tr["obs"], 0, ph.identity, ph.state))
-    summary.photos = len(photo_segments)
-    if not metas:
-        raise DatasetError(f"nothing usable: none of the {len(inputs) + len(problems)} inputs could be read (see the errors above)")
-    if not segments and not photo_segments:
-        raise DatasetError("no usable segments or photos: every track was rejected by the filters "
-                           f"({', '.join(f'{k} {v}' for k, v in summary.segments_rejected.items() if v) or 'no tracks'}); "
-                           "try --min-invisible 0, a lower --min-frames or a higher --fps")
+        segments.append(Segment(part, str(ph.path), "photo", 0, 0, part.tracks[0]["obs"], 0, ph.identity, ph.state))
+    summary.photos = len(segments)
+    summary.label_identities = len({s.identity for s in segments})
+    return segments
 
-    # 4: identities
-    teachers: dict[str, np.ndarray] = {}
 
-    def teacher_vectors(key: str) -> np.ndarray:
-        if key not in teachers:
-            teachers[key] = np.load(out / "parts" / key / "teacher.npy")
-        return teachers[key]
-
-    best_vectors = np.stack([teacher_vectors(s.part)[s.obs[s.best]["teacher_row"]] for s in segments]) if segments else np.zeros((0, embedder.dim))
+def cannot_link_pairs(segments: Sequence[Segment]) -> list[tuple[int, int]]:
+    """Pairs of segments seen in one sampled frame of one shot: two people, however alike."""
     cannot = []
     by_shot: dict[tuple[str, int], list[int]] = defaultdict(list)
     for i, s in enumerate(segments):
-        by_shot[(s.part, s.shot)].append(i)
+        by_shot[(s.part.key, s.shot)].append(i)
     for members in by_shot.values():
         frames = {i: segments[i].frames for i in members}
         for x, i in enumerate(members):
             for j in members[x + 1:]:
                 if frames[i] & frames[j]:
                     cannot.append((i, j))
+    return cannot
+
+
+def cluster_identities(segments: Sequence[Segment], threshold: float, dim: int, summary: BuildSummary) -> None:
+    """Step 4: name each video segment's identity (a cluster of best faces) and state (the segment)."""
+    vectors = np.stack([s.best_teacher_vector for s in segments]) if segments else np.zeros((0, dim))
+    cannot = cannot_link_pairs(segments)
     summary.cannot_link_pairs = len(cannot)
-    clusters = cluster_with_cannot_link(best_vectors, threshold, cannot)
+    clusters = cluster_with_cannot_link(vectors, threshold, cannot)
     summary.cannot_link_blocked = clusters.blocked_pairs
     width = max(4, len(str(int(clusters.labels.max()) + 1 if len(clusters.labels) else 0)))
-    for s, c in zip(segments, clusters.labels):
+    for s, c in zip(segments, clusters.labels, strict=True):
         s.identity = f"vid{int(c) + 1:0{width}d}"
         s.state = f"{s.identity}/{s.name}"
     summary.video_identities = len(set(clusters.labels.tolist()))
-    summary.label_identities = len({s.identity for s in photo_segments})
 
-    assemble(out, segments + photo_segments, teacher_vectors, metas, described, embedder.dim, summary)
+
+def build_dataset(videos: Sequence[Path], out: Path, labels: Sequence[Path] = (), teacher: str | None = None,
+                  opts: DatasetOptions = DatasetOptions(), progress: bool = True, report: Report = print) -> BuildSummary:
+    """Build (or finish building) the dataset folder `out`; see the module docstring."""
+    from headsearch.detect import FaceDetector
+    from headsearch.embedders import load_embedder
+
+    start = time.perf_counter()
+    summary = BuildSummary()
+    out = Path(out).expanduser()
+    inputs = gather_inputs(videos, labels, summary, report)
+
+    embedder = load_embedder(teacher)
+    model = embedder.describe()
+    threshold = opts.cluster_threshold if opts.cluster_threshold is not None else default_cluster_threshold(embedder.name)
+    summary.cluster_threshold = threshold
+    summary.options = {**asdict(opts), "cluster_threshold": threshold}
+    summary.teacher = model.to_dict()
+    settings = IndexSettings(sample_fps=opts.sample_fps)
+    analyser = Analyser(settings, FaceDetector.from_settings(settings), embedder, part_settings(settings, model))
+    parts_dir = out / PARTS
+    try:
+        parts_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DatasetError(f"{out}: cannot create the output folder ({e.strerror or e})") from e
+    for stale in parts_dir.glob("*.tmp"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+    parts = analyse_inputs(inputs, parts_dir, analyser, summary, report, progress)
+    segments = video_segments(inputs.videos, parts, opts, summary)
+    photos = photo_segments(inputs.photos, parts, summary)
+    if not segments and not photos:
+        raise DatasetError("no usable segments or photos: every track was rejected by the filters "
+                           f"({', '.join(f'{k} {v}' for k, v in summary.segments_rejected.items() if v) or 'no tracks'}); "
+                           "try --min-invisible 0, a lower --min-frames or a higher --fps")
+    cluster_identities(segments, threshold, embedder.dim, summary)
+    assemble(out, segments + photos, parts, summary.teacher, embedder.dim, summary)
     summary.wall_seconds = time.perf_counter() - start
-    (out / "summary.json").write_text(json.dumps(asdict(summary), indent=2, default=float))
+    write_summary(out, asdict(summary))
     return summary
-
-
-def _fail(summary: BuildSummary, source: str, message: str, report: Report) -> None:
-    summary.failed.append(message)
-    if source == "video":
-        summary.videos_failed += 1
-    else:
-        summary.photos_failed += 1
-    report(f"error: {message}")
 
 
 def _link(src: Path, dst: Path) -> None:
@@ -591,81 +682,39 @@ def _link(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def _replace_dir(path: Path) -> Path:
-    """A fresh empty folder `path.new` to fill, swapped in by `_swap_dir`."""
-    new = path.with_name(path.name + ".new")
-    shutil.rmtree(new, ignore_errors=True)
-    new.mkdir(parents=True)
-    return new
-
-
-def _swap_dir(new: Path, path: Path) -> None:
-    old = path.with_name(path.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if path.exists():
-        os.replace(path, old)
-    os.replace(new, path)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def assemble(out: Path, segments: list[Segment], teacher_vectors, metas, teacher: dict, dim: int, summary: BuildSummary) -> None:
-    """Write heads/, faces/, teacher.npy, teacher.json, manifest.parquet, videos.json and contact/."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    heads, faces = _replace_dir(out / "heads"), _replace_dir(out / "faces")
-    cols = {k: [] for k in ("sample_id", "identity", "state", "source", "video", "segment", "shot", "frame_index", "time",
-                            "pose_hint", "face_visible", "head_crop", "face_crop", "teacher_index")}
+def assemble(out: Path, segments: list[Segment], parts: dict[Path, Part], teacher: dict, dim: int, summary: BuildSummary) -> None:
+    """Step 5: write heads/, faces/, teacher.npy, teacher.json, manifest.parquet, videos.json and contact/."""
+    heads, faces = fresh_dir(out / HEADS), fresh_dir(out / FACES)
+    samples: list[Sample] = []
     vectors = []
     for s in segments:
-        tv = teacher_vectors(s.part)
-        part = out / "parts" / s.part
         for o in s.obs:
-            sid = len(cols["sample_id"])
-            _link(part / o["head_crop"], heads / f"{sid}.jpg")
+            sid = len(samples)
+            _link(s.part.folder / o["head_crop"], heads / crop_name(sid))
             face_crop, ti = None, -1
             if o["face_crop"] is not None:
-                _link(part / o["face_crop"], faces / f"{sid}.jpg")
-                face_crop = f"faces/{sid}.jpg"
+                _link(s.part.folder / o["face_crop"], faces / crop_name(sid))
+                face_crop = face_crop_path(sid)
                 ti = len(vectors)
-                vectors.append(tv[o["teacher_row"]])
-            for k, v in (("sample_id", sid), ("identity", s.identity), ("state", s.state), ("source", s.source),
-                         ("video", s.video), ("segment", s.name), ("shot", s.shot), ("frame_index", o["frame"]),
-                         ("time", o["time"]), ("pose_hint", math.nan if o["pose"] is None else o["pose"]),
-                         ("face_visible", o["face"] is not None), ("head_crop", f"heads/{sid}.jpg"), ("face_crop", face_crop),
-                         ("teacher_index", ti)):
-                cols[k].append(v)
-    schema = pa.schema([("sample_id", pa.int64()), ("identity", pa.string()), ("state", pa.string()), ("source", pa.string()),
-                        ("video", pa.string()), ("segment", pa.string()), ("shot", pa.int64()), ("frame_index", pa.int64()),
-                        ("time", pa.float64()), ("pose_hint", pa.float64()), ("face_visible", pa.bool_()),
-                        ("head_crop", pa.string()), ("face_crop", pa.string()), ("teacher_index", pa.int64())])
-    table = pa.table(cols, schema=schema)
-    _swap_dir(heads, out / "heads")
-    _swap_dir(faces, out / "faces")
-    teacher_array = np.stack(vectors).astype(np.float32) if vectors else np.zeros((0, dim), np.float32)
-
-    def write_teacher(tmp: Path) -> None:
-        with open(tmp, "wb") as f:  # a file object: np.save would add ".npy" to a path
-            np.save(f, teacher_array)
-
-    atomic_write(out / "teacher.npy", write_teacher)
-    (out / "teacher.json").write_text(json.dumps(teacher, indent=2))
-    atomic_write(out / "manifest.parquet", lambda tmp: pq.write_table(table, str(tmp)))
-    videos = {meta["path"]: {"part": key, "kind": meta["kind"], "duration": meta["duration"], "fps": meta["fps"],
-                             "width": meta["width"], "height": meta["height"], "tracks": len(meta["tracks"]),
-                             "shots": [{"index": s[0], "start_frame": s[1], "end_frame": s[2], "start_time": s[3], "end_time": s[4]}
-                                       for s in meta["shots"]]}
-              for key, meta in metas.values()}
-    (out / "videos.json").write_text(json.dumps(videos, indent=2))
-    summary.samples = table.num_rows
-    summary.samples_face_visible = int(sum(cols["face_visible"]))
-    summary.samples_video = sum(x == "video" for x in cols["source"])
-    summary.samples_photo = sum(x == "photo" for x in cols["source"])
+                vectors.append(s.part.teacher[o["teacher_row"]])
+            samples.append(Sample(sample_id=sid, identity=s.identity, state=s.state, source=s.source, video=s.video,
+                                  segment=s.name, shot=s.shot, frame_index=o["frame"], time=o["time"],
+                                  pose_hint=math.nan if o["pose"] is None else o["pose"], face_visible=o["face"] is not None,
+                                  head_crop=head_crop_path(sid), face_crop=face_crop, teacher_index=ti))
+    swap_dir(heads, out / HEADS)
+    swap_dir(faces, out / FACES)
+    write_teacher(out, vectors, teacher, dim)
+    summary.samples = write_manifest(out, samples)
+    write_videos(out, {p.meta["path"]: p.video_entry() for p in parts.values()})
+    identities, states = [x.identity for x in samples], [x.state for x in samples]
+    summary.samples_face_visible = sum(x.face_visible for x in samples)
+    summary.samples_video = sum(x.source == "video" for x in samples)
+    summary.samples_photo = sum(x.source == "photo" for x in samples)
     summary.teacher_rows = len(vectors)
-    summary.identities = len(set(cols["identity"]))
-    summary.states = len(set(cols["state"]))
-    summary.pairs = pair_counts(cols["identity"], cols["state"])
-    write_contact_sheets(out, cols)
+    summary.identities = len(set(identities))
+    summary.states = len(set(states))
+    summary.pairs = relation_counts(identities, states)
+    write_contact_sheets(out, samples)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -675,43 +724,50 @@ THUMB = 64
 PER_ROW = 12
 MAX_ROWS = 40
 LABEL_W = 300
+_FONT = cv2.FONT_HERSHEY_SIMPLEX
 
 
-def write_contact_sheets(out: Path, cols: dict) -> None:
+def write_contact_sheets(out: Path, samples: Sequence[Sample]) -> None:
     """contact/<identity>.png: one row per state (segment), up to PER_ROW crops spread over it,
     green frame = face visible, red = not, labelled with the state, file, time span and count."""
-    contact = _replace_dir(out / "contact")
-    rows_by_identity: dict[str, dict[str, list[int]]] = defaultdict(dict)
-    for i, (ident, state) in enumerate(zip(cols["identity"], cols["state"])):
-        rows_by_identity[ident].setdefault(state, []).append(i)
-    font = cv2.FONT_HERSHEY_SIMPLEX
+    contact = fresh_dir(out / CONTACT)
+    rows_by_identity: dict[str, dict[str, list[Sample]]] = defaultdict(dict)
+    for s in samples:
+        rows_by_identity[s.identity].setdefault(s.state, []).append(s)
     for ident, states in rows_by_identity.items():
-        shown = list(states.items())[:MAX_ROWS]
-        header = 28
-        h = header + len(shown) * (THUMB + 6) + (18 if len(states) > MAX_ROWS else 0)
-        w = LABEL_W + PER_ROW * (THUMB + 4)
-        sheet = np.full((h, w, 3), 255, np.uint8)
-        n_samples = sum(len(v) for v in states.values())
-        cv2.putText(sheet, f"{ident}: {len(states)} states, {n_samples} samples", (6, 19), font, 0.55, (0, 0, 0), 1, cv2.LINE_AA)
-        for r, (state, idx) in enumerate(shown):
-            y = header + r * (THUMB + 6)
-            pick = idx if len(idx) <= PER_ROW else [idx[round(k * (len(idx) - 1) / (PER_ROW - 1))] for k in range(PER_ROW)]
-            first = idx[0]
-            times = [cols["time"][i] for i in idx]
-            label1 = state.split("/", 1)[-1][-38:]
-            label2 = f"{Path(cols['video'][first]).name[-24:]}  {min(times):.1f}-{max(times):.1f}s  n={len(idx)}"
-            cv2.putText(sheet, label1, (6, y + 24), font, 0.4, (0, 0, 0), 1, cv2.LINE_AA)
-            cv2.putText(sheet, label2, (6, y + 44), font, 0.4, (80, 80, 80), 1, cv2.LINE_AA)
-            for c, i in enumerate(pick):
-                img = cv2.imread(str(out / cols["head_crop"][i]))
-                if img is None:
-                    continue
-                img = cv2.resize(img, (THUMB - 4, THUMB - 4), interpolation=cv2.INTER_AREA)
-                x = LABEL_W + c * (THUMB + 4)
-                color = (0, 160, 0) if cols["face_visible"][i] else (0, 0, 200)
-                sheet[y:y + THUMB, x:x + THUMB] = color
-                sheet[y + 2:y + THUMB - 2, x + 2:x + THUMB - 2] = img
-        if len(states) > MAX_ROWS:
-            cv2.putText(sheet, f"... {len(states) - MAX_ROWS} more states", (6, h - 5), font, 0.45, (0, 0, 0), 1, cv2.LINE_AA)
-        cv2.imwrite(str(contact / contact_sheet_name(ident)), sheet)
-    _swap_dir(contact, out / "contact")
+        cv2.imwrite(str(contact / contact_sheet_name(ident)), _contact_sheet(out, ident, states))
+    swap_dir(contact, out / CONTACT)
+
+
+def _contact_sheet(out: Path, ident: str, states: dict[str, list[Sample]]) -> np.ndarray:
+    shown = list(states.items())[:MAX_ROWS]
+    header = 28
+    h = header + len(shown) * (THUMB + 6) + (18 if len(states) > MAX_ROWS else 0)
+    w = LABEL_W + PER_ROW * (THUMB + 4)
+    sheet = np.full((h, w, 3), 255, np.uint8)
+    n_samples = sum(len(v) for v in states.values())
+    cv2.putText(sheet, f"{ident}: {len(states)} states, {n_samples} samples", (6, 19), _FONT, 0.55, (0, 0, 0), 1, cv2.LINE_AA)
+    for r, (state, members) in enumerate(shown):
+        _draw_state_row(sheet, out, header + r * (THUMB + 6), state, members)
+    if len(states) > MAX_ROWS:
+        cv2.putText(sheet, f"... {len(states) - MAX_ROWS} more states", (6, h - 5), _FONT, 0.45, (0, 0, 0), 1, cv2.LINE_AA)
+    return sheet
+
+
+def _draw_state_row(sheet: np.ndarray, out: Path, y: int, state: str, members: list[Sample]) -> None:
+    """One state's label and up to PER_ROW of its crops, spread over it, at height y of the sheet."""
+    pick = members if len(members) <= PER_ROW else [members[round(k * (len(members) - 1) / (PER_ROW - 1))] for k in range(PER_ROW)]
+    times = [s.time for s in members]
+    label1 = state.split("/", 1)[-1][-38:]
+    label2 = f"{Path(members[0].video).name[-24:]}  {min(times):.1f}-{max(times):.1f}s  n={len(members)}"
+    cv2.putText(sheet, label1, (6, y + 24), _FONT, 0.4, (0, 0, 0), 1, cv2.LINE_AA)
+    cv2.putText(sheet, label2, (6, y + 44), _FONT, 0.4, (80, 80, 80), 1, cv2.LINE_AA)
+    for c, s in enumerate(pick):
+        img = cv2.imread(str(out / s.head_crop))
+        if img is None:
+            continue
+        img = cv2.resize(img, (THUMB - 4, THUMB - 4), interpolation=cv2.INTER_AREA)
+        x = LABEL_W + c * (THUMB + 4)
+        color = (0, 160, 0) if s.face_visible else (0, 0, 200)
+        sheet[y:y + THUMB, x:x + THUMB] = color
+        sheet[y + 2:y + THUMB - 2, x + 2:x + THUMB - 2] = img

@@ -64,7 +64,7 @@ class MixedBatchSampler:
         self.num_batches = int(num_batches) if num_batches is not None else max(1, n // int(batch_size))
 
         groups: dict[tuple[int, int], list[int]] = defaultdict(list)
-        for idx, (i, s) in enumerate(zip(self.identity.tolist(), self.state.tolist())):
+        for idx, (i, s) in enumerate(zip(self.identity.tolist(), self.state.tolist(), strict=True)):
             groups[(i, s)].append(idx)
         self.groups = {key: np.asarray(v, dtype=np.int64) for key, v in sorted(groups.items())}
         states_of: dict[int, list[int]] = defaultdict(list)
@@ -129,29 +129,41 @@ class MixedBatchSampler:
     def _batch(self, queue: list[int], rng: np.random.Generator, pools: dict) -> list[int]:
         batch: list[int] = []
         in_batch: set[int] = set()
+        self._add_blocks(batch, in_batch, queue, rng, pools)
+        self._top_up(batch, in_batch, rng, pools)
+        return batch
+
+    def _next_identity(self, queue: list[int], chosen: list[int], rng: np.random.Generator) -> int | None:
+        """The next identity for a block: from the queue (a multi-state one first in a batch), else any not chosen yet."""
+        if not queue:
+            queue.extend(self._identity_queue(rng))
+        pos = next((p for p, i in enumerate(queue) if i not in chosen and (chosen or i in self.multi_state)), None)
+        if pos is None:
+            pos = next((p for p, i in enumerate(queue) if i not in chosen), None)
+        if pos is not None:
+            return queue.pop(pos)
+        # every identity of the queue is already in the batch
+        fresh = [i for i in self.identities if i not in chosen]
+        return fresh[int(rng.integers(len(fresh)))] if fresh else None
+
+    def _add_blocks(self, batch: list[int], in_batch: set[int], queue: list[int], rng: np.random.Generator, pools: dict) -> None:
+        """Fill the batch with identity blocks (two states of K samples each where the identity has them)."""
         chosen: list[int] = []
         while len(batch) < self.batch_size:
             room = self.batch_size - len(batch)
             if room < 4 and len(chosen) >= 2:
                 break  # too few slots for a block with partners: top up the groups already here
-            if not queue:
-                queue.extend(self._identity_queue(rng))
-            pos = next((p for p, i in enumerate(queue) if i not in chosen and (chosen or i in self.multi_state)), None)
-            if pos is None:
-                pos = next((p for p, i in enumerate(queue) if i not in chosen), None)
-            if pos is None:  # every identity of the queue is already in the batch
-                fresh = [i for i in self.identities if i not in chosen]
-                if not fresh:
-                    break
-                ident = fresh[int(rng.integers(len(fresh)))]
-            else:
-                ident = queue.pop(pos)
+            ident = self._next_identity(queue, chosen, rng)
+            if ident is None:
+                break
             chosen.append(ident)
             batch += self._block(ident, room, in_batch, pools, rng)
-        # top up, keeping every sample's partners: (a) an extra member for a group already in the batch;
-        # (b) with >= 2 slots, a new group: another state of an identity already here (its members get R1 and
-        # R2), else a single-state identity; (c) with 1 slot and nothing to extend, drop one member of a group
-        # that has >= 3 here to make room for (b); (d) any unused sample when nothing else is possible.
+
+    def _top_up(self, batch: list[int], in_batch: set[int], rng: np.random.Generator, pools: dict) -> None:
+        """Top up, keeping every sample's partners: (a) an extra member for a group already in the batch;
+        (b) with >= 2 slots, a new group: another state of an identity already here (its members get R1 and
+        R2), else a single-state identity; (c) with 1 slot and nothing to extend, drop one member of a group
+        that has >= 3 here to make room for (b); (d) any unused sample when nothing else is possible."""
         while len(batch) < self.batch_size:
             room = self.batch_size - len(batch)
             here = {(int(self.identity[b]), int(self.state[b])) for b in batch}
@@ -162,26 +174,9 @@ class MixedBatchSampler:
                 if got:
                     break
             if not got and room >= 2:
-                ids_here = {i for i, _ in here}
-                fresh = [key for key, g in self.groups.items() if key not in here and g.size >= 2]
-                ranked = ([key for key in fresh if key[0] in ids_here]
-                          or [key for key in fresh if key[0] not in self.multi_state]
-                          or fresh)
-                if ranked:
-                    key = ranked[int(rng.integers(len(ranked)))]
-                    got = self._take(key, min(room, self.k), in_batch, pools, rng)
-            if not got and room == 1:
-                counts: dict[tuple[int, int], list[int]] = defaultdict(list)
-                for b in batch:
-                    counts[(int(self.identity[b]), int(self.state[b]))].append(b)
-                big = [key for key in keys if len(counts[key]) >= 3]
-                here_ids = {i for i, _ in here}
-                can_add = any(key not in here and g.size >= 2 for key, g in self.groups.items()
-                              if key[0] in here_ids or key[0] not in self.multi_state)
-                if big and can_add:
-                    victim = counts[big[int(rng.integers(len(big)))]][-1]
-                    batch.remove(victim)  # stays in in_batch: never drawn again for this batch
-                    continue
+                got = self._new_group(here, room, in_batch, pools, rng)
+            if not got and room == 1 and self._make_room(batch, here, keys, rng):
+                continue
             if not got:
                 rest = np.setdiff1d(np.arange(self.identity.size), np.fromiter(in_batch, np.int64, len(in_batch)))
                 if rest.size == 0:
@@ -189,7 +184,35 @@ class MixedBatchSampler:
                 got = [int(rest[int(rng.integers(rest.size))])]
                 in_batch.add(got[0])
             batch += got
-        return batch
+
+    def _new_group(self, here: set[tuple[int, int]], room: int, in_batch: set[int], pools: dict,
+                   rng: np.random.Generator) -> list[int]:
+        """(b): members of a state not in the batch yet, preferably of an identity already here."""
+        ids_here = {i for i, _ in here}
+        fresh = [key for key, g in self.groups.items() if key not in here and g.size >= 2]
+        ranked = ([key for key in fresh if key[0] in ids_here]
+                  or [key for key in fresh if key[0] not in self.multi_state]
+                  or fresh)
+        if not ranked:
+            return []
+        key = ranked[int(rng.integers(len(ranked)))]
+        return self._take(key, min(room, self.k), in_batch, pools, rng)
+
+    def _make_room(self, batch: list[int], here: set[tuple[int, int]], keys: list[tuple[int, int]],
+                   rng: np.random.Generator) -> bool:
+        """(c): drop one member of a group with >= 3 in the batch when a new group could then come in."""
+        counts: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for b in batch:
+            counts[(int(self.identity[b]), int(self.state[b]))].append(b)
+        big = [key for key in keys if len(counts[key]) >= 3]
+        here_ids = {i for i, _ in here}
+        can_add = any(key not in here and g.size >= 2 for key, g in self.groups.items()
+                      if key[0] in here_ids or key[0] not in self.multi_state)
+        if not (big and can_add):
+            return False
+        victim = counts[big[int(rng.integers(len(big)))]][-1]
+        batch.remove(victim)  # stays in in_batch: never drawn again for this batch
+        return True
 
     def batches(self, epoch: int | None = None) -> list[list]:
         """All batches of an epoch (default: the one set by ``set_epoch``)."""
@@ -204,7 +227,7 @@ class MixedBatchSampler:
             batch = [batch[j] for j in order]
             if self.with_seeds:
                 seeds = np.random.SeedSequence([self.seed, epoch, b]).generate_state(len(batch), dtype=np.uint32)
-                out.append([(idx, int(s)) for idx, s in zip(batch, seeds.tolist())])
+                out.append([(idx, int(s)) for idx, s in zip(batch, seeds.tolist(), strict=True)])
             else:
                 out.append(batch)
         return out

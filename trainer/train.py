@@ -1,9 +1,10 @@
 """Training loop of the head-similarity model (arXiv 2605.07766): dual-CLS ViT distilled from a face teacher.
 
-``train(dataset, out, options)`` reads a dataset folder (``manifest.parquet``, ``teacher.npy``,
-``teacher.json``, JPEG head crops), splits identities into train / validation, and trains
-``HeadSimilarityModel`` with ``trainer.losses.head_similarity_loss`` on mixed batches
-(``trainer.sampler.MixedBatchSampler``) of augmented crops (``trainer.augment.HeadAugment``).
+``train(dataset, out, options)`` reads a dataset folder (`trainer.dataset_format`), splits identities into
+train / validation, and trains ``HeadSimilarityModel`` with ``trainer.losses.head_similarity_loss`` on mixed
+batches (``trainer.sampler.MixedBatchSampler``) of augmented crops (``trainer.augment.HeadAugment``).
+Its steps: `setup` (data, model, optimizer, scheduler), `train_epoch` (one pass over the epoch's batches),
+`finish_epoch` (validation, log line, checkpoints, state), with `TrainState` as what a resume needs.
 
 Writes into ``out``: ``log.jsonl`` (one line per epoch, plus a first ``teacher`` line), ``last.safetensors``
 (every epoch), ``best.safetensors`` (best validation head-protocol AUC of z_id), ``state.pt`` (everything
@@ -21,27 +22,37 @@ import random
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
+from timm.optim import create_optimizer_v2, param_groups_weight_decay
 from torch import Tensor, nn
 
 from headsearch.errors import HeadsearchError
+from headsearch.evaluation import evaluate
 from headsearch.files import atomic_write
 from headsearch.images import read_image_rgb
-from headsearch.metrics import evaluate_protocol, hierarchy_accuracy, pair_relations
 from headsearch.model import HeadModelConfig, HeadSimilarityModel, save_checkpoint
+from schemas.records import VectorKind
 from trainer.augment import HeadAugment, eval_transform
+from trainer.dataset_format import DatasetError, DatasetInfo, load_dataset
 from trainer.losses import head_similarity_loss
 from trainer.sampler import MixedBatchSampler, encode_labels
 
 CONFIGS = ("small", "tiny", "paper")
-MANIFEST_COLUMNS = ("sample_id", "identity", "state", "head_crop", "teacher_index")
 STATE_FORMAT = "headsearch-train-state/1"
 VAL_FAR = 1e-2
+# The run folder.
+LOG = "log.jsonl"
+LAST = "last.safetensors"
+BEST = "best.safetensors"
+STATE = "state.pt"
+# Options a resumed run must share with the saved one (they decide the batches and the split).
+RESUME_KEYS = ("config", "variant", "seed", "batch_size", "val_identities", "samples_per_state")
 
 
 class TrainingError(HeadsearchError):
@@ -73,87 +84,12 @@ class TrainOptions:
     progress: bool = True  # tqdm bars on stderr
     command_line: str | None = None  # recorded in the model card
 
+    def stop_at(self, step: int) -> bool:
+        """Whether --max-steps is reached."""
+        return self.max_steps is not None and step >= self.max_steps
+
 
 # --- dataset ------------------------------------------------------------------------------------------
-
-
-@dataclass
-class DatasetInfo:
-    root: Path
-    identity: list[str]
-    state: list[str]
-    head_crop: list[str]
-    teacher_index: np.ndarray  # int64 (N,), -1 when none
-    teacher: np.ndarray  # float32 (n_teacher, D), may be (0, D)
-    teacher_meta: dict
-    sample_id: list[int]
-
-    @property
-    def dim(self) -> int | None:
-        return int(self.teacher.shape[1]) if self.teacher.ndim == 2 and self.teacher.shape[1] else self.teacher_meta.get("dim")
-
-    def __len__(self) -> int:
-        return len(self.identity)
-
-
-def load_dataset(root: Path) -> DatasetInfo:
-    """Read and check a dataset folder; any problem is a TrainingError naming it."""
-    import pyarrow.parquet as pq
-
-    root = Path(root)
-    if not root.is_dir():
-        raise TrainingError(f"dataset folder not found: {root}")
-    manifest = root / "manifest.parquet"
-    if not manifest.is_file():
-        raise TrainingError(f"no manifest.parquet in {root} (is it a dataset folder made by the dataset builder?)")
-    try:
-        table = pq.read_table(manifest)
-    except Exception as e:  # pyarrow raises several types for damaged files
-        raise TrainingError(f"cannot read {manifest}: {e}") from None
-    missing = [c for c in MANIFEST_COLUMNS if c not in table.column_names]
-    if missing:
-        raise TrainingError(f"{manifest} lacks column(s) {', '.join(missing)}")
-    cols = {c: table.column(c).to_pylist() for c in MANIFEST_COLUMNS}
-    n = table.num_rows
-    if n == 0:
-        raise TrainingError(f"{manifest} has no samples")
-    if any(v is None or v == "" for v in cols["identity"]):
-        raise TrainingError(f"{manifest}: some samples have no identity")
-    if any(v is None or v == "" for v in cols["head_crop"]):
-        raise TrainingError(f"{manifest}: some samples have no head_crop path")
-    states = ["" if s is None else str(s) for s in cols["state"]]
-    tidx = np.asarray([-1 if t is None else int(t) for t in cols["teacher_index"]], dtype=np.int64)
-
-    meta: dict = {}
-    meta_path = root / "teacher.json"
-    if meta_path.is_file():
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise TrainingError(f"{meta_path} is not valid JSON: {e}") from None
-        if not isinstance(meta, dict):
-            raise TrainingError(f"{meta_path} is not a JSON object")
-    teacher_path = root / "teacher.npy"
-    if teacher_path.is_file():
-        try:
-            teacher = np.load(teacher_path, allow_pickle=False).astype(np.float32, copy=False)
-        except (OSError, ValueError) as e:
-            raise TrainingError(f"cannot read {teacher_path}: {e}") from None
-        if teacher.ndim != 2:
-            raise TrainingError(f"{teacher_path} must be a 2-d (n_teacher, dim) array, got shape {teacher.shape}")
-        if meta.get("dim") is not None and int(meta["dim"]) != teacher.shape[1]:
-            raise TrainingError(f"{meta_path} says dim {meta['dim']} but {teacher_path} has {teacher.shape[1]} columns")
-    else:
-        if (tidx >= 0).any():
-            raise TrainingError(f"{manifest} refers to teacher embeddings but {teacher_path} is missing")
-        teacher = np.zeros((0, int(meta.get("dim") or 0)), np.float32)
-    if (tidx >= teacher.shape[0]).any():
-        raise TrainingError(f"{manifest}: teacher_index up to {int(tidx.max())} but {teacher_path} has {teacher.shape[0]} rows")
-    ids = [str(v) for v in cols["identity"]]
-    if len(set(ids)) < 2:
-        raise TrainingError(f"dataset {root} has {len(set(ids))} identity; training needs at least 2 (R3 negatives)")
-    sample_id = [int(v) if v is not None else k for k, v in enumerate(cols["sample_id"])]
-    return DatasetInfo(root, ids, states, [str(p) for p in cols["head_crop"]], tidx, teacher, meta, sample_id)
 
 
 def split_identities(identity: list[str], fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -248,14 +184,14 @@ class _SkipSampler:
 
 
 def param_groups(model: HeadSimilarityModel, weight_decay: float) -> list[dict]:
-    """AdamW groups: no decay for model.no_weight_decay() names, norms, biases and other 1-d parameters."""
-    skip = set(model.no_weight_decay())
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if name in skip or p.ndim <= 1 or name.endswith(".bias") else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    """AdamW groups as timm makes them: no decay for model.no_weight_decay() names, norms, biases and other 1-d
+    parameters (the no-decay group first; a single group when weight_decay is 0)."""
+    return param_groups_weight_decay(model, weight_decay, no_weight_decay_list=model.no_weight_decay())
+
+
+def create_optimizer(model: HeadSimilarityModel, options: TrainOptions) -> torch.optim.Optimizer:
+    """AdamW over `param_groups` (timm's optimizer factory reads model.no_weight_decay())."""
+    return create_optimizer_v2(model, opt="adamw", lr=options.lr, weight_decay=options.weight_decay, betas=(0.9, 0.999))
 
 
 def lr_factor(step: int, total: int, warmup: int, min_ratio: float = 0.0) -> float:
@@ -292,23 +228,20 @@ def resolve_device(name: str) -> torch.device:
 # --- validation ---------------------------------------------------------------------------------------
 
 
-def embedding_metrics(z: np.ndarray, identities: list[str], states: list[str]) -> dict[str, Any]:
+def embedding_summary(z: np.ndarray, identities: list[str], states: list[str]) -> dict[str, Any]:
     """Head protocol (R1 vs R2+R3) and identity protocol (R1+R2 vs R3): AUC and exact VR@FAR 1e-2 (None when
-    not measurable), and hierarchy accuracy, from cosine similarities of the rows of z."""
-    z = np.asarray(z, dtype=np.float64)
-    z = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
-    sim = z @ z.T
-    i, j, rel = pair_relations(identities, states)
-    out: dict[str, Any] = {"n": int(len(identities))}
-    for protocol in ("head", "identity"):
-        rep = evaluate_protocol(sim, i, j, rel, protocol, fars=(VAL_FAR,))
-        out[f"{protocol}_auc"] = rep.auc
-        vr = next(iter(rep.vr.values()))
-        out[f"{protocol}_vr@1e-2"] = vr.vr if vr.measurable else None
-    acc, quads = hierarchy_accuracy(sim, identities, states)
-    out["hierarchy"] = acc
-    out["hierarchy_quads"] = int(quads)
-    return out
+    not measurable), and hierarchy accuracy, from cosine similarities of the rows of z (the bench's recipe)."""
+    return evaluate({VectorKind.ID: z}, identities, states, fars=(VAL_FAR,)).summary(VAL_FAR)
+
+
+@dataclass
+class ValidationSet:
+    """The held-out samples: their loader (None when no identity is held out) and labels."""
+
+    indices: np.ndarray
+    loader: torch.utils.data.DataLoader | None = None
+    identities: list[str] = field(default_factory=list)
+    states: list[str] = field(default_factory=list)
 
 
 @torch.no_grad()
@@ -330,12 +263,21 @@ def embed(model: nn.Module, loader, device: torch.device, amp: bool) -> tuple[np
 
 def validate(model, loader, device, amp, identities, states) -> dict[str, Any]:
     z_id, z_head = embed(model, loader, device, amp)
-    m_id = embedding_metrics(z_id, identities, states)
-    m_head = embedding_metrics(z_head, identities, states)
+    m_id = embedding_summary(z_id, identities, states)
+    m_head = embedding_summary(z_head, identities, states)
     out = dict(m_id)  # top level: z_id (the best checkpoint is chosen by its head_auc)
     out["hierarchy_head"] = m_head["hierarchy"]
     out["z_head"] = m_head
     return out
+
+
+def teacher_validation(info: DatasetInfo, val: ValidationSet) -> dict[str, Any]:
+    """The same metrics on the teacher's vectors of the held-out samples that have one: the bar to reach."""
+    has = [k for k, g in enumerate(val.indices) if info.teacher_index[g] >= 0]
+    if len(has) < 2:
+        return {"n": len(has)}
+    zt = info.teacher[info.teacher_index[val.indices[has]]]
+    return embedding_summary(zt, [val.identities[k] for k in has], [val.states[k] for k in has])
 
 
 # --- state files --------------------------------------------------------------------------------------
@@ -397,6 +339,128 @@ class _Interrupt:
         return False
 
 
+def _legacy_param_groups(model: nn.Module) -> list[list[nn.Parameter]]:
+    """The optimizer groups of state.pt files written before the optimizer came from timm: [decay, no_decay]."""
+    skip = set(model.no_weight_decay())
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if name in skip or p.ndim <= 1 or name.endswith(".bias") else decay).append(p)
+    return [decay, no_decay]
+
+
+def _optimizer_state_for(saved: dict, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """A saved optimizer state in `optimizer`'s group layout; an older run's [decay, no_decay] groups are
+    renumbered into timm's [no_decay, decay] (one group when weight decay is 0), so runs in progress resume."""
+    def layout(groups: list[dict]) -> list[tuple[int, float]]:
+        return [(len(g["params"]), g["weight_decay"]) for g in groups]
+
+    if layout(saved["param_groups"]) == layout(optimizer.param_groups):
+        return saved
+    legacy = [p for group in _legacy_param_groups(model) for p in group]
+    saved_ids = [i for g in saved["param_groups"] for i in g["params"]]
+    if len(saved["param_groups"]) != 2 or len(saved_ids) != len(legacy):
+        return saved  # not the older layout: load_state_dict says what does not match
+    saved_id = {id(p): i for p, i in zip(legacy, saved_ids, strict=True)}
+    by_decay = {g["weight_decay"]: g for g in saved["param_groups"]}
+    groups = [{**by_decay.get(g["weight_decay"], saved["param_groups"][0]), "params": [saved_id[id(p)] for p in g["params"]]}
+              for g in optimizer.param_groups]
+    return {"state": saved["state"], "param_groups": groups}
+
+
+@dataclass
+class TrainState:
+    """Where a run stands. state.pt holds these fields (same keys) with the weights, optimizer, scheduler
+    and RNG states, so that a resumed run continues exactly."""
+
+    epoch: int = 0  # the epoch in progress; epochs completed when step_in_epoch is 0
+    step_in_epoch: int = 0  # optimizer steps done in that epoch
+    step: int = 0  # optimizer steps in total
+    best_auc: float | None = None  # validation head AUC of best.safetensors
+    have_best: bool = False
+    sums: dict[str, float] = field(default_factory=dict)  # the epoch's logged losses, summed over its steps so far
+    counts: dict[str, int] = field(default_factory=dict)  # steps in each sum
+    images_seen: int = 0  # in the epoch so far
+    teacher_metrics: dict | None = None  # validation metrics of the teacher's vectors
+    last_val: dict | None = None  # validation metrics of the last finished epoch
+
+    def start_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        if self.step_in_epoch == 0:
+            self.sums, self.counts, self.images_seen = {}, {}, 0
+
+    def add_step(self, stats: dict[str, float], images: int, has_teacher: bool) -> None:
+        """Count one optimizer step and its logged losses."""
+        self.step += 1
+        self.step_in_epoch += 1
+        self.images_seen += images
+        for k, v in stats.items():
+            if k == "align" and not has_teacher:
+                continue  # a batch without any teacher embedding says nothing about L_align
+            self.sums[k] = self.sums.get(k, 0.0) + float(v)
+            self.counts[k] = self.counts.get(k, 0) + 1
+
+    def mean_stats(self) -> dict[str, float | None]:
+        keys = ("loss", "sim_id", "sim_head", "align", "align_valid_frac")
+        return {k: (self.sums[k] / self.counts[k] if self.counts.get(k) else None) for k in keys}
+
+    def save(self, path: Path, options: TrainOptions, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler) -> None:
+        """Write state.pt atomically (the RNG states are those of this moment)."""
+        state = {
+            "format": STATE_FORMAT,
+            "options": asdict(options),
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "epoch": self.epoch,
+            "step_in_epoch": self.step_in_epoch,
+            "step": self.step,
+            "sampler_epoch": self.epoch,
+            "best_auc": self.best_auc,
+            "have_best": self.have_best,
+            "sums": self.sums,
+            "counts": self.counts,
+            "images_seen": self.images_seen,
+            "teacher_metrics": self.teacher_metrics,
+            "last_val": self.last_val,
+            "rng": _rng_states(),
+        }
+        atomic_write(path, lambda tmp: torch.save(state, tmp))
+
+    @staticmethod
+    def read(path: Path, options: TrainOptions) -> dict[str, Any]:
+        """The saved state of a run to resume with these options; TrainingError when there is none or it differs."""
+        if not path.is_file():
+            raise TrainingError(f"nothing to resume: {path} not found")
+        try:
+            saved = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as e:
+            raise TrainingError(f"cannot read {path}: {e}") from None
+        if not isinstance(saved, dict) or saved.get("format") != STATE_FORMAT:
+            raise TrainingError(f"{path} is not a training state file")
+        for key in RESUME_KEYS:
+            if saved["options"].get(key) != getattr(options, key):
+                raise TrainingError(f"--resume with {key}={getattr(options, key)!r}, but the saved run used {saved['options'].get(key)!r}")
+        return saved
+
+    @classmethod
+    def restore(cls, saved: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer, scheduler) -> TrainState:
+        """Load the saved weights, optimizer, scheduler and RNG states; the counters as a TrainState."""
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(_optimizer_state_for(saved["optimizer"], model, optimizer))
+        scheduler_state = dict(saved["scheduler"])
+        for key in ("base_lrs", "_last_lr"):  # one per group (all equal): an older run may have had one more
+            if isinstance(scheduler_state.get(key), list):
+                scheduler_state[key] = scheduler_state[key][:len(optimizer.param_groups)]
+        scheduler.load_state_dict(scheduler_state)
+        state = cls(epoch=int(saved["epoch"]), step_in_epoch=int(saved["step_in_epoch"]), step=int(saved["step"]),
+                    best_auc=saved.get("best_auc"), have_best=bool(saved.get("have_best")), sums=dict(saved.get("sums", {})),
+                    counts=dict(saved.get("counts", {})), images_seen=int(saved.get("images_seen", 0)),
+                    teacher_metrics=saved.get("teacher_metrics"), last_val=saved.get("last_val"))
+        _set_rng_states(saved["rng"])
+        return state
+
+
 # --- training -----------------------------------------------------------------------------------------
 
 
@@ -408,50 +472,81 @@ def _progress(iterable, enabled: bool, **kw):
     return tqdm(iterable, file=sys.stderr, dynamic_ncols=True, **kw)
 
 
-def _mean_stats(sums: dict[str, float], counts: dict[str, int]) -> dict[str, float | None]:
-    keys = ("loss", "sim_id", "sim_head", "align", "align_valid_frac")
-    return {k: (sums[k] / counts[k] if counts.get(k) else None) for k in keys}
+@dataclass
+class Run:
+    """Everything a training run works with, made by `setup`."""
+
+    options: TrainOptions
+    dataset: Path
+    out: Path
+    info: DatasetInfo
+    device: torch.device
+    amp: bool  # bf16 autocast (on CUDA)
+    model: HeadSimilarityModel
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    train_set: CropDataset
+    sampler: MixedBatchSampler
+    loader_kw: dict[str, Any]
+    val: ValidationSet
+    card: dict  # the model card's fields common to every checkpoint
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(self.sampler)
+
+    def log(self, entry: dict) -> None:
+        """Append one line to log.jsonl."""
+        with (self.out / LOG).open("a", encoding="utf-8") as f:
+            f.write(json.dumps(_jsonable(entry), sort_keys=True) + "\n")
+
+    def save_state(self, state: TrainState) -> None:
+        state.save(self.out / STATE, self.options, self.model, self.optimizer, self.scheduler)
 
 
-def train(dataset: Path, out: Path, options: TrainOptions | None = None,
-          report: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Train (or resume) and return a summary dict: epochs, steps, final and best val metrics, paths,
-    ``interrupted`` (True when stopped by Ctrl-C or --max-steps before the last epoch ended)."""
-    options = options or TrainOptions()
-    say = report or (lambda m: None)
-    dataset, out = Path(dataset), Path(out)
+def _check_options(options: TrainOptions) -> None:
     if options.epochs < 1:
         raise TrainingError(f"--epochs must be >= 1, got {options.epochs}")
     if options.batch_size < 2:
         raise TrainingError(f"--batch-size must be >= 2, got {options.batch_size}")
-    info = load_dataset(dataset)
-    device = resolve_device(options.device)
-    amp = device.type == "cuda"
-    cfg = model_config(options, info.dim)
 
+
+def _split(info: DatasetInfo, options: TrainOptions) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) sample indices; validation capped at options.val_max_samples by a seeded subset."""
     train_idx, val_idx = split_identities(info.identity, options.val_identities, options.seed)
     if len({info.identity[i] for i in train_idx}) < 2:
         raise TrainingError("fewer than 2 training identities after the validation split; lower --val-identities")
     if options.val_max_samples and len(val_idx) > options.val_max_samples:
         keep = np.random.default_rng([options.seed, 0x7A1]).choice(len(val_idx), options.val_max_samples, replace=False)
         val_idx = val_idx[np.sort(keep)]
+    return train_idx, val_idx
 
-    state_path = out / "state.pt"
-    resume_state = None
+
+def _validation_set(info: DatasetInfo, val_idx: np.ndarray, size: int, options: TrainOptions, loader_kw: dict) -> ValidationSet:
+    if not len(val_idx):
+        return ValidationSet(val_idx)
+    val_set = CropDataset(info, val_idx, size, None)
+    bs = options.val_batch_size
+    batches = [list(range(s, min(s + bs, len(val_set)))) for s in range(0, len(val_set), bs)]
+    return ValidationSet(val_idx, torch.utils.data.DataLoader(val_set, batch_sampler=batches, **loader_kw),
+                         [info.identity[i] for i in val_idx], [info.state[i] for i in val_idx])
+
+
+def setup(dataset: Path, out: Path, options: TrainOptions) -> tuple[Run, dict[str, Any] | None]:
+    """Read the data, build the model, optimizer and scheduler (seeded); with the saved state when resuming."""
+    _check_options(options)
+    try:
+        info = load_dataset(dataset)
+    except DatasetError as e:
+        raise TrainingError(str(e)) from None
+    device = resolve_device(options.device)
+    cfg = model_config(options, info.dim)
+    train_idx, val_idx = _split(info, options)
+
+    saved = None
     if options.resume:
-        if not state_path.is_file():
-            raise TrainingError(f"nothing to resume: {state_path} not found")
-        try:
-            resume_state = torch.load(state_path, map_location="cpu", weights_only=False)
-        except Exception as e:
-            raise TrainingError(f"cannot read {state_path}: {e}") from None
-        if not isinstance(resume_state, dict) or resume_state.get("format") != STATE_FORMAT:
-            raise TrainingError(f"{state_path} is not a training state file")
-        saved = resume_state["options"]
-        for key in ("config", "variant", "seed", "batch_size", "val_identities", "samples_per_state"):
-            if saved.get(key) != getattr(options, key):
-                raise TrainingError(f"--resume with {key}={getattr(options, key)!r}, but the saved run used {saved.get(key)!r}")
-    elif state_path.exists() or (out / "last.safetensors").exists():
+        saved = TrainState.read(out / STATE, options)
+    elif (out / STATE).exists() or (out / LAST).exists():
         raise TrainingError(f"{out} already holds a training run; pass --resume to continue it or choose another --out")
     out.mkdir(parents=True, exist_ok=True)
 
@@ -466,11 +561,9 @@ def train(dataset: Path, out: Path, options: TrainOptions | None = None,
     train_set = CropDataset(info, train_idx, cfg.img_size, augment)
     sampler = MixedBatchSampler(train_set.identity_codes, train_set.state_codes, options.batch_size,
                                 options.samples_per_state, seed=options.seed, with_seeds=True)
-    steps_per_epoch = len(sampler)
-    total_steps = steps_per_epoch * options.epochs
-    warmup_steps = int(round(options.warmup_epochs * steps_per_epoch))
-
-    optimizer = torch.optim.AdamW(param_groups(model, options.weight_decay), lr=options.lr, betas=(0.9, 0.999))
+    total_steps = len(sampler) * options.epochs
+    warmup_steps = int(round(options.warmup_epochs * len(sampler)))
+    optimizer = create_optimizer(model, options)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_factor(s, total_steps, warmup_steps, options.min_lr_ratio))
 
@@ -478,43 +571,8 @@ def train(dataset: Path, out: Path, options: TrainOptions | None = None,
                                  "pin_memory": device.type == "cuda"}
     if options.workers > 0:
         loader_kw["persistent_workers"] = False
-
-    val_loader = None
-    val_ids: list[str] = []
-    val_states: list[str] = []
-    if len(val_idx):
-        val_set = CropDataset(info, val_idx, cfg.img_size, None)
-        val_ids = [info.identity[i] for i in val_idx]
-        val_states = [info.state[i] for i in val_idx]
-        batches = [list(range(s, min(s + options.val_batch_size, len(val_set)))) for s in range(0, len(val_set), options.val_batch_size)]
-        val_loader = torch.utils.data.DataLoader(val_set, batch_sampler=batches, **loader_kw)
-
-    epoch, step_in_epoch, global_step = 0, 0, 0
-    best_auc: float | None = None
-    have_best = False
-    sums: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    images_seen = 0
-    teacher_metrics: dict | None = None
-    last_val: dict | None = None
-    if resume_state is not None:
-        model.load_state_dict(resume_state["model"])
-        optimizer.load_state_dict(resume_state["optimizer"])
-        scheduler.load_state_dict(resume_state["scheduler"])
-        epoch = int(resume_state["epoch"])
-        step_in_epoch = int(resume_state["step_in_epoch"])
-        global_step = int(resume_state["step"])
-        best_auc = resume_state.get("best_auc")
-        have_best = bool(resume_state.get("have_best"))
-        sums = dict(resume_state.get("sums", {}))
-        counts = dict(resume_state.get("counts", {}))
-        images_seen = int(resume_state.get("images_seen", 0))
-        teacher_metrics = resume_state.get("teacher_metrics")
-        last_val = resume_state.get("last_val")
-        _set_rng_states(resume_state["rng"])
-        say(f"resuming {out} at epoch {epoch + 1}, step {global_step}")
-
-    base_card = {
+    val = _validation_set(info, val_idx, cfg.img_size, options, loader_kw)
+    card = {
         "name": f"headsim-{options.config}-{options.variant}",
         "config": options.config,
         "variant": options.variant,
@@ -525,115 +583,112 @@ def train(dataset: Path, out: Path, options: TrainOptions | None = None,
         "train_samples": int(len(train_idx)),
         "val_samples": int(len(val_idx)),
         "train_identities": len({info.identity[i] for i in train_idx}),
-        "val_identities": len(set(val_ids)),
+        "val_identities": len(set(val.identities)),
     }
-    log_path = out / "log.jsonl"
+    run = Run(options, dataset, out, info, device, device.type == "cuda", model, optimizer, scheduler, train_set, sampler,
+              loader_kw, val, card)
+    return run, saved
 
-    def log(entry: dict) -> None:
-        with log_path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(_jsonable(entry), sort_keys=True) + "\n")
 
-    if teacher_metrics is None and val_loader is not None:
-        has = [k for k, g in enumerate(val_idx) if info.teacher_index[g] >= 0]
-        if len(has) >= 2:
-            zt = info.teacher[info.teacher_index[val_idx[has]]]
-            teacher_metrics = embedding_metrics(zt, [val_ids[k] for k in has], [val_states[k] for k in has])
-        else:
-            teacher_metrics = {"n": len(has)}
-        log({"event": "teacher", "teacher": info.teacher_meta.get("name"), "val": teacher_metrics})
+def train_step(run: Run, batch: dict[str, Tensor]) -> tuple[dict[str, float], bool]:
+    """One optimizer step on a batch: (logged losses, whether any sample had a teacher vector)."""
+    options, device = run.options, run.device
+    x = batch["x"].to(device, non_blocking=True)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=run.amp):
+        z_id, z_head = run.model(x)
+    has_teacher = batch["has_teacher"].to(device)
+    z_teacher = batch["teacher"].to(device) if run.info.teacher.size and options.lambda_align else None
+    loss, stats = head_similarity_loss(
+        z_id.float(), z_head.float(), batch["identity"].to(device), batch["state"].to(device),
+        z_teacher=z_teacher, face_valid=has_teacher if z_teacher is not None else None,
+        lambda_align=options.lambda_align)
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if options.grad_clip and options.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), options.grad_clip)
+    run.optimizer.step()
+    run.scheduler.step()
+    return stats, bool(has_teacher.any())
 
-    def save_state(epoch_: int, step_in_epoch_: int) -> None:
-        state = {
-            "format": STATE_FORMAT,
-            "options": asdict(options),
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "epoch": epoch_,
-            "step_in_epoch": step_in_epoch_,
-            "step": global_step,
-            "sampler_epoch": epoch_,
-            "best_auc": best_auc,
-            "have_best": have_best,
-            "sums": sums,
-            "counts": counts,
-            "images_seen": images_seen,
-            "teacher_metrics": teacher_metrics,
-            "last_val": last_val,
-            "rng": _rng_states(),
-        }
-        atomic_write(state_path, lambda tmp: torch.save(state, tmp))
 
-    clip = options.grad_clip if options.grad_clip and options.grad_clip > 0 else None
+def train_epoch(run: Run, state: TrainState, epoch: int, stop: _Interrupt) -> float:
+    """Train `epoch` from state.step_in_epoch on, until its end, Ctrl-C or --max-steps; returns the seconds spent."""
+    options = run.options
+    run.sampler.set_epoch(epoch)
+    state.start_epoch(epoch)
+    t0 = time.perf_counter()
+    batches = _SkipSampler(run.sampler, epoch, state.step_in_epoch)
+    loader = torch.utils.data.DataLoader(run.train_set, batch_sampler=batches, **run.loader_kw)
+    step_bar = _progress(loader, options.progress, desc=f"epoch {epoch + 1}/{options.epochs}",
+                         total=run.steps_per_epoch, initial=state.step_in_epoch, leave=False)
+    for batch in step_bar:
+        stats, has_teacher = train_step(run, batch)
+        state.add_step(stats, int(batch["x"].shape[0]), has_teacher)
+        if options.progress and hasattr(step_bar, "set_postfix"):
+            step_bar.set_postfix(loss=f"{stats['loss']:.4f}", lr=f"{run.scheduler.get_last_lr()[0]:.2e}")
+        if stop.requested or options.stop_at(state.step):
+            break
+    if hasattr(step_bar, "close"):
+        step_bar.close()
+    return time.perf_counter() - t0
+
+
+def finish_epoch(run: Run, state: TrainState, epoch: int, seconds: float) -> dict[str, Any]:
+    """Validate, log the epoch, write last (and maybe best) checkpoint and the state; returns the log entry."""
+    v = run.val
+    val = validate(run.model, v.loader, run.device, run.amp, v.identities, v.states) if v.loader is not None else None
+    state.last_val = val
+    entry = {"event": "epoch", "epoch": epoch + 1, "step": state.step, "lr": run.scheduler.get_last_lr()[0],
+             **state.mean_stats(), "images": state.images_seen, "seconds": seconds,
+             "images_per_s": state.images_seen / seconds if seconds > 0 else None, "val": val}
+    run.log(entry)
+    card = {**run.card, "epoch": epoch + 1, "step": state.step, "val": val, "teacher_val": state.teacher_metrics}
+    save_checkpoint(run.model, run.out / LAST, _jsonable(card))
+    auc = val.get("head_auc") if val else None
+    if not state.have_best or (auc is not None and (state.best_auc is None or auc > state.best_auc)):
+        state.best_auc = auc if auc is not None else state.best_auc
+        state.have_best = True
+        save_checkpoint(run.model, run.out / BEST, _jsonable(card))
+    state.epoch, state.step_in_epoch = epoch + 1, 0
+    run.save_state(state)
+    return entry
+
+
+def train(dataset: Path, out: Path, options: TrainOptions | None = None,
+          report: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Train (or resume) and return a summary dict: epochs, steps, final and best val metrics, paths,
+    ``interrupted`` (True when stopped by Ctrl-C or --max-steps before the last epoch ended)."""
+    options = options or TrainOptions()
+    say = report or (lambda m: None)
+    out = Path(out)
+    run, saved = setup(Path(dataset), out, options)
+    state = TrainState()
+    if saved is not None:
+        state = TrainState.restore(saved, run.model, run.optimizer, run.scheduler)
+        say(f"resuming {out} at epoch {state.epoch + 1}, step {state.step}")
+    if state.teacher_metrics is None and run.val.loader is not None:
+        state.teacher_metrics = teacher_validation(run.info, run.val)
+        run.log({"event": "teacher", "teacher": run.info.teacher_meta.get("name"), "val": state.teacher_metrics})
+
     interrupted = stopped = False
-    epochs_done = epoch
-    if epoch >= options.epochs:
-        say(f"{out} has already trained {epoch} of {options.epochs} epochs; nothing to do")
-    epoch_bar = _progress(range(epoch, options.epochs), options.progress, desc="epochs", initial=epoch, total=options.epochs)
+    epochs_done = state.epoch
+    if state.epoch >= options.epochs:
+        say(f"{out} has already trained {state.epoch} of {options.epochs} epochs; nothing to do")
+    epoch_bar = _progress(range(state.epoch, options.epochs), options.progress, desc="epochs", initial=state.epoch,
+                          total=options.epochs)
     with _Interrupt() as stop:
         for epoch in epoch_bar:
-            sampler.set_epoch(epoch)
-            if step_in_epoch == 0:
-                sums, counts, images_seen = {}, {}, 0
-            t0 = time.perf_counter()
-            batches = _SkipSampler(sampler, epoch, step_in_epoch)
-            loader = torch.utils.data.DataLoader(train_set, batch_sampler=batches, **loader_kw)
-            step_bar = _progress(loader, options.progress, desc=f"epoch {epoch + 1}/{options.epochs}",
-                                 total=steps_per_epoch, initial=step_in_epoch, leave=False)
-            for batch in step_bar:
-                x = batch["x"].to(device, non_blocking=True)
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                    z_id, z_head = model(x)
-                has_teacher = batch["has_teacher"].to(device)
-                z_teacher = batch["teacher"].to(device) if info.teacher.size and options.lambda_align else None
-                loss, stats = head_similarity_loss(
-                    z_id.float(), z_head.float(), batch["identity"].to(device), batch["state"].to(device),
-                    z_teacher=z_teacher, face_valid=has_teacher if z_teacher is not None else None,
-                    lambda_align=options.lambda_align)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if clip is not None:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-                optimizer.step()
-                scheduler.step()
-                global_step += 1
-                step_in_epoch += 1
-                images_seen += int(x.shape[0])
-                for k, v in stats.items():
-                    if k == "align" and not bool(has_teacher.any()):
-                        continue  # a batch without any teacher embedding says nothing about L_align
-                    sums[k] = sums.get(k, 0.0) + float(v)
-                    counts[k] = counts.get(k, 0) + 1
-                if options.progress and hasattr(step_bar, "set_postfix"):
-                    step_bar.set_postfix(loss=f"{stats['loss']:.4f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
-                if stop.requested or (options.max_steps is not None and global_step >= options.max_steps):
-                    break
-            if hasattr(step_bar, "close"):
-                step_bar.close()
-            if step_in_epoch < steps_per_epoch:  # left the epoch early: Ctrl-C or --max-steps
+            seconds = train_epoch(run, state, epoch, stop)
+            if state.step_in_epoch < run.steps_per_epoch:  # left the epoch early: Ctrl-C or --max-steps
                 interrupted, stopped = stop.requested, True
-                save_state(epoch, step_in_epoch)
+                run.save_state(state)
                 break
-            seconds = time.perf_counter() - t0
-            val = validate(model, val_loader, device, amp, val_ids, val_states) if val_loader is not None else None
-            last_val = val
-            entry = {"event": "epoch", "epoch": epoch + 1, "step": global_step, "lr": scheduler.get_last_lr()[0],
-                     **_mean_stats(sums, counts), "images": images_seen, "seconds": seconds,
-                     "images_per_s": images_seen / seconds if seconds > 0 else None, "val": val}
-            log(entry)
-            card = {**base_card, "epoch": epoch + 1, "step": global_step, "val": val, "teacher_val": teacher_metrics}
-            save_checkpoint(model, out / "last.safetensors", _jsonable(card))
-            auc = val.get("head_auc") if val else None
-            if not have_best or (auc is not None and (best_auc is None or auc > best_auc)):
-                best_auc = auc if auc is not None else best_auc
-                have_best = True
-                save_checkpoint(model, out / "best.safetensors", _jsonable(card))
-            step_in_epoch = 0
+            entry = finish_epoch(run, state, epoch, seconds)
             epochs_done = epoch + 1
-            save_state(epoch + 1, 0)
+            auc = entry["val"].get("head_auc") if entry["val"] else None
             if options.progress and hasattr(epoch_bar, "set_postfix"):
                 epoch_bar.set_postfix(loss=f"{entry['loss']:.4f}", head_auc=f"{auc:.3f}" if auc is not None else "-")
-            if stop.requested or (options.max_steps is not None and global_step >= options.max_steps):
+            if stop.requested or options.stop_at(state.step):
                 interrupted = stop.requested
                 stopped = epoch + 1 < options.epochs
                 break
@@ -642,13 +697,13 @@ def train(dataset: Path, out: Path, options: TrainOptions | None = None,
     return _jsonable({
         "out": out,
         "epochs_done": epochs_done,
-        "steps": global_step,
+        "steps": state.step,
         "interrupted": interrupted,
         "stopped_early": stopped,
-        "val": last_val,
-        "best_head_auc": best_auc,
-        "teacher_val": teacher_metrics,
-        "last": out / "last.safetensors",
-        "best": out / "best.safetensors",
-        "state": state_path,
+        "val": state.last_val,
+        "best_head_auc": state.best_auc,
+        "teacher_val": state.teacher_metrics,
+        "last": out / LAST,
+        "best": out / BEST,
+        "state": out / STATE,
     })

@@ -1,0 +1,245 @@
+"""Verification accuracy of models on a labelled set, and threshold calibration.
+
+A labelled set becomes one sample per usable file (photos: the largest head; one-person videos:
+the labelled person's head track from the indexer's own analysis, as the mean of its vectors);
+all pairs of samples are scored by cosine similarity and evaluated by `headsearch.evaluation` on
+both protocols plus the hierarchy accuracy.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from headsearch.crops import HeadCrop
+from headsearch.detect import FaceDetector
+from headsearch.embedders import Embedder, load_embedder, mean_vector
+from headsearch.errors import HeadsearchError, MediaError, ModelMismatch
+from headsearch.evaluation import EvaluationReport, evaluate
+from headsearch.labels import LabeledFile
+from headsearch.metrics import DEFAULT_FARS
+from headsearch.query import query_crops
+from headsearch.settings import IndexSettings
+from headsearch.thresholds import calibrate
+from indexer.analysis import analyse_file
+from schemas.records import HeadTrack, MediaKind, ModelInfo, VectorKind
+
+log = logging.getLogger(__name__)
+
+Report = Callable[[str], None]
+Vectors = dict[VectorKind, np.ndarray]
+
+
+@dataclass
+class Sample:
+    """One labelled vector set: a photo's largest head, or a video's labelled head track."""
+
+    path: Path
+    identity: str
+    state: str | None
+    vectors: Vectors  # kind -> (dim,) unit vector
+    source: str = "photo"  # "photo" or "video track"
+
+
+@dataclass
+class BenchCache:
+    """In-memory caches of one benchmark run: head crops per photo, vectors per (model, file)."""
+
+    crops: dict[tuple[Path, bool], HeadCrop | HeadsearchError] = field(default_factory=dict)
+    vectors: dict[tuple[tuple[str, str], Path], Vectors | HeadsearchError] = field(default_factory=dict)
+
+
+def model_key(embedder: Embedder) -> tuple[str, str]:
+    """What identifies a model's vectors (two specs loading the same weights share it)."""
+    return (embedder.name, embedder.version)
+
+
+def photo_crop(path: Path, detector: FaceDetector, whole_image: bool, cache: BenchCache) -> HeadCrop:
+    """The largest head of a photo (or the whole photo), cached; raises HeadsearchError."""
+    key = (path, whole_image)
+    if key not in cache.crops:
+        try:
+            cache.crops[key] = query_crops(path, detector, all_heads=False, whole_image=whole_image)[0]
+        except HeadsearchError as e:
+            cache.crops[key] = e
+    hit = cache.crops[key]
+    if isinstance(hit, HeadsearchError):
+        raise hit
+    return hit
+
+
+def embed_photos(files: Sequence[LabeledFile], embedder: Embedder, detector: FaceDetector, whole_image: bool,
+                 cache: BenchCache, report: Report, batch: int = 32) -> tuple[list[Sample], list[str]]:
+    """Samples of labelled photos (largest head each); problems reported one line per file."""
+    key = model_key(embedder)
+    samples: list[Sample | None] = [None] * len(files)
+    failed: list[str] = []
+    todo: list[tuple[int, HeadCrop]] = []
+
+    def flush():
+        if not todo:
+            return
+        vectors = embedder.embed([c for _, c in todo])
+        for row, (i, _) in enumerate(todo):
+            v = {kind: np.asarray(vs[row], np.float32) for kind, vs in vectors.items()}
+            cache.vectors[(key, files[i].path)] = v
+            samples[i] = Sample(files[i].path, files[i].identity, files[i].state, v, "photo")
+        todo.clear()
+
+    for i, f in enumerate(files):
+        hit = cache.vectors.get((key, f.path))
+        if isinstance(hit, dict):
+            samples[i] = Sample(f.path, f.identity, f.state, hit, "photo")
+            continue
+        try:
+            todo.append((i, photo_crop(f.path, detector, whole_image, cache)))
+        except HeadsearchError as e:
+            failed.append(str(e))
+            report(f"warning: {e}; skipped")
+            continue
+        if len(todo) >= batch:
+            flush()
+    flush()
+    return [s for s in samples if s is not None], failed
+
+
+def labelled_track(tracks: Sequence[HeadTrack]) -> HeadTrack | None:
+    """The labelled person's track of a one-person video: the longest track with a visible face
+    (most observations), the one with the largest mean head box on a tie; None when no track saw a face."""
+    candidates = [tr for tr in tracks if any(o.face_visible for o in tr.observations) and tr.observations[0].embeddings]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda tr: (len(tr.observations), float(np.mean([o.head.area for o in tr.observations]))))
+
+
+def video_sample(file: LabeledFile, embedder: Embedder, detector: FaceDetector, settings: IndexSettings) -> Sample:
+    """A one-person video as one sample: the mean (renormalised) of its labelled track's vectors."""
+    result = analyse_file(file.path, settings, detector, embedder)
+    track = labelled_track(result.tracks)
+    if track is None:
+        raise MediaError(f"{file.path}: no head track with a visible face (sampled {result.frames_sampled} frames)")
+    kinds = track.observations[0].embeddings.keys()
+    vectors = {kind: mean_vector(o.embeddings[kind] for o in track.observations if kind in o.embeddings) for kind in kinds}
+    return Sample(file.path, file.identity, file.state, vectors, "video track")
+
+
+def embed_videos(files: Sequence[LabeledFile], embedder: Embedder, detector: FaceDetector, settings: IndexSettings,
+                 cache: BenchCache, report: Report) -> tuple[list[Sample], list[str]]:
+    """Samples of labelled one-person videos; problems reported one line per file."""
+    key = model_key(embedder)
+    samples, failed = [], []
+    for f in files:
+        hit = cache.vectors.get((key, f.path))
+        if hit is None:
+            try:
+                hit = video_sample(f, embedder, detector, settings).vectors
+            except HeadsearchError as e:
+                hit = e
+            except OSError as e:
+                hit = MediaError(f"{f.path}: cannot read file ({e.strerror or e})")
+            cache.vectors[(key, f.path)] = hit
+        if isinstance(hit, HeadsearchError):
+            failed.append(str(hit))
+            report(f"warning: {hit}; skipped")
+            continue
+        samples.append(Sample(f.path, f.identity, f.state, hit, "video track"))
+    return samples, failed
+
+
+@dataclass
+class ModelReport:
+    """Verification results of one model on one labelled set."""
+
+    spec: str
+    model: ModelInfo | None = None
+    error: str | None = None
+    n_photos: int = 0
+    n_tracks: int = 0
+    failed: list[str] = field(default_factory=list)  # files that gave no sample
+    evaluation: EvaluationReport = field(default_factory=EvaluationReport)
+
+    @property
+    def measured(self) -> bool:
+        return self.evaluation.measured
+
+    def to_dict(self) -> dict:
+        e = self.evaluation
+        return {"spec": self.spec, "model": None if self.model is None else self.model.to_dict(), "error": self.error,
+                "samples": e.n_samples, "photos": self.n_photos, "video_tracks": self.n_tracks, "identities": e.n_identities,
+                "pairs": dict(e.pairs), "protocols": e.protocols_dict(),
+                "hierarchy": {"accuracy": e.hierarchy, "quadruples": e.quadruples, "vectors": str(e.head_kind)},
+                "problems": list(e.problems), "failed_files": list(self.failed)}
+
+
+def evaluate_samples(report: ModelReport, samples: Sequence[Sample], fars: Sequence[float] = DEFAULT_FARS) -> ModelReport:
+    """Fill `report` with the evaluation of these samples."""
+    report.n_photos = sum(s.source == "photo" for s in samples)
+    report.n_tracks = len(samples) - report.n_photos
+    kinds = [VectorKind.ID] + ([VectorKind.HEAD] if samples and all(VectorKind.HEAD in s.vectors for s in samples) else [])
+    vectors = {k: np.stack([s.vectors[k] for s in samples]) for k in kinds} if samples else {}
+    report.evaluation = evaluate(vectors, [s.identity for s in samples], [s.state for s in samples], fars)
+    return report
+
+
+def run_accuracy(files: Sequence[LabeledFile], specs: Sequence[str], *, whole_image: bool = False,
+                 settings: IndexSettings | None = None, fars: Sequence[float] = DEFAULT_FARS,
+                 report: Report = print, progress: Report | None = None) -> list[ModelReport]:
+    """Each model's verification report on the labelled files; a model that fails is reported, not fatal."""
+    settings = settings or IndexSettings()
+    detector = FaceDetector.from_settings(settings)
+    cache = BenchCache()
+    photos = [f for f in files if f.kind == MediaKind.IMAGE]
+    videos = [f for f in files if f.kind == MediaKind.VIDEO]
+    reports = []
+    reported_files: set[str] = set()
+
+    def report_once(line: str) -> None:  # a bad file is one line, not one per model
+        if line not in reported_files:
+            reported_files.add(line)
+            report(line)
+
+    for spec in specs:
+        r = ModelReport(spec)
+        reports.append(r)
+        try:
+            embedder = load_embedder(spec)
+        except HeadsearchError as e:
+            r.error = str(e)
+            report(f"error: model {spec}: {e}")
+            continue
+        r.model = embedder.describe()
+        if progress:
+            progress(f"{spec}: embedding {len(photos)} photos and {len(videos)} videos")
+        t0 = time.perf_counter()
+        try:
+            photo_samples, failed_photos = embed_photos(photos, embedder, detector, whole_image, cache, report_once)
+            video_samples, failed_videos = embed_videos(videos, embedder, detector, settings, cache, report_once)
+        except Exception as e:  # noqa: BLE001 - one broken model must not stop the others
+            r.error = f"failed while embedding ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+            report(f"error: model {spec}: {r.error}")
+            continue
+        r.failed = failed_photos + failed_videos
+        evaluate_samples(r, photo_samples + video_samples, fars)
+        log.info("%s: %d samples in %.1f s", spec, r.evaluation.n_samples, time.perf_counter() - t0)
+    return reports
+
+
+def calibration_report(library_model: ModelInfo, reports: Sequence[ModelReport], library_root: Path) -> ModelReport:
+    """The benchmarked model that made the library (refused when none did)."""
+    for r in reports:
+        if r.model is not None and r.model.same_vectors_as(library_model):
+            return r
+    loaded = ", ".join(r.model.label() for r in reports if r.model) or "none loaded"
+    raise ModelMismatch(f"{library_root}: library vectors were made by {library_model.label()}, but the benchmarked model is "
+                        f"{loaded}; thresholds only hold for the model that made the library: bench with --model {library_model.name}")
+
+
+def calibrated_thresholds(report: ModelReport, far: float) -> dict:
+    """The thresholds record of one model's report at `far` (see `headsearch.thresholds.calibrate`)."""
+    if report.error or report.model is None:
+        raise HeadsearchError(f"cannot calibrate {report.spec}: {report.error}")
+    return calibrate(report.evaluation, far, report.model)

@@ -1,0 +1,161 @@
+"""Benchmark results as text tables and ROC plots."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from bench.accuracy import ModelReport
+from bench.search import SYNTHETIC_PER_CLUSTER, SYNTHETIC_SPREAD, SearchSpeed
+from headsearch.metrics import DEFAULT_FARS, PROTOCOL_TITLES, PROTOCOLS, far_key, needed_impostors, roc_points
+
+
+def format_table(rows: list[list[str]], align: str) -> list[str]:
+    """Rows of cells as fixed-width lines; align[i] is '<' or '>' for column i."""
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    return ["  ".join(f"{cell:{align[c]}{widths[c]}}" for c, cell in enumerate(r)).rstrip() for r in rows]
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _vr_cell(r, insightface: bool = False) -> str:
+    if r.vr is None:
+        return "n/m"
+    return f"{r.vr:.3f}" + ("*" if insightface and not r.measurable else "")
+
+
+def format_accuracy(reports: Sequence[ModelReport], fars: Sequence[float] = DEFAULT_FARS) -> str:
+    """The benchmark as a paper-style table (rows = models, columns = protocol x metric)."""
+    keys = [far_key(f) for f in fars]
+    head = ["model"]
+    for _ in PROTOCOLS:
+        head += [f"VR@{k}" for k in keys] + ["AUC"]
+    head.append("hierarchy")
+    rows, errors = [head], []
+    for r in reports:
+        if r.error:
+            errors.append(f"{r.spec}: not measured: {r.error}")
+            rows.append([r.spec] + ["-"] * (len(head) - 1))
+            continue
+        e = r.evaluation
+        row = [r.spec]
+        for p in PROTOCOLS:
+            pr = e.protocols.get(p)
+            if pr is None:
+                row += ["n/m"] * (len(keys) + 1)
+                continue
+            row += [_vr_cell(pr.vr[k]) for k in keys] + ["n/m" if pr.auc is None else f"{pr.auc:.4f}"]
+        row.append("n/m" if e.hierarchy is None else f"{e.hierarchy:.3f}")
+        rows.append(row)
+    lines, widths = format_table(rows, "<" + ">" * (len(head) - 1)), [max(len(r[c]) for r in rows) for c in range(len(head))]
+    # Protocol titles above their column groups.
+    group = len(keys) + 1
+    offset = lambda col: sum(w + 2 for w in widths[:col])  # noqa: E731
+    title = " " * offset(1) + PROTOCOL_TITLES[PROTOCOLS[0]]
+    title = title.ljust(offset(1 + group) - 1) + " " + PROTOCOL_TITLES[PROTOCOLS[1]]
+    out = [title.rstrip()] + lines
+    out += errors
+    out.append("VR: exact verification rate at the FAR (threshold = (k+1)-th highest impostor score, k = floor(FAR x impostors)); "
+               "n/m: not measurable (fewer than 1/FAR impostor pairs, or no genuine pair).")
+    for r in reports:
+        if r.error:
+            continue
+        e = r.evaluation
+        counts = "; ".join(f"{p} {e.protocols[p].n_genuine} genuine / {e.protocols[p].n_impostor} impostor"
+                           for p in PROTOCOLS if p in e.protocols)
+        unmeasurable = sorted({f"VR@{k} needs {needed_impostors(f)}" for p in e.protocols.values() for k, f in zip(keys, fars, strict=True)
+                               if not p.vr[k].measurable and p.n_genuine}, key=len)
+        out.append(f"{r.spec}: {e.n_samples} samples ({r.n_photos} photos, {r.n_tracks} video tracks) of "
+                   f"{_count(e.n_identities, 'identity', 'identities')}; "
+                   f"pairs R1 {e.pairs.get('R1', 0)}, R2 {e.pairs.get('R2', 0)}, R3 {e.pairs.get('R3', 0)}; {counts or 'no pairs'}; "
+                   f"hierarchy over {e.quadruples} quadruples ({e.head_kind} vectors)"
+                   + (f"; n/m: {', '.join(unmeasurable)} impostors" if unmeasurable else ""))
+    # The insightface convention, labelled as such.
+    measured = [r for r in reports if not r.error and r.evaluation.protocols]
+    if measured:
+        out.append("")
+        out.append("insightface convention (ROC point whose FPR is closest to the FAR, no interpolation; "
+                   "* = fewer than 1/FAR impostors, not a real VR@FAR):")
+        ihead = ["model"] + [f"{p} VR@{k}" for p in PROTOCOLS for k in keys]
+        irows = [ihead]
+        for r in measured:
+            irows.append([r.spec] + [_vr_cell(r.evaluation.protocols[p].vr_insightface[k], True) for p in PROTOCOLS for k in keys])
+        out += format_table(irows, "<" + ">" * (len(ihead) - 1))
+    return "\n".join(out)
+
+
+def plot_roc(reports: Sequence[ModelReport], path: Path, fars: Sequence[float] = DEFAULT_FARS) -> Path:
+    """ROC curves of all models, one panel per protocol, log-FAR x axis (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(PROTOCOLS), figsize=(6 * len(PROTOCOLS), 5), squeeze=False)
+    for ax, protocol in zip(axes[0], PROTOCOLS, strict=True):
+        curves = [(r, *r.evaluation.scores[protocol]) for r in reports if not r.error and protocol in r.evaluation.scores]
+        curves = [(r, g, i) for r, g, i in curves if g.size and i.size]
+        # A FAR of 0 cannot sit on a log axis: such points are drawn at the left edge.
+        left = min([min(fars)] + [1.0 / i.size for _, _, i in curves]) / 2
+        for r, genuine, impostor in curves:
+            fpr, tpr, _ = roc_points(genuine, impostor)
+            auc = r.evaluation.protocols[protocol].auc
+            ax.step(np.maximum(fpr, left), tpr, where="post", label=f"{r.spec} (AUC {auc:.3f}, {impostor.size} impostors)")
+        for far in fars:
+            ax.axvline(far, color="0.85", lw=0.8, zorder=0)
+        ax.set_xscale("log")
+        ax.set_xlim(left, 1.0)
+        ax.set_ylim(0.0, 1.01)
+        ax.set_xlabel("false accept rate (log; 0 at the left edge)")
+        ax.set_ylabel("verification rate")
+        ax.set_title(PROTOCOL_TITLES[protocol])
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower right", fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "not measurable", ha="center", va="center", transform=ax.transAxes)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def format_search(results: Sequence[SearchSpeed], seed: int) -> str:
+    if not results:
+        return ""
+    r0 = results[0]
+    lines = [f"search: {r0.dim}-d synthetic unit vectors (seed {seed}; clusters of {SYNTHETIC_PER_CLUSTER}, in-cluster cosine "
+             f"~{1 / (1 + SYNTHETIC_SPREAD ** 2):.2f}), {r0.queries} queries, k={r0.k}, latency of single queries, "
+             f"{r0.threads} faiss threads; recall against exact float64 search"]
+    rows = [["vectors", "index", "p50 ms", "p95 ms", "batch q/s", f"recall@{r0.k}", "memory MB", "build s"]]
+    for r in results:
+        name = "flat (exact)" if r.index == "flat" else f"ivf (nlist {r.params['nlist']}, nprobe {r.params['nprobe']})"
+        rows.append([f"{r.n:,}", name, f"{r.p50_ms:.3f}", f"{r.p95_ms:.3f}", f"{r.batch_qps:,.0f}", f"{r.recall_at_k:.4f}",
+                     f"{r.memory_bytes / 1e6:.1f}", f"{r.build_s:.2f}"])
+    return "\n".join(lines + format_table(rows, ">" + "<" + ">" * 6))
+
+
+
+def format_indexing(r: dict) -> str:
+    """The indexing speed as a table: stages, end to end, decode-only bound."""
+    lines = [f"indexing: {Path(r['video']).name} ({r['video_seconds']:.1f} s, {r['width']}x{r['height']} decoded, "
+             f"{r['fps']:.2f} fps, {r['decoder']}), sampling {r['sample_fps']:g} fps, model {r['model']['name']}: "
+             f"{r['frames_decoded']} frames, {r['frames_sampled']} sampled, {r['tracks']} tracks, {r['sightings']} sightings"]
+    rows = [["stage", "seconds", "share", "throughput", "x real time"]]
+    for stage, s in r["stages"].items():
+        rate = "-" if s["per_second"] is None else f"{s['per_second']:,.1f} {s['unit']}/s"
+        rows.append([stage, f"{s['seconds']:.2f}", "-" if s["share"] is None else f"{100 * s['share']:.0f}%", rate,
+                     "-" if s["realtime"] is None else f"{s['realtime']:.1f}x"])
+    rows.append(["end to end", f"{r['wall_s']:.2f}", "100%", f"{r['frames_decoded'] / r['wall_s']:,.1f} frames/s" if r["wall_s"] else "-",
+                 f"{r['realtime']:.2f}x"])
+    b = r["decode_only"]
+    rows.append(["decode-only bound", f"{b['seconds']:.2f}", "", "-" if b["fps"] is None else f"{b['fps']:,.1f} frames/s",
+                 "-" if b["realtime"] is None else f"{b['realtime']:.1f}x"])
+    lines += format_table(rows, "<>>>>")
+    lines.append(f"(decode-only: every frame decoded and histogrammed, no detection; model load and detector start-up "
+                 f"{r['startup_s']:.1f} s not counted)")
+    return "\n".join(lines)

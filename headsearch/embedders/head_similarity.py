@@ -1,0 +1,69 @@
+"""The dual-CLS head-similarity ViT from our checkpoints (`.safetensors` + `.safetensors.json`)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from headsearch.crops import HeadCrop
+from headsearch.embedders.base import Embedder, file_digest, l2_normalise
+from headsearch.embedders.registry import register_path_loader
+from headsearch.errors import ModelError
+from schemas.records import VectorKind
+
+
+class HeadSimilarityEmbedder(Embedder):
+    """The whole head crop, resized to the model's input size, gives z_id (identity) and z_head
+    (whole-head appearance). Runs on CUDA when torch sees a GPU, else on the CPU."""
+
+    kinds = (VectorKind.ID, VectorKind.HEAD)
+
+    def __init__(self, path: Path, batch_size: int = 64):
+        import torch
+
+        from headsearch.model import load_checkpoint, read_checkpoint_card
+
+        self.path = Path(path)
+        self.model = load_checkpoint(self.path)  # raises ModelError with one line
+        self.card = read_checkpoint_card(self.path)
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.model.to(self.device).eval()
+        self.size = self.model.cfg.img_size
+        self.dim = self.model.cfg.out_dim
+        self.batch_size = batch_size
+        self.name = self.card.get("card", {}).get("name") or f"headsim:{self.path.stem}"
+        self.version = file_digest(self.path)
+        self.source = str(self.path.resolve())
+        self.kinds = (VectorKind.ID, VectorKind.HEAD) if self.model.cfg.variant != "shared" else (VectorKind.ID,)
+
+    def preprocess(self, crops: Sequence[HeadCrop]) -> np.ndarray:
+        """Head crops as an (N, 3, S, S) float32 batch in [-1, 1], exactly as in training's validation."""
+        from headsearch.model import image_to_input
+
+        return np.stack([image_to_input(c.image, self.size) for c in crops])
+
+    def embed(self, crops: Sequence[HeadCrop]) -> dict[VectorKind, np.ndarray]:
+        import torch
+
+        if not crops:
+            return self.empty()
+        ids, heads = [], []
+        with torch.inference_mode():
+            for start in range(0, len(crops), self.batch_size):
+                x = torch.from_numpy(self.preprocess(crops[start : start + self.batch_size])).to(self.device)
+                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+                    z_id, z_head = self.model(x)
+                ids.append(z_id.float().cpu().numpy())
+                heads.append(z_head.float().cpu().numpy())
+        out = {VectorKind.ID: l2_normalise(np.concatenate(ids))}
+        if VectorKind.HEAD in self.kinds:
+            out[VectorKind.HEAD] = l2_normalise(np.concatenate(heads))
+        return out
+
+
+@register_path_loader("a head-similarity .safetensors checkpoint", lambda p: p.suffix == ".safetensors")
+def head_similarity_checkpoint(path: Path) -> Embedder:
+    if not path.is_file():
+        raise ModelError(f"missing model file: {path}")
+    return HeadSimilarityEmbedder(path)

@@ -1,0 +1,47 @@
+"""Media files: which names are videos or photos, and which version of a file we have seen."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from headsearch.errors import MediaError
+from schemas.records import FileStamp, MediaKind
+
+VIDEO_EXTENSIONS = frozenset({".mp4", ".mkv", ".mov", ".avi", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv", ".ts"})
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"})
+MEDIA_EXTENSIONS = VIDEO_EXTENSIONS | IMAGE_EXTENSIONS
+
+
+def media_kind(path: str | Path) -> MediaKind:
+    """A photo by its extension; anything else given to us is tried as a video."""
+    return MediaKind.IMAGE if Path(path).suffix.lower() in IMAGE_EXTENSIONS else MediaKind.VIDEO
+
+
+def is_media_name(name: str) -> bool:
+    """Whether a folder walk picks up this file name (known extension, not hidden)."""
+    return not name.startswith(".") and Path(name).suffix.lower() in MEDIA_EXTENSIONS
+
+
+def fingerprint(path: Path, size: int) -> str:
+    """A content fingerprint: the size and 16 evenly spread 64 KiB blocks (whole file when small)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(str(size).encode())
+    block = 1 << 16
+    with open(path, "rb") as f:
+        if size <= 16 * block * 2:
+            h.update(f.read())
+        else:
+            for i in range(16):
+                f.seek((size - block) * i // 15)
+                h.update(f.read(block))
+    return h.hexdigest()
+
+
+def file_stamp(path: Path) -> FileStamp:
+    """The stamp of a file as it is now; MediaError when it cannot be read."""
+    path = Path(path)
+    try:
+        stat = path.stat()
+        return FileStamp(str(path), stat.st_size, stat.st_mtime, fingerprint(path, stat.st_size))
+    except OSError as e:
+        raise MediaError(f"{path}: cannot read file ({e.strerror or e})") from e
