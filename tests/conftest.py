@@ -1,31 +1,64 @@
 """Shared fixtures: the real media folder, the real CLI, and a library indexed once per session."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from cli.main import main
 
-DATA = Path(os.environ.get("HEADSEARCH_TEST_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+def _data_folder() -> Path:
+    """The real media: $HEADSEARCH_TEST_DATA, else ../shared/data beside the clone; resolved, as the
+    indexer resolves the paths it stores (../shared may be a symlink)."""
+    configured = os.environ.get("HEADSEARCH_TEST_DATA")
+    folder = Path(configured) if configured else Path(__file__).resolve().parents[2] / "shared" / "data"
+    return folder.expanduser().resolve()
+
+
+DATA = _data_folder()
 HAMILTON = DATA / "face_recognition" / "examples" / "short_hamilton_clip.mp4"
 RETALKING = DATA / "video-retalking" / "examples" / "face"
 EXAMPLES = DATA / "face_recognition" / "examples"
-AMY_DIR = DATA / "face-api.js" / "examples" / "images" / "amy"
+FACES = DATA / "face-api.js" / "examples" / "images"
+AMY_DIR = FACES / "amy"
+LABELS = DATA / "LABELS.csv"
+HAVE_DATA = HAMILTON.is_file() and (FACES / "leonard" / "leonard1.png").is_file()
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
-needs_data = pytest.mark.skipif(not HAMILTON.is_file(), reason=f"real test media not found at {DATA} (set HEADSEARCH_TEST_DATA)")
+needs_data = pytest.mark.skipif(not HAVE_DATA, reason=f"real test media not found at {DATA} (set HEADSEARCH_TEST_DATA)")
 
 
-def run(*args: str, ok: bool = True):
-    """Run the real CLI; assert success unless ok=False."""
+def pytest_sessionstart(session) -> None:
+    if os.environ.get("CI") and not HAVE_DATA:
+        pytest.exit(f"CI is set but the real test media is missing at {DATA}: the behaviour tests cannot run", returncode=3)
+
+
+def run(*args, ok: bool | None = True):
+    """Run the real CLI; assert it succeeded (ok=True), failed (ok=False), or nothing (ok=None)."""
     result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
-    if ok:
+    if ok is True:
         assert result.exit_code == 0, result.output
+    elif ok is False:
+        assert result.exit_code != 0, result.output
     return result
+
+
+@contextlib.contextmanager
+def library_db(library: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    """The library's database, opened read-only and always closed."""
+    con = duckdb.connect(str(Path(library) / "library.duckdb"), read_only=True)
+    try:
+        yield con
+    finally:
+        con.close()
 
 
 def query_json(library: Path, image: Path, *extra: str) -> list[dict]:

@@ -4,21 +4,13 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from conftest import DATA, FACES, LABELS, needs_data, run
 
-from cli.main import main
-
-DATA = Path(os.environ.get("HEADSEARCH_TEST_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
-FACES = DATA / "face-api.js" / "examples" / "images"
-LABELS = DATA / "LABELS.csv"
-
-pytestmark = pytest.mark.skipif(not (FACES / "leonard" / "leonard1.png").is_file(),
-                                reason=f"real test media not found at {DATA} (set HEADSEARCH_TEST_DATA)")
+pytestmark = needs_data
 
 # Glasses states as LABELS.csv gives them: Leonard wears glasses in 1, 4, 5; Amy only in 4.
 STATES = {"leonard": {1: "glasses", 4: "glasses", 5: "glasses", 2: "no_glasses", 3: "no_glasses"},
@@ -26,12 +18,7 @@ STATES = {"leonard": {1: "glasses", 4: "glasses", 5: "glasses", 2: "no_glasses",
 
 
 def bench(*args, ok: bool | None = True):
-    result = CliRunner().invoke(main, ["bench", *(str(a) for a in args)], catch_exceptions=False)
-    if ok is True:
-        assert result.exit_code == 0, result.output
-    elif ok is False:
-        assert result.exit_code != 0, result.output
-    return result
+    return run("bench", *args, ok=ok)
 
 
 def rows_of(people: dict[str, range]) -> list[tuple[str, str, str]]:
@@ -150,9 +137,7 @@ def test_calibrate_writes_exact_thresholds(tmp_path):
     from headsearch.metrics import vr_at_far
 
     lib = tmp_path / "lib"
-    res = CliRunner().invoke(main, ["index", str(FACES / "raj" / "raj1.png"), str(FACES / "amy" / "amy1.png"),
-                                    "--library", str(lib), "-q"], catch_exceptions=False)
-    assert res.exit_code == 0, res.output
+    run("index", FACES / "raj" / "raj1.png", FACES / "amy" / "amy1.png", "--library", lib, "-q")
     csv_path = write_set(tmp_path / "set.csv", FOUR)
     out = json.loads(bench(csv_path, "--calibrate", "1e-2", "--library", lib, "--json", "-q").stdout)
     written = json.loads((lib / "thresholds.json").read_text())
@@ -163,11 +148,10 @@ def test_calibrate_writes_exact_thresholds(tmp_path):
     assert written["identity"] == pytest.approx(vr_at_far(np.array(gen["identity"]), np.array(imp["identity"]), 1e-2).threshold, abs=1e-5)
     assert written["same_look"] == pytest.approx(vr_at_far(np.array(gen["head"]), np.array(imp["head"]), 1e-2).threshold, abs=1e-5)
     # The query command reads it back.
-    from headsearch.query import Thresholds
+    from headsearch.thresholds import read_thresholds
 
-    assert Thresholds.load(lib / "thresholds.json").identity == written["identity"]
-    res = CliRunner().invoke(main, ["query", str(FACES / "amy" / "amy1.png"), "--library", str(lib), "--json", "-k", "2"], catch_exceptions=False)
-    hits = json.loads(res.stdout)
+    assert read_thresholds(lib).identity == written["identity"]
+    hits = json.loads(run("query", FACES / "amy" / "amy1.png", "--library", lib, "--json", "-k", "2").stdout)
     assert hits[0]["tier"] == "same_look"  # the same photo
     assert hits[1]["tier"] == ("other_person" if hits[1]["score"] <= written["identity"] else "other_look")
 
@@ -203,7 +187,7 @@ def test_speed_search_and_indexing(tmp_path):
 
 
 def test_labels_csv_rows():
-    from headsearch.bench import read_label_set
+    from headsearch.labels import read_label_set
 
     if not LABELS.is_file():
         pytest.skip(f"{LABELS} not found")

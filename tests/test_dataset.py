@@ -13,8 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import main
+from headsearch.metrics import relation_counts
 from schemas.records import Box, FaceDetection, Observation
-from trainer.dataset import DatasetOptions, cluster_with_cannot_link, contact_sheet_name, pair_counts, select_segment
+from trainer.dataset import DatasetOptions, cluster_with_cannot_link, select_segment
+from trainer.dataset_format import contact_sheet_name
 
 if "build-dataset" not in main.commands:  # until cli/main.py registers it
     from cli.dataset import build_dataset_command
@@ -90,7 +92,7 @@ def test_clustering_respects_cannot_link():
 
 
 def test_pair_counts():
-    assert pair_counts(["a", "a", "a", "b"], ["s1", "s1", "s2", "s3"]) == {"R1": 1, "R2": 2, "R3": 3}
+    assert relation_counts(["a", "a", "a", "b"], ["s1", "s1", "s2", "s3"]) == {"R1": 1, "R2": 2, "R3": 3}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -168,7 +170,7 @@ def test_segments_states_identities(dataset):
         segments[r["segment"]].append(r)
     video_rows = [r for r in rows if r["source"] == "video"]
     assert {Path(r["video"]).name for r in video_rows} >= {"1.mp4", "2.mp4"}
-    for seg, rs in segments.items():
+    for rs in segments.values():
         assert len({(r["video"], r["shot"], r["identity"], r["state"]) for r in rs}) == 1
         if rs[0]["source"] == "video":
             assert len(rs) >= 5 and any(r["face_visible"] for r in rs)

@@ -41,7 +41,7 @@ def brute_insightface(genuine, impostor, far):
     labels = np.r_[np.ones(len(genuine)), np.zeros(len(impostor))]
     fpr, tpr, thr = roc_curve(labels, np.r_[genuine, impostor])
     fpr, tpr, thr = np.flipud(fpr), np.flipud(tpr), np.flipud(thr)
-    _, idx = min(zip(abs(fpr - far), range(len(fpr))))
+    _, idx = min(zip(abs(fpr - far), range(len(fpr)), strict=True))
     return tpr[idx], thr[idx]
 
 
@@ -49,7 +49,7 @@ def brute_insightface(genuine, impostor, far):
 @pytest.mark.parametrize("far", [1e-1, 1e-2, 3e-2])
 def test_vr_at_far_matches_brute_force(decimals, far):
     rng = np.random.default_rng(0)
-    for trial in range(5):
+    for _ in range(5):
         genuine = rng.normal(0.6, 0.2, size=rng.integers(20, 200))
         impostor = rng.normal(0.2, 0.2, size=rng.integers(100, 600))
         if decimals is not None:
@@ -110,7 +110,7 @@ def test_vr_at_far_no_genuine_and_bad_far():
 @pytest.mark.parametrize("decimals", [None, 1])
 def test_vr_at_far_insightface_matches_reference(decimals):
     rng = np.random.default_rng(2)
-    for trial in range(10):
+    for _ in range(10):
         genuine = rng.normal(0.6, 0.2, size=rng.integers(10, 300))
         impostor = rng.normal(0.2, 0.2, size=rng.integers(50, 3000))
         if decimals is not None:
@@ -136,7 +136,7 @@ def test_vr_at_far_insightface_picks_nearest_point():
 @pytest.mark.parametrize("decimals", [None, 1, 0])
 def test_roc_auc_matches_sklearn(decimals):
     rng = np.random.default_rng(3)
-    for trial in range(10):
+    for _ in range(10):
         genuine = rng.normal(1.0, 1.0, size=rng.integers(1, 200))
         impostor = rng.normal(0.0, 1.0, size=rng.integers(1, 400))
         if decimals is not None:
@@ -167,7 +167,7 @@ def test_pair_relations_hand_example():
     ids = ["a", "a", "a", "b", "a", "a"]
     states = ["x", "x", "y", "x", None, ""]
     i, j, rel = pair_relations(ids, states)
-    got = {(int(p), int(q)): int(r) for p, q, r in zip(i, j, rel)}
+    got = {(int(p), int(q)): int(r) for p, q, r in zip(i, j, rel, strict=True)}
     assert len(got) == 15 and all(p < q for p, q in got)
     expected = {
         (0, 1): R1, (0, 2): R2, (0, 3): R3, (0, 4): R2, (0, 5): R2,

@@ -117,7 +117,7 @@ def test_checkpoint_roundtrip(tmp_path, variant):
     assert not loaded.training and loaded.cfg == model.cfg
     x = _images(3, seed=2)
     with torch.no_grad():
-        for a, b in zip(model(x), loaded(x)):
+        for a, b in zip(model(x), loaded(x), strict=True):
             assert torch.equal(a, b)
 
 
@@ -190,7 +190,7 @@ def test_adaface_import_reproduces_source():
     assert not torch.equal(dst.cls_token, src.cls_token)  # new tokens are not touched
     _copy_new_keys(src, dst)
     with torch.no_grad():
-        for a, b in zip(src(x), dst(x)):
+        for a, b in zip(src(x), dst(x), strict=True):
             assert torch.equal(a, b)
 
 

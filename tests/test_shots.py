@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import os
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import DATA as DATA_DIR
 
 from indexer.shots import ShotBoundaryDetector, histogram_distance, hsv_histogram
-
-DATA_DIR = Path(os.environ.get("HEADSEARCH_TEST_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 
 HAMILTON = "face_recognition/examples/short_hamilton_clip.mp4"
 GOLDENEYE = "PySceneDetect/tests/resources/goldeneye-vfr-drop3.mp4"
@@ -134,7 +133,7 @@ def test_histogram_soft_binning_is_gradual() -> None:
     rng = np.random.default_rng(8)
     base = rng.integers(60, 200, (36, 64, 3)).astype(np.int16)
     hists = [hsv_histogram(np.clip(base + k, 0, 255).astype(np.uint8)) for k in range(-50, 50)]
-    steps = [histogram_distance(a, b) for a, b in zip(hists, hists[1:])]
+    steps = [histogram_distance(a, b) for a, b in itertools.pairwise(hists)]
     assert max(steps) < 0.05
 
 
@@ -196,7 +195,7 @@ def test_solid_colour_blocks_cut_exactly_at_boundaries() -> None:
     ]
     lengths = [12, 15, 9, 20, 10, 30, 11]
     frames, boundaries, start = [], [], 0
-    for colour, length in zip(colours, lengths):
+    for colour, length in zip(colours, lengths, strict=True):
         if start:
             boundaries.append(start)
         frames += [_solid(colour, rng) for _ in range(length)]

@@ -21,8 +21,9 @@ from cli.main import main
 from headsearch.errors import HeadsearchError
 from headsearch.model import HeadModelConfig, HeadSimilarityModel, load_checkpoint
 from trainer.augment import HeadAugment, eval_transform, head_mask
+from trainer.dataset_format import load_dataset
 from trainer.sampler import MixedBatchSampler, encode_labels, partner_report
-from trainer.train import TrainOptions, lr_factor, load_dataset, param_groups, split_identities, train
+from trainer.train import TrainOptions, lr_factor, param_groups, split_identities, train
 
 if "train" not in main.commands:
     from cli.train import train as train_command
@@ -151,7 +152,9 @@ def test_loss_decreases_on_a_fixed_batch(dataset):
 
 def test_param_groups_and_schedule():
     model = HeadSimilarityModel(HeadModelConfig.tiny())
-    decay, no_decay = param_groups(model, 0.05)
+    groups = param_groups(model, 0.05)
+    decay = next(g for g in groups if g["weight_decay"] == 0.05)
+    no_decay = next(g for g in groups if g["weight_decay"] == 0.0)
     names = {id(p): n for n, p in model.named_parameters()}
     nd = {names[id(p)] for p in no_decay["params"]}
     assert {"pos_embed", "cls_token", "reg_token"} <= nd
@@ -172,7 +175,7 @@ def test_sampler_gives_every_anchor_r1_r2_r3_partners():
             ids += [f"p{i}"] * (3 + (i + s) % 4)
             st += [f"s{s}"] * (3 + (i + s) % 4)
     identity, _ = encode_labels(ids)
-    state, _ = encode_labels(list(zip(ids, st)))
+    state, _ = encode_labels(list(zip(ids, st, strict=True)))
     multi = {i for i in set(identity.tolist()) if len(set(state[identity == i].tolist())) > 1}
     for bs in (8, 12, 16, 32):
         sampler = MixedBatchSampler(identity, state, bs, samples_per_state=4, seed=1)

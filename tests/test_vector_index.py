@@ -40,7 +40,7 @@ def test_large_index_switches_to_ivf_keeping_ids_and_recall(tmp_path):
     assert index.make_approximate_if_large(approximate_from=3000) and index.kind == "ivf"
     assert sorted(index.ids().tolist()) == sorted(ids.tolist())
     _, approx = index.search(db[:50], 10)
-    recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx, exact)])
+    recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx, exact, strict=True)])
     assert recall > 0.9
     assert (approx[:, 0] == ids[:50]).all()  # each vector finds itself
     index.remove(ids[:10])
