@@ -5,17 +5,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
-key="$(cat setup.cfg pyproject.toml | sha256sum | cut -c1-16)"
-venv="${HEADSEARCH_VENV_CACHE:-$HOME/.cache/headsearch}/venv-$key"
+cache="${HEADSEARCH_VENV_CACHE:-$HOME/.cache/headsearch}"
+key="$(sha256sum setup.cfg | cut -c1-16)"
+venv="$cache/venv-$key"
 if [ ! -f "$venv/.complete" ]; then
     rm -rf "$venv"
     "$PYTHON" -m venv "$venv"
     "$venv/bin/pip" install --quiet --upgrade pip
     "$venv/bin/pip" install --quiet -e '.[test]'
     touch "$venv/.complete"
+    # Each environment is several GB: drop those of other setup.cfg versions unused for two days.
+    find "$cache" -maxdepth 2 -name .complete -path "$cache/venv-*" -mtime +2 -printf '%h\n' | xargs -r rm -rf
 fi
+touch "$venv/.complete"
 # Point the cached environment at this checkout (cheap; no dependency changes).
 log="$(mktemp)"
 "$venv/bin/pip" install --quiet --no-deps -e . >"$log" 2>&1 || { cat "$log"; exit 1; }
 rm -f "$log"
+# Habits first: lint and layering fail the run before the (slower) tests start.
+"$venv/bin/ruff" check --quiet .
+"$venv/bin/lint-imports" --no-cache >/dev/null || "$venv/bin/lint-imports" --no-cache
 exec "$venv/bin/python" -m pytest -q "$@"
