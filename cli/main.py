@@ -69,31 +69,45 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
 
 
 @main.command()
-@click.argument("image", type=click.Path(path_type=Path))
+@click.argument("image", type=click.Path(path_type=Path), required=False)
 @library_option
 @click.option("-k", "k", type=click.IntRange(min=1), default=5, show_default=True, help="Number of distinct tracks.")
 @click.option("--all", "all_heads", is_flag=True, help="Search every head in the photo, not only the largest.")
 @click.option("--whole-image", is_flag=True, help="The photo is already a head crop (e.g. the back of a head).")
 @click.option("--json", "as_json", is_flag=True, help="A JSON list of hits.")
 @click.option("--model", "-m", default=None, help="Model to embed the query with (must be the library's).")
-def query(image: Path, library: Path | None, k: int, all_heads: bool, whole_image: bool, as_json: bool, model: str | None) -> None:
-    """Find the moments where the person in IMAGE appears."""
+@click.option("--person", default=None, help="Instead of a photo: every moment of this person (name or id, see `headsearch people`).")
+def query(image: Path | None, library: Path | None, k: int, all_heads: bool, whole_image: bool, as_json: bool, model: str | None,
+          person: str | None) -> None:
+    """Find the moments where the person in IMAGE (or --person) appears."""
     from headsearch.detect import FaceDetector
     from headsearch.embedders import load_embedder
     from headsearch.library import Library
     from headsearch.query import QueryEngine, query_crops
     from headsearch.thresholds import read_thresholds
 
+    if (image is None) == (person is None):
+        raise click.UsageError("give a photo or --person NAME (one of them)")
     lib = Library.open(library_path(library))
+    if person is not None:
+        from headsearch.people import find_person, person_moments
+
+        _print_hits([person_moments(lib, find_person(lib, person))], as_json)
+        return
     embedder = load_embedder(model or lib.model.source)
     lib.check_model(embedder.describe())
     thresholds = read_thresholds(lib.root, lib.model)
     crops = query_crops(image, FaceDetector(), all_heads, whole_image)
     engine = QueryEngine(lib, embedder, thresholds)
     results = [engine.search(c, k) for c in crops]
+    _print_hits(results, as_json)
+
+
+def _print_hits(results: list, as_json: bool) -> None:
+    from headsearch.query import hits_json
+
     if as_json:
-        out = [h.to_dict() for h in results[0]] if len(results) == 1 else [[h.to_dict() for h in r] for r in results]
-        click.echo(json.dumps(out, indent=2))
+        click.echo(json.dumps(hits_json(results), indent=2))
         return
     for n, hits in enumerate(results):
         if len(results) > 1:
@@ -155,11 +169,15 @@ def demo(ctx: click.Context, out: Path) -> None:
 
 from cli.bench import bench  # noqa: E402
 from cli.dataset import build_dataset_command  # noqa: E402
+from cli.people import people  # noqa: E402
+from cli.serve import serve  # noqa: E402
 from cli.train import train  # noqa: E402
 
 main.add_command(bench)
 main.add_command(build_dataset_command, "build-dataset")
 main.add_command(train)
+main.add_command(people)
+main.add_command(serve)
 
 if __name__ == "__main__":
     main()

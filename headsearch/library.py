@@ -37,6 +37,7 @@ MANIFEST = "manifest.json"
 DATABASE = "library.duckdb"
 THUMBNAILS = "thumbnails"
 WRITER_LOCK = ".writer.lock"
+PEOPLE_LOCK = ".people.lock"
 ID_TABLES = (t.videos, t.shots, t.tracks, t.observations, t.vectors)  # tables whose ids are never reused
 
 
@@ -106,6 +107,7 @@ class Library:
         self.manifest = manifest
         self.read_only = read_only
         self._indexes: dict[VectorKind, VectorIndex] = {}
+        self._index_generations: dict[VectorKind, int] = {}  # the generation each loaded index reflects (refresh_indexes)
 
     # ----- opening -------------------------------------------------------------------------
     @classmethod
@@ -238,6 +240,47 @@ class Library:
         """Reads on one connection, for a query's several look-ups."""
         with self.reader() as conn:
             yield LibraryReader(conn)
+
+    @contextlib.contextmanager
+    def browsing(self) -> Iterator[BrowseReader]:
+        """Reads for pages that show the library (files, shots, tracks, sightings) on one short connection."""
+        with self.reader() as conn:
+            yield BrowseReader(conn)
+
+    @contextlib.contextmanager
+    def people_reading(self) -> Iterator[PeopleStore]:
+        with self.reader() as conn:
+            yield PeopleStore(conn)
+
+    @contextlib.contextmanager
+    def people_writing(self) -> Iterator[PeopleStore]:
+        """One short transaction on the people tables. Allowed on a library opened read-only (a web
+        page's "not this person"): it touches neither vectors nor the generation, and waits for an
+        indexer only while that indexer commits. People writers take turns through their own lock."""
+        path = self.root / PEOPLE_LOCK
+        with open(path, "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                writable = Library(self.root, self.manifest, read_only=False)
+                with writable._connection(begin=True) as conn:
+                    yield PeopleStore(conn)
+            except sa.exc.DBAPIError as e:
+                reason = str(getattr(e, "orig", e)).splitlines()[0]
+                raise LibraryError(f"{self.root}: could not save people ({reason})") from e
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def refresh_indexes(self) -> None:
+        """Bring the loaded FAISS indexes up to date with commits made since they were loaded (by a
+        running index, say); cheap when nothing changed."""
+        if not self._indexes:
+            return
+        with self.reader() as conn:
+            generation = self.generation(conn)
+            for kind, index in self._indexes.items():
+                if self._index_generations.get(kind) != generation:
+                    self._sync_index(conn, index, kind)
+                    self._index_generations[kind] = generation
 
     @staticmethod
     def generation(conn: sa.Connection) -> int:
@@ -383,8 +426,10 @@ class Library:
         if index is None:
             index = VectorIndex(self.model.dim)
         with self.reader() as conn:
-            if saved_generation != self.generation(conn):
+            generation = self.generation(conn)
+            if saved_generation != generation:
                 self._sync_index(conn, index, kind)
+        self._index_generations[kind] = generation
         self._indexes[kind] = index
         return index
 
@@ -508,3 +553,158 @@ def _bulk_insert(conn: sa.Connection, table: sa.Table, rows: list[dict]) -> None
         raw.execute(f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT {', '.join(columns)} FROM {name}")
     finally:
         raw.unregister(name)
+
+
+# ----- pages and people ---------------------------------------------------------------------
+def _rows(result) -> list[dict]:
+    return [dict(r._mapping) for r in result]
+
+
+_TRACK_COLUMNS = (t.tracks.c.id, t.tracks.c.video_id, t.tracks.c.shot_id, t.tracks.c.start_time, t.tracks.c.end_time,
+                  t.tracks.c.best_time, t.tracks.c.n_observations, t.tracks.c.face_visible_share, t.tracks.c.thumbnail,
+                  t.videos.c.path.label("video"), t.videos.c.kind.label("video_kind"))
+
+
+class BrowseReader(LibraryReader):
+    """What pages show: files, their shots and tracks, a track's sightings, one sighting (rows as dicts)."""
+
+    def videos(self) -> list[dict]:
+        counts = (sa.select(t.tracks.c.video_id, sa.func.count().label("tracks")).group_by(t.tracks.c.video_id).subquery())
+        rows = self._conn.execute(
+            sa.select(t.videos.c.id, t.videos.c.path, t.videos.c.kind, t.videos.c.duration, t.videos.c.fps, t.videos.c.width,
+                      t.videos.c.height, t.videos.c.decoder, t.videos.c.indexed_at,
+                      sa.func.coalesce(counts.c.tracks, 0).label("tracks"))
+            .select_from(t.videos.outerjoin(counts, counts.c.video_id == t.videos.c.id)).order_by(t.videos.c.path))
+        return _rows(rows)
+
+    def video(self, video_id: int) -> dict | None:
+        row = self._conn.execute(sa.select(t.videos).where(t.videos.c.id == video_id)).first()
+        return None if row is None else dict(row._mapping)
+
+    def shots(self, video_id: int) -> list[dict]:
+        return _rows(self._conn.execute(sa.select(t.shots).where(t.shots.c.video_id == video_id).order_by(t.shots.c.shot_index)))
+
+    def tracks(self, video_id: int | None = None, track_ids: list[int] | None = None) -> list[dict]:
+        q = sa.select(*_TRACK_COLUMNS).select_from(t.tracks.join(t.videos, t.videos.c.id == t.tracks.c.video_id))
+        if video_id is not None:
+            q = q.where(t.tracks.c.video_id == video_id)
+        if track_ids is not None:
+            q = q.where(t.tracks.c.id.in_([int(i) for i in track_ids]))
+        return _rows(self._conn.execute(q.order_by(t.videos.c.path, t.tracks.c.start_time, t.tracks.c.id)))
+
+    def track(self, track_id: int) -> dict | None:
+        found = self.tracks(track_ids=[track_id])
+        return found[0] if found else None
+
+    def sightings(self, track_id: int) -> list[dict]:
+        return _rows(self._conn.execute(sa.select(t.observations).where(t.observations.c.track_id == track_id)
+                                        .order_by(t.observations.c.time)))
+
+    def sighting(self, observation_id: int) -> dict | None:
+        row = self._conn.execute(
+            sa.select(t.observations, t.videos.c.path.label("video"), t.videos.c.kind.label("video_kind"))
+            .select_from(t.observations.join(t.videos, t.videos.c.id == t.observations.c.video_id))
+            .where(t.observations.c.id == observation_id)).first()
+        return None if row is None else dict(row._mapping)
+
+    def best_sighting(self, track_id: int) -> dict | None:
+        """The sighting a track's thumbnail shows (at its best time)."""
+        row = self._conn.execute(
+            sa.select(t.observations).select_from(t.observations.join(t.tracks, t.tracks.c.id == t.observations.c.track_id))
+            .where(t.observations.c.track_id == track_id)
+            .order_by(sa.func.abs(t.observations.c.time - t.tracks.c.best_time), t.observations.c.id).limit(1)).first()
+        return None if row is None else dict(row._mapping)
+
+    def track_vectors(self, kind: VectorKind, track_ids: list[int] | None = None) -> dict[int, np.ndarray]:
+        """Each track's vector of one kind: the renormalised mean of its sightings' vectors (for identity,
+        of the sightings that showed a face, when any did)."""
+        q = (sa.select(t.vectors.c.track_id, t.vectors.c.embedding, t.observations.c.face_visible)
+             .select_from(t.vectors.join(t.observations, t.observations.c.id == t.vectors.c.observation_id))
+             .where(t.vectors.c.kind == str(kind)))
+        if track_ids is not None:
+            q = q.where(t.vectors.c.track_id.in_([int(i) for i in track_ids]))
+        groups: dict[int, tuple[list, list]] = {}
+        for track_id, emb, face in self._conn.execute(q):
+            faces, others = groups.setdefault(int(track_id), ([], []))
+            (faces if face or kind != VectorKind.ID else others).append(np.frombuffer(emb, "<f4"))
+        out = {}
+        for track_id, (faces, others) in groups.items():
+            m = np.mean(np.stack(faces or others), axis=0)
+            out[track_id] = (m / max(float(np.linalg.norm(m)), 1e-12)).astype(np.float32)
+        return out
+
+    def shared_frame_pairs(self) -> list[tuple[int, int]]:
+        """Pairs of tracks seen in the same frame of the same file (two heads at once: two people)."""
+        a, b = t.observations.alias("a"), t.observations.alias("b")
+        rows = self._conn.execute(
+            sa.select(a.c.track_id, b.c.track_id).distinct()
+            .select_from(a.join(b, sa.and_(a.c.video_id == b.c.video_id, a.c.frame_index == b.c.frame_index,
+                                           a.c.track_id < b.c.track_id))))
+        return [(int(x), int(y)) for x, y in rows]
+
+    def sightings_near(self, video_path: str, time_s: float, tolerance: float) -> list[dict]:
+        """Sightings in one file within `tolerance` seconds of a time (to find a track again after re-indexing)."""
+        return _rows(self._conn.execute(
+            sa.select(t.observations).select_from(t.observations.join(t.videos, t.videos.c.id == t.observations.c.video_id))
+            .where(t.videos.c.path == video_path, sa.func.abs(t.observations.c.time - time_s) <= tolerance)))
+
+
+class PeopleStore(BrowseReader):
+    """The people tables on one connection (`headsearch.people` decides what goes in them)."""
+
+    def persons(self) -> list[dict]:
+        return _rows(self._conn.execute(sa.select(t.people).order_by(t.people.c.id)))
+
+    def memberships(self) -> dict[int, int]:
+        return {int(a): int(b) for a, b in self._conn.execute(sa.select(t.person_tracks.c.track_id, t.person_tracks.c.person_id))}
+
+    def feedback(self) -> list[dict]:
+        return _rows(self._conn.execute(sa.select(t.person_feedback).order_by(t.person_feedback.c.id)))
+
+    def track_ids(self) -> set[int]:
+        return {int(r[0]) for r in self._conn.execute(sa.select(t.tracks.c.id))}
+
+    def next_id(self, table_name: str) -> int:
+        """The next free id of a people table; ids are never reused (verdicts and links name them)."""
+        table = {"people": t.people, "person_feedback": t.person_feedback}[table_name]
+        top = int(self._conn.execute(sa.select(sa.func.coalesce(sa.func.max(table.c.id), 0))).scalar_one()) + 1
+        saved = self._conn.execute(sa.select(t.library_state.c.value).where(t.library_state.c.key == f"next_{table_name}")).scalar()
+        return max(top, int(saved or 0))
+
+    def _used_id(self, table_name: str, used: int) -> None:
+        if used + 1 > self.next_id(table_name):
+            Library._save_next_ids(self._conn, {table_name: used + 1})
+
+    def add_person(self, row: dict) -> None:
+        self._conn.execute(sa.insert(t.people).values(**row))
+        self._used_id("people", int(row["id"]))
+
+    def update_person(self, person_id: int, **values) -> None:
+        self._conn.execute(sa.update(t.people).where(t.people.c.id == person_id).values(**values))
+
+    def delete_person(self, person_id: int) -> None:
+        self._conn.execute(sa.delete(t.person_tracks).where(t.person_tracks.c.person_id == person_id))
+        self._conn.execute(sa.delete(t.people).where(t.people.c.id == person_id))
+
+    def assign(self, assignments: dict[int, int]) -> None:
+        """Set the person of these tracks (replacing what they had)."""
+        if not assignments:
+            return
+        self.unassign(list(assignments))
+        _bulk_insert(self._conn, t.person_tracks, [{"track_id": int(k), "person_id": int(v)} for k, v in assignments.items()])
+
+    def unassign(self, track_ids: list[int]) -> None:
+        for start in range(0, len(track_ids), 10_000):
+            chunk = [int(i) for i in track_ids[start : start + 10_000]]
+            self._conn.execute(sa.delete(t.person_tracks).where(t.person_tracks.c.track_id.in_(chunk)))
+
+    def add_feedback(self, row: dict) -> None:
+        self._conn.execute(sa.insert(t.person_feedback).values(**row))
+        self._used_id("person_feedback", int(row["id"]))
+
+    def update_feedback(self, feedback_id: int, **values) -> None:
+        self._conn.execute(sa.update(t.person_feedback).where(t.person_feedback.c.id == feedback_id).values(**values))
+
+    def delete_feedback(self, feedback_ids: list[int]) -> None:
+        if feedback_ids:
+            self._conn.execute(sa.delete(t.person_feedback).where(t.person_feedback.c.id.in_([int(i) for i in feedback_ids])))

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from schemas import tables as t
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 FORMAT_KEY = "format"  # library_state key holding the database's format
 
 
@@ -34,8 +34,15 @@ def _record_format_in_database(conn: sa.Connection) -> None:
     """Format 1 recorded its version in the manifest only; 2 keeps it in the database too."""
 
 
+def _add_people_tables(conn: sa.Connection) -> None:
+    """Format 3 adds the people tables (persons, their tracks, users' verdicts on tracks)."""
+    for table in (t.people, t.person_tracks, t.person_feedback):
+        table.create(conn, checkfirst=True)
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: Migration(1, "record the library format in the database", _record_format_in_database),
+    2: Migration(2, "add the people tables", _add_people_tables),
 }
 
 

@@ -20,7 +20,12 @@ log = logging.getLogger(__name__)
 
 def query_crops(path: Path, detector: FaceDetector, all_heads: bool, whole_image: bool, crop_px: int = 256) -> list[HeadCrop]:
     """Head crops of a query photo: the largest head, every head, or the whole image as the head."""
-    rgb = read_image_rgb(path)
+    return image_crops(read_image_rgb(path), path, detector, all_heads, whole_image, crop_px)
+
+
+def image_crops(rgb: np.ndarray, path: Path | str, detector: FaceDetector, all_heads: bool, whole_image: bool,
+                crop_px: int = 256) -> list[HeadCrop]:
+    """`query_crops` of a decoded photo (`path` names it in messages)."""
     if whole_image:
         faces = detector.detect(rgb)
         face = max(faces, key=lambda f: f.box.area) if faces else None
@@ -84,3 +89,9 @@ class QueryEngine:
         tier = self.thresholds.tier(score, head_score) if self.thresholds else None
         return SearchHit(track_id=track_id, video=row.path, start=row.start, end=row.end, time=row.time,
                          score=score, thumbnail=str((self.library.root / row.thumbnail).resolve()), tier=tier, head_score=head_score)
+
+
+def hits_json(results: list[list[SearchHit]]) -> list:
+    """Hits as JSON, the one rendering `query --json` prints and the web app's /api/query returns:
+    a list of hits for one head, a list of such lists for several heads."""
+    return [h.to_dict() for h in results[0]] if len(results) == 1 else [[h.to_dict() for h in r] for r in results]

@@ -20,6 +20,7 @@ from headsearch.embedders import Embedder
 from headsearch.errors import HeadsearchError, LibraryError, MediaError, is_disk_full
 from headsearch.library import Library, StoredFile
 from headsearch.media import fingerprint, is_media_name
+from headsearch.people import update_people
 from headsearch.settings import IndexSettings
 from indexer.analysis import STAGES, FrameProgress, analyse_file
 from schemas.records import FileStamp
@@ -127,6 +128,7 @@ class Indexer:
             frame_bar.close()
             overall.close()
             self.library.save_indexes()
+            update_people(self.library)  # new tracks join known people or start new ones
         summary.wall_seconds = time.perf_counter() - start
         return summary
 

@@ -97,3 +97,43 @@ library_state = Table(
     Column("key", String, primary_key=True),
     Column("value", String, nullable=False),
 )
+
+# People (format 3): tracks grouped into persons by `headsearch.people`. A person keeps the mean of
+# its tracks' identity vectors, so a name survives when every one of its files is re-indexed.
+people = Table(
+    "people",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("name", String, nullable=True),
+    Column("hidden", Boolean, nullable=False),
+    Column("centroid", LargeBinary, nullable=False),  # float32 mean of its tracks' unit identity vectors (not renormalised)
+    Column("weight", Double, nullable=False),  # how many tracks that mean was taken over
+    Column("created_at", Double, nullable=False),
+)
+
+# Which person each track belongs to (every clustered track has exactly one row).
+person_tracks = Table(
+    "person_tracks",
+    metadata,
+    Column("track_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("person_id", BigInteger, nullable=False, index=True),
+)
+
+# What a user said about a track: it is ("is") or is not ("not") a person. The track is also
+# remembered by where it was (file, time, head box), so the verdict finds the track again after
+# its file is re-indexed under new ids.
+person_feedback = Table(
+    "person_feedback",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("person_id", BigInteger, nullable=False),
+    Column("verdict", String, nullable=False),  # "is" or "not"
+    Column("track_id", BigInteger, nullable=False),
+    Column("video_path", String, nullable=False),
+    Column("time", Double, nullable=False),
+    Column("x1", Double, nullable=False),
+    Column("y1", Double, nullable=False),
+    Column("x2", Double, nullable=False),
+    Column("y2", Double, nullable=False),
+    Column("created_at", Double, nullable=False),
+)

@@ -1,0 +1,342 @@
+"""`headsearch serve`: search, watch and browse a library in a browser (Starlette + Jinja2, no build step).
+
+Every page has a JSON twin under /api with the same data. Media, thumbnails and frames are served by
+id (the path comes from the library, never from the request); nothing lists folders. Uploads are
+capped and checked before anything decodes them. Off the loopback, every request needs the token.
+"""
+from __future__ import annotations
+
+import hmac
+import logging
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from headsearch.errors import HeadsearchError, LibraryError, MediaError, NoHeadFound
+from headsearch.people import PersonNotFound, hide_person, merge_people, name_person, not_this_person, split_person, update_people
+from serve.uploads import MAX_UPLOAD_BYTES, UploadRefused, query_upload
+from serve.views import MAX_K, NotFound, Site
+
+log = logging.getLogger(__name__)
+
+HERE = Path(__file__).resolve().parent
+TOKEN_COOKIE = "headsearch_token"
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def hms(seconds: float | None) -> str:
+    """Seconds as h:mm:ss."""
+    s = max(0, int(round(seconds or 0.0)))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+templates.env.filters["hms"] = hms
+templates.env.filters["basename"] = lambda p: Path(str(p)).name
+
+
+# ----- helpers -------------------------------------------------------------------------------------
+def _site(request: Request) -> Site:
+    return request.app.state.site
+
+
+def _wants_json(request: Request) -> bool:
+    return request.url.path.startswith("/api/")
+
+
+def _page(request: Request, template: str, data: dict, status: int = 200) -> Response:
+    if _wants_json(request):
+        return JSONResponse(data, status_code=status)
+    return templates.TemplateResponse(request, template, {"data": data, "token_needed": request.app.state.token is not None},
+                                      status_code=status)
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as e:
+        raise HTTPException(400, f"{name} must be a whole number") from e
+    if not low <= value <= high:
+        raise HTTPException(400, f"{name} must be between {low} and {high}")
+    return value
+
+
+def _float_param(request: Request, name: str, default: float) -> float:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError as e:
+        raise HTTPException(400, f"{name} must be a number of seconds") from e
+    if not 0.0 <= value < 1e7:
+        raise HTTPException(400, f"{name} out of range")
+    return value
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").lower() in {"1", "on", "true", "yes"}
+
+
+# ----- pages ---------------------------------------------------------------------------------------
+async def search_form(request: Request) -> Response:
+    return _page(request, "search.html", {"heads": [], "hits": [], "k": 5})
+
+
+async def search(request: Request) -> Response:
+    """POST / and POST /api/query: a photo in (multipart field `photo`, or the raw image as the body);
+    /api/query answers exactly what `headsearch query --json` prints for that photo."""
+    data, name, fields = await query_upload(request, request.app.state.max_upload)
+    try:
+        k = int(fields.get("k", 5))
+    except ValueError as e:
+        raise HTTPException(400, "k must be a whole number") from e
+    if not 1 <= k <= MAX_K:
+        raise HTTPException(400, f"k must be between 1 and {MAX_K}")
+    all_heads, whole_image = _flag(fields.get("all")), _flag(fields.get("whole_image"))
+    site = _site(request)
+    results, heads = await run_in_threadpool(site.search, data, name, k, all_heads, whole_image)
+    if _wants_json(request):
+        from headsearch.query import hits_json
+
+        return JSONResponse(hits_json(results))
+    page = await run_in_threadpool(site.query_page, results, heads)
+    return _page(request, "search.html", {**page, "k": k, "all": all_heads, "whole_image": whole_image, "photo": name})
+
+
+async def videos(request: Request) -> Response:
+    return _page(request, "videos.html", await run_in_threadpool(_site(request).videos_page))
+
+
+async def video(request: Request) -> Response:
+    return _page(request, "video.html", await run_in_threadpool(_site(request).video_page, request.path_params["video_id"]))
+
+
+async def track(request: Request) -> Response:
+    k = _int_param(request, "k", 12, 1, MAX_K)
+    return _page(request, "track.html", await run_in_threadpool(_site(request).track_page, request.path_params["track_id"], k))
+
+
+async def people(request: Request) -> Response:
+    data = await run_in_threadpool(_site(request).people_page, _flag(request.query_params.get("all")))
+    return _page(request, "people.html", data)
+
+
+async def person(request: Request) -> Response:
+    return _page(request, "person.html", await run_in_threadpool(_site(request).person_page, request.path_params["person_id"]))
+
+
+async def watch(request: Request) -> Response:
+    start = _float_param(request, "start", 0.0)
+    end = _float_param(request, "end", start)
+    track_id = request.query_params.get("track")
+    if track_id is not None and not track_id.isdigit():
+        raise HTTPException(400, "track must be a track id")
+    data = await run_in_threadpool(_site(request).watch_page, request.path_params["video_id"], start, end,
+                                   None if track_id is None else int(track_id))
+    return _page(request, "watch.html", data)
+
+
+# ----- corrections (forms post here; /api twins answer JSON) ----------------------------------------
+async def _form(request: Request) -> dict:
+    if request.headers.get("content-type", "").startswith("application/json"):
+        body = await request.json()
+        return body if isinstance(body, dict) else {}
+    form = await request.form(max_files=0, max_fields=20)
+    return {k: v for k, v in form.items() if isinstance(v, str)}
+
+
+def _done(request: Request, back: str, result: dict) -> Response:
+    if _wants_json(request):
+        return JSONResponse({"ok": True, **result})
+    return RedirectResponse(back, status_code=303)
+
+
+async def person_name(request: Request) -> Response:
+    pid = request.path_params["person_id"]
+    name = str((await _form(request)).get("name", ""))
+    await run_in_threadpool(name_person, _site(request).library, pid, name)
+    return _done(request, f"/people/{pid}", {"id": pid, "name": " ".join(name.split()) or None})
+
+
+async def person_hide(request: Request) -> Response:
+    pid = request.path_params["person_id"]
+    hidden = (await _form(request)).get("hidden", "1")
+    hidden = hidden if isinstance(hidden, bool) else _flag(str(hidden))
+    await run_in_threadpool(hide_person, _site(request).library, pid, hidden)
+    return _done(request, f"/people/{pid}", {"id": pid, "hidden": hidden})
+
+
+async def person_merge(request: Request) -> Response:
+    pid = request.path_params["person_id"]
+    other = str((await _form(request)).get("other", ""))
+    if not other.isdigit():
+        raise HTTPException(400, "other must be a person id")
+    await run_in_threadpool(merge_people, _site(request).library, pid, int(other))
+    return _done(request, f"/people/{pid}", {"id": pid, "merged": int(other)})
+
+
+async def person_split(request: Request) -> Response:
+    pid = request.path_params["person_id"]
+    raw = (await _form(request)).get("tracks", "")
+    tracks = [int(x) for x in str(raw).replace(",", " ").split() if x.isdigit()]
+    if not tracks:
+        raise HTTPException(400, "tracks must list track ids")
+    new = await run_in_threadpool(split_person, _site(request).library, pid, tracks)
+    return _done(request, f"/people/{new}", {"id": new, "from": pid, "tracks": tracks})
+
+
+async def track_not_this_person(request: Request) -> Response:
+    tid = request.path_params["track_id"]
+    raw = str((await _form(request)).get("person", ""))
+    site = _site(request)
+    was = await run_in_threadpool(not_this_person, site.library, tid, int(raw) if raw.isdigit() else None)
+    return _done(request, f"/people/{was}", {"track_id": tid, "was": was})
+
+
+async def people_update(request: Request) -> Response:
+    summary = await run_in_threadpool(update_people, _site(request).library)
+    return _done(request, "/people", {"summary": summary.line()})
+
+
+# ----- media by id ---------------------------------------------------------------------------------
+async def media(request: Request) -> Response:
+    """The file itself, with HTTP Range support (seeking in the player)."""
+    site = _site(request)
+    v = await run_in_threadpool(site.video_row, request.path_params["video_id"])
+    path = Path(v["path"])
+    if not path.is_file():
+        raise NotFound(f"video {v['id']}: the file is no longer there")
+    if v["kind"] != "image" and not (await run_in_threadpool(site.playback, v)).direct:
+        raise HTTPException(415, "browsers cannot play this file; use its preview")
+    return FileResponse(path, headers={"Cache-Control": "private, max-age=60"})
+
+
+async def preview(request: Request) -> Response:
+    site = _site(request)
+    start = _float_param(request, "start", 0.0)
+    end = _float_param(request, "end", start)
+    v = await run_in_threadpool(site.video_row, request.path_params["video_id"])
+    if v["kind"] == "image":
+        raise HTTPException(415, "a photo has no preview clip")
+    clip, _ = await run_in_threadpool(site.cache.preview, v, start, end)
+    return FileResponse(clip, media_type="video/mp4", headers={"Cache-Control": "private, max-age=3600"})
+
+
+async def thumbnail(request: Request) -> Response:
+    path = await run_in_threadpool(_site(request).thumbnail, request.path_params["track_id"])
+    return FileResponse(path, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
+
+
+async def frame(request: Request) -> Response:
+    path = await run_in_threadpool(_site(request).frame, request.path_params["sighting_id"])
+    return FileResponse(path, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
+
+
+# ----- errors --------------------------------------------------------------------------------------
+def _error(request: Request, status: int, message: str) -> Response:
+    if _wants_json(request) or request.url.path.startswith(("/media/", "/thumbnails/", "/frames/", "/static/")):
+        return JSONResponse({"error": message}, status_code=status)
+    return templates.TemplateResponse(request, "error.html", {"data": {"error": message, "status": status}, "token_needed": False},
+                                      status_code=status)
+
+
+async def on_http(request: Request, exc: HTTPException) -> Response:
+    return _error(request, exc.status_code, str(exc.detail))
+
+
+async def on_refused(request: Request, exc: UploadRefused) -> Response:
+    return _error(request, exc.status, str(exc))
+
+
+async def on_domain(request: Request, exc: HeadsearchError) -> Response:
+    if isinstance(exc, NotFound | PersonNotFound):
+        status = 404
+    elif isinstance(exc, NoHeadFound):
+        status = 422
+    elif isinstance(exc, LibraryError):
+        status = 503
+    elif isinstance(exc, MediaError):
+        status = 422 if request.method == "POST" else 500
+    else:
+        status = 400
+    return _error(request, status, str(exc))
+
+
+# ----- guard: token, same-origin posts, host names -------------------------------------------------
+class Guard(BaseHTTPMiddleware):
+    async def dispatch(self, request: Request, call_next):
+        state = request.app.state
+        hosts = state.allowed_hosts
+        if hosts is not None and (request.url.hostname or "") not in hosts:
+            return PlainTextResponse("unknown host name", status_code=400)
+        if request.method not in ("GET", "HEAD"):
+            origin = request.headers.get("origin")
+            if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
+                return PlainTextResponse("cross-site request refused", status_code=403)
+        if state.token is None:
+            return await call_next(request)
+        given = request.query_params.get("token") or request.cookies.get(TOKEN_COOKIE) or ""
+        auth = request.headers.get("authorization", "")
+        if auth.lower().startswith("bearer "):
+            given = auth[7:].strip()
+        if not hmac.compare_digest(given.encode(), state.token.encode()):
+            return PlainTextResponse("a token is needed: open the address `headsearch serve` printed", status_code=401)
+        response = await call_next(request)
+        if request.query_params.get("token"):
+            response.set_cookie(TOKEN_COOKIE, state.token, httponly=True, samesite="strict")
+        return response
+
+
+def create_app(library: Path, token: str | None = None, cache_dir: Path | None = None, model: str | None = None,
+               allowed_hosts: set[str] | None = None, max_upload: int = MAX_UPLOAD_BYTES) -> Starlette:
+    """The web app for one library (opened read-only here; a missing or newer library raises LibraryError)."""
+    site = Site(library, cache_dir, model)
+    pid = "{person_id:int}"
+    routes = [
+        Route("/", search_form, methods=["GET"]),
+        Route("/", search, methods=["POST"]),
+        Route("/api/query", search, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    for prefix in ("", "/api"):
+        routes += [
+            Route(f"{prefix}/videos", videos),
+            Route(f"{prefix}/videos/{{video_id:int}}", video),
+            Route(f"{prefix}/tracks/{{track_id:int}}", track),
+            Route(f"{prefix}/people", people),
+            Route(f"{prefix}/people/{pid}", person),
+            Route(f"{prefix}/watch/{{video_id:int}}", watch),
+            Route(f"{prefix}/people/update", people_update, methods=["POST"]),
+            Route(f"{prefix}/people/{pid}/name", person_name, methods=["POST"]),
+            Route(f"{prefix}/people/{pid}/hide", person_hide, methods=["POST"]),
+            Route(f"{prefix}/people/{pid}/merge", person_merge, methods=["POST"]),
+            Route(f"{prefix}/people/{pid}/split", person_split, methods=["POST"]),
+            Route(f"{prefix}/tracks/{{track_id:int}}/not-this-person", track_not_this_person, methods=["POST"]),
+        ]
+    routes += [
+        Route("/media/{video_id:int}", media),
+        Route("/media/{video_id:int}/preview", preview),
+        Route("/thumbnails/{track_id:int}.jpg", thumbnail),
+        Route("/frames/{sighting_id:int}.jpg", frame),
+    ]
+    app = Starlette(routes=routes, middleware=[Middleware(Guard)],
+                    exception_handlers={HTTPException: on_http, UploadRefused: on_refused, HeadsearchError: on_domain})
+    app.state.site = site
+    app.state.token = token
+    app.state.allowed_hosts = allowed_hosts
+    app.state.max_upload = max_upload
+    return app

@@ -1,0 +1,216 @@
+"""What the web app shows of a file: whether a browser plays it as it is, short preview clips of those
+it cannot play (made with PyAV, cached), and the frame of a sighting with its head boxed (cached).
+
+Every path here comes from the library's database (looked up by id), never from a request.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from headsearch.errors import MediaError
+from headsearch.files import atomic_write, write_bytes_atomic
+from headsearch.images import encode_jpeg, read_image_rgb
+from headsearch.quiet import native_stderr_silenced
+
+log = logging.getLogger(__name__)
+
+# Decoding and encoding take turns: they are CPU-bound anyway, and silencing native stderr swaps
+# process-wide file descriptors, which threads must not do at the same time.
+_DECODING = threading.Lock()
+
+
+@contextlib.contextmanager
+def _decoding() -> Iterator[None]:
+    with _DECODING, native_stderr_silenced():
+        yield
+
+# Containers and codecs Chromium, Firefox and Safari play without help (by container family).
+PLAYABLE = {
+    "mp4": ({"h264", "av1", "vp9"}, {"aac", "mp3", "opus", "flac", None}),
+    "webm": ({"vp8", "vp9", "av1"}, {"opus", "vorbis", None}),
+}
+MP4_EXTENSIONS = {".mp4", ".m4v", ".mov"}
+PREVIEW_PAD_S = 2.0  # a preview clip starts this long before the moment and ends this long after
+PREVIEW_MAX_S = 60.0
+PREVIEW_MAX_SIDE = 720
+BOX_COLOUR = (255, 196, 0)  # RGB
+
+
+@dataclass(frozen=True)
+class Playback:
+    """How a browser can play one file."""
+
+    direct: bool  # the file itself (served with HTTP Range support)
+    reason: str  # why not, for the page ("hevc in avi")
+
+
+def probe_playback(path: Path) -> Playback:
+    """Whether browsers play the file as it is: container and codecs, read with PyAV."""
+    import av
+
+    family = "mp4" if path.suffix.lower() in MP4_EXTENSIONS else "webm" if path.suffix.lower() == ".webm" else None
+    try:
+        with _decoding(), av.open(str(path)) as container:
+            video = container.streams.video[0].codec_context.name if container.streams.video else None
+            audio = container.streams.audio[0].codec_context.name if container.streams.audio else None
+    except (av.error.FFmpegError, OSError, IndexError) as e:
+        return Playback(False, f"unreadable ({e})")
+    if family is None:
+        return Playback(False, f"{video} in {path.suffix.lstrip('.') or 'a file'} (not a web container)")
+    videos, audios = PLAYABLE[family]
+    if video not in videos:
+        return Playback(False, f"{video} video in {family}")
+    if audio not in audios:
+        return Playback(False, f"{audio} audio in {family}")
+    return Playback(True, "")
+
+
+class MediaCache:
+    """Preview clips and boxed frames of one library, in a cache folder of their own."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def _lock(self, key: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+    # ----- boxed frames ------------------------------------------------------------------------
+    def sighting_frame(self, sighting: dict, video: dict) -> Path:
+        """The frame of a sighting as JPEG, its head boxed; made once, then read from the cache."""
+        key = f"{video['fingerprint'][:16]}-{sighting['id']}"
+        out = self.folder / "frames" / f"{key}.jpg"
+        with self._lock(key):
+            if not out.is_file():
+                rgb = read_frame(Path(video["path"]), video, sighting)
+                write_bytes_atomic(out, encode_jpeg(draw_box(rgb, sighting), quality=85), fsync=False)
+        return out
+
+    # ----- preview clips -----------------------------------------------------------------------
+    def preview(self, video: dict, start: float, end: float) -> tuple[Path, float]:
+        """A short H.264 MP4 of [start - pad, end + pad] (at most PREVIEW_MAX_S) of a file browsers
+        cannot play; returns the clip and the file time its first frame shows."""
+        clip_start = max(0.0, start - PREVIEW_PAD_S)
+        clip_end = min(max(end + PREVIEW_PAD_S, clip_start + 1.0), clip_start + PREVIEW_MAX_S)
+        if video.get("duration"):
+            clip_end = min(clip_end, float(video["duration"]) + 1.0)
+        key = f"{video['fingerprint'][:16]}-{round(clip_start * 1000)}-{round(clip_end * 1000)}"
+        out = self.folder / "previews" / f"{key}.mp4"
+        with self._lock(key):
+            if not out.is_file():
+                make_preview(Path(video["path"]), out, clip_start, clip_end)
+        return out, clip_start
+
+
+def draw_box(rgb: np.ndarray, sighting: dict) -> np.ndarray:
+    out = np.ascontiguousarray(rgb.copy())
+    thickness = max(2, round(max(out.shape[:2]) / 300))
+    p1 = (round(sighting["x1"]), round(sighting["y1"]))
+    p2 = (round(sighting["x2"]), round(sighting["y2"]))
+    cv2.rectangle(out, p1, p2, BOX_COLOUR, thickness, cv2.LINE_AA)
+    return out
+
+
+def read_frame(path: Path, video: dict, sighting: dict) -> np.ndarray:
+    """The frame a sighting was seen in, at the size the indexer decoded it (its boxes' coordinates)."""
+    if not path.is_file():
+        raise MediaError(f"{path}: the file is no longer there")
+    size = (int(video["width"]), int(video["height"]))
+    if video["kind"] == "image":
+        rgb = read_image_rgb(path)
+        return rgb if (rgb.shape[1], rgb.shape[0]) == size else cv2.resize(rgb, size, interpolation=cv2.INTER_AREA)
+    if video["decoder"] == "decord":
+        try:
+            import decord
+
+            with _decoding():
+                reader = decord.VideoReader(str(path), ctx=decord.cpu(0), width=size[0], height=size[1], num_threads=1)
+                return reader[int(sighting["frame_index"])].asnumpy()
+        except Exception as e:  # decord raises its own types; PyAV by time is the fallback
+            log.info("%s: decord could not seek (%s); trying PyAV", path, e)
+    return _frame_by_time(path, float(sighting["time"]), size)
+
+
+def _frame_by_time(path: Path, time_s: float, size: tuple[int, int]) -> np.ndarray:
+    import av
+
+    try:
+        with _decoding(), av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            container.seek(max(0, int((time_s - 1.0) / stream.time_base)), stream=stream, backward=True)
+            last = None
+            for frame in container.decode(stream):
+                last = frame
+                if frame.time is not None and frame.time >= time_s - 1e-3:
+                    break
+            if last is None:
+                raise MediaError(f"{path}: no frame at {time_s:.2f} s")
+            return last.to_ndarray(format="rgb24", width=size[0], height=size[1])
+    except (av.error.FFmpegError, IndexError) as e:
+        raise MediaError(f"{path}: cannot decode a frame at {time_s:.2f} s ({e})") from e
+
+
+def make_preview(path: Path, out: Path, start: float, end: float) -> None:
+    """Transcode [start, end] of a file to H.264 MP4 (no audio), written atomically."""
+    import av
+
+    if not path.is_file():
+        raise MediaError(f"{path}: the file is no longer there")
+    try:
+        with _decoding():
+            atomic_write(out, lambda tmp: _transcode(path, tmp, start, end), fsync=False)
+    except (av.error.FFmpegError, IndexError) as e:
+        raise MediaError(f"{path}: cannot make a preview clip ({e})") from e
+
+
+def _transcode(path: Path, out: Path, start: float, end: float) -> None:
+    import av
+
+    with av.open(str(path)) as src:
+        stream = src.streams.video[0]
+        stream.thread_type = "AUTO"
+        w, h = stream.codec_context.width, stream.codec_context.height
+        scale = min(1.0, PREVIEW_MAX_SIDE / max(w, h))
+        w, h = max(2, round(w * scale / 2) * 2), max(2, round(h * scale / 2) * 2)
+        rate = stream.average_rate or stream.guessed_rate or 25
+        src.seek(max(0, int(start / stream.time_base)), stream=stream, backward=True)
+        with av.open(str(out), "w", format="mp4", options={"movflags": "+faststart"}) as dst:
+            enc = dst.add_stream("libx264", rate=rate)
+            enc.width, enc.height, enc.pix_fmt = w, h, "yuv420p"
+            enc.options = {"preset": "veryfast", "crf": "26"}
+            n = 0
+            for frame in src.decode(stream):
+                t = frame.time
+                if t is None or t < start - 1e-3:
+                    continue
+                if t > end:
+                    break
+                img = frame.reformat(width=w, height=h, format="yuv420p")
+                img.pts = n
+                img.time_base = enc.codec_context.time_base
+                for packet in enc.encode(img):
+                    dst.mux(packet)
+                n += 1
+            for packet in enc.encode():
+                dst.mux(packet)
+    if n == 0:
+        raise MediaError(f"{path}: no frames between {start:.1f} and {end:.1f} s")
+
+
+def cache_folder(library_root: Path, created_at: float | str) -> Path:
+    """Where a library's previews and frames are cached: $XDG_CACHE_HOME/headsearch/serve/<library key>."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "headsearch" / "serve"
+    key = hashlib.blake2b(f"{Path(library_root).resolve()}|{created_at}".encode(), digest_size=8).hexdigest()
+    return base / key

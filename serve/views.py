@@ -1,0 +1,222 @@
+"""What each page shows, as plain data: the HTML page renders it and its /api twin returns it as JSON.
+
+The library is opened read-only and every read is one short connection (an index run may commit
+between two requests and is never kept waiting); the vector indexes are brought up to date with the
+database before each search.
+"""
+from __future__ import annotations
+
+import base64
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from headsearch.detect import FaceDetector
+from headsearch.embedders import Embedder, load_embedder
+from headsearch.errors import HeadsearchError
+from headsearch.images import decode_image_rgb, encode_jpeg
+from headsearch.library import Library
+from headsearch.people import list_people, people_thresholds, person_looks, person_moments
+from headsearch.query import QueryEngine, hits_json, image_crops
+from headsearch.thresholds import read_thresholds
+from schemas.records import SearchHit, VectorKind
+from serve.media import PREVIEW_PAD_S, MediaCache, Playback, cache_folder, probe_playback
+
+MAX_K = 100
+
+
+class NotFound(HeadsearchError):
+    """No such video, track, sighting or person (by id)."""
+
+
+class Site:
+    """One library as the web app serves it: the library, its model (loaded on the first search), the media cache."""
+
+    def __init__(self, root: Path, cache_dir: Path | None = None, model: str | None = None):
+        self.library = Library.open(Path(root))
+        self.root = self.library.root
+        self.cache = MediaCache(cache_dir or cache_folder(self.root, self.library.manifest.get("created_at", "")))
+        self._model = model
+        self._embedder: Embedder | None = None
+        self._detector: FaceDetector | None = None
+        self._search_lock = threading.Lock()  # one search at a time: models and vector indexes are shared
+        self._playback: dict[tuple[int, str], Playback] = {}
+
+    # ----- searching --------------------------------------------------------------------------------
+    def _engine(self) -> QueryEngine:
+        if self._embedder is None:
+            embedder = load_embedder(self._model or self.library.model.source)
+            self.library.check_model(embedder.describe())
+            self._embedder, self._detector = embedder, FaceDetector()
+        self.library.refresh_indexes()
+        return QueryEngine(self.library, self._embedder, read_thresholds(self.root, self.library.model))
+
+    def search(self, data: bytes, name: str, k: int, all_heads: bool, whole_image: bool) -> tuple[list[list[SearchHit]], list[str]]:
+        """Hits for each head of a photo (as `headsearch query` finds them), and each head's crop as a data URL."""
+        rgb = decode_image_rgb(data, name)
+        with self._search_lock:
+            engine = self._engine()
+            crops = image_crops(rgb, name, self._detector, all_heads, whole_image)
+            results = [engine.search(c, k) for c in crops]
+        heads = ["data:image/jpeg;base64," + base64.b64encode(encode_jpeg(c.image[::2, ::2], 85)).decode() for c in crops]
+        return results, heads
+
+    def similar(self, vectors: dict[VectorKind, np.ndarray], k: int, exclude: int) -> list[SearchHit]:
+        with self._search_lock:
+            self.library.vector_index(VectorKind.ID)
+            self.library.refresh_indexes()
+            engine = QueryEngine(self.library, None, read_thresholds(self.root, self.library.model))  # type: ignore[arg-type]
+            hits = engine.search_vectors(vectors, k + 1)
+        return [h for h in hits if h.track_id != exclude][:k]
+
+    # ----- pages ------------------------------------------------------------------------------------
+    def query_page(self, results: list[list[SearchHit]], heads: list[str]) -> dict:
+        return {"heads": [{"crop": crop, "cards": self.cards(hits)} for crop, hits in zip(heads, results, strict=True)],
+                "hits": hits_json(results)}
+
+    def cards(self, hits: list[SearchHit]) -> list[dict]:
+        """Hits with what a card needs: the sighting to show boxed, the file's id, the player's address."""
+        out = []
+        with self.library.browsing() as b:
+            for h in hits:
+                track = b.track(h.track_id)
+                if track is None:  # removed since the search
+                    continue
+                sightings = b.sightings(h.track_id)
+                seen = min(sightings, key=lambda s: abs(s["time"] - h.time))
+                out.append({**h.to_dict(), "video_id": track["video_id"], "name": Path(h.video).name, "sighting": seen["id"],
+                            "kind": track["video_kind"], "watch": watch_url(track["video_id"], h.start, h.end, h.track_id)})
+        return out
+
+    def videos_page(self) -> dict:
+        with self.library.browsing() as b:
+            videos = b.videos()
+        return {"videos": [{**v, "name": Path(v["path"]).name} for v in videos]}
+
+    def video_page(self, video_id: int) -> dict:
+        with self.library.people_reading() as store:
+            video = store.video(video_id)
+            if video is None:
+                raise NotFound(f"no video {video_id}")
+            shots, tracks, members = store.shots(video_id), store.tracks(video_id=video_id), store.memberships()
+            names = {p["id"]: p["name"] for p in store.persons()}
+        duration = max(float(video["duration"]), max((t["end_time"] for t in tracks), default=0.0), 1e-6)
+        rows: dict[int | None, list[dict]] = {}
+        for t in tracks:
+            pid = members.get(t["id"])
+            rows.setdefault(pid, []).append({**_track(t), **_span(t["start_time"], t["end_time"], duration),
+                                             "watch": watch_url(video_id, t["start_time"], t["end_time"], t["id"])})
+        people = [{"id": pid, "label": (names.get(pid) or f"person {pid}") if pid is not None else "not grouped yet",
+                   "tracks": ts} for pid, ts in sorted(rows.items(), key=lambda kv: (kv[0] is None, -len(kv[1])))]
+        return {"video": _video(video), "duration": duration,
+                "shots": [{**s, **_span(s["start_time"], s["end_time"], duration)} for s in shots], "people": people}
+
+    def track_page(self, track_id: int, k: int = 12) -> dict:
+        with self.library.people_reading() as store:
+            track = store.track(track_id)
+            if track is None:
+                raise NotFound(f"no track {track_id}")
+            sightings = store.sightings(track_id)
+            vectors = {kind: v[track_id] for kind in self.library.model.kinds
+                       if track_id in (v := store.track_vectors(kind, [track_id]))}
+            pid = store.memberships().get(track_id)
+            person = next((p for p in store.persons() if p["id"] == pid), None)
+        similar = self.similar(vectors, k, track_id) if VectorKind.ID in vectors else []
+        return {"track": _track(track), "person": None if person is None else {"id": person["id"], "label": person["name"] or f"person {pid}"},
+                "watch": watch_url(track["video_id"], track["start_time"], track["end_time"], track_id),
+                "sightings": [{"id": s["id"], "time": s["time"], "frame_index": s["frame_index"], "face_visible": s["face_visible"],
+                               "box": [s["x1"], s["y1"], s["x2"], s["y2"]]} for s in sightings],
+                "more_like_this": self.cards(similar)}
+
+    def people_page(self, include_hidden: bool = False) -> dict:
+        people = list_people(self.library, include_hidden=include_hidden)
+        with self.library.people_reading() as store:
+            grouped = len(store.memberships())
+            total = len(store.track_ids())
+        return {"people": [{**p.to_dict(), "label": p.label(), "hidden": p.hidden} for p in people],
+                "ungrouped_tracks": max(0, total - grouped), "thresholds": people_thresholds(self.library).source}
+
+    def person_page(self, person_id: int) -> dict:
+        found = [p for p in list_people(self.library, include_hidden=True, with_looks=False) if p.id == person_id]
+        if not found:
+            raise NotFound(f"no person {person_id}")
+        person = found[0]
+        looks = person_looks(self.library, person_id)
+        moments = person_moments(self.library, person)
+        by_track = {h.track_id: h for h in moments}
+        return {"person": {**person.to_dict(), "looks": len(looks), "label": person.label(), "hidden": person.hidden},
+                "looks": [[{"track_id": tr, "video": by_track[tr].video, "start": by_track[tr].start, "end": by_track[tr].end}
+                           for tr in look if tr in by_track] for look in looks],
+                "moments": self.cards(moments)}
+
+    def watch_page(self, video_id: int, start: float, end: float, track: int | None) -> dict:
+        with self.library.browsing() as b:
+            video = b.video(video_id)
+            if video is None:
+                raise NotFound(f"no video {video_id}")
+            best = b.best_sighting(track) if track is not None else None
+        start = max(0.0, start)
+        end = max(start, end)
+        out = {"video": _video(video), "start": start, "end": end, "track": track, "preview_offset": max(0.0, start - PREVIEW_PAD_S),
+               "sighting": None if best is None or best["video_id"] != video_id else best["id"]}
+        if video["kind"] == "image":
+            return {**out, "image": True, "src": None, "fragment": "", "offset": 0.0, "direct": False, "reason": "a photo"}
+        playback = self.playback(video)
+        offset = 0.0 if playback.direct else max(0.0, start - PREVIEW_PAD_S)
+        src = f"/media/{video_id}" if playback.direct else f"/media/{video_id}/preview?start={start:.3f}&end={end:.3f}"
+        return {**out, "image": False, "src": src, "fragment": f"#t={start - offset:.3f},{end - offset:.3f}", "offset": offset,
+                "direct": playback.direct, "reason": playback.reason}
+
+    # ----- media --------------------------------------------------------------------------------------
+    def playback(self, video: dict) -> Playback:
+        key = (int(video["id"]), video["fingerprint"])
+        if key not in self._playback:
+            self._playback[key] = probe_playback(Path(video["path"]))
+        return self._playback[key]
+
+    def video_row(self, video_id: int) -> dict:
+        with self.library.browsing() as b:
+            video = b.video(video_id)
+        if video is None:
+            raise NotFound(f"no video {video_id}")
+        return video
+
+    def thumbnail(self, track_id: int) -> Path:
+        with self.library.browsing() as b:
+            track = b.track(track_id)
+        if track is None:
+            raise NotFound(f"no track {track_id}")
+        path = self.root / track["thumbnail"]
+        if not path.is_file():
+            raise NotFound(f"track {track_id} has no thumbnail")
+        return path
+
+    def frame(self, sighting_id: int) -> Path:
+        with self.library.browsing() as b:
+            sighting = b.sighting(sighting_id)
+            video = b.video(sighting["video_id"]) if sighting else None
+        if sighting is None or video is None:
+            raise NotFound(f"no sighting {sighting_id}")
+        return self.cache.sighting_frame(sighting, video)
+
+
+def watch_url(video_id: int, start: float, end: float, track: int | None = None) -> str:
+    return f"/watch/{video_id}?start={start:.3f}&end={end:.3f}" + (f"&track={track}" if track is not None else "")
+
+
+def _span(start: float, end: float, duration: float) -> dict:
+    """Where a time range lies along a timeline, in percent."""
+    left = 100.0 * start / duration
+    return {"left": round(left, 3), "width": round(max(0.6, 100.0 * (end - start) / duration), 3)}
+
+
+def _video(v: dict) -> dict:
+    return {"id": v["id"], "path": v["path"], "name": Path(v["path"]).name, "kind": v["kind"], "duration": v["duration"],
+            "fps": v["fps"], "width": v["width"], "height": v["height"]}
+
+
+def _track(t: dict) -> dict:
+    return {"id": t["id"], "video_id": t["video_id"], "video": t["video"], "name": Path(t["video"]).name, "start": t["start_time"],
+            "end": t["end_time"], "best_time": t["best_time"], "sightings": t["n_observations"],
+            "face_visible_share": round(float(t["face_visible_share"]), 3)}
