@@ -658,6 +658,27 @@ class PeopleStore(BrowseReader):
     def memberships(self) -> dict[int, int]:
         return {int(a): int(b) for a, b in self._conn.execute(sa.select(t.person_tracks.c.track_id, t.person_tracks.c.person_id))}
 
+    def membership_places(self, track_ids: list[int]) -> list[dict]:
+        """Where these members were (file, time, head box), as stored with their membership."""
+        if not track_ids:
+            return []
+        return _rows(self._conn.execute(sa.select(t.person_tracks).where(t.person_tracks.c.track_id.in_([int(i) for i in track_ids]))))
+
+    def places(self, track_ids: list[int]) -> dict[int, dict]:
+        """Each track's best sighting with its file: where it is, to find it again after re-indexing."""
+        if not track_ids:
+            return {}
+        best = (sa.select(t.observations.c.track_id, t.observations.c.time, t.observations.c.x1, t.observations.c.y1,
+                          t.observations.c.x2, t.observations.c.y2, t.videos.c.path.label("video_path"),
+                          sa.func.row_number().over(partition_by=t.observations.c.track_id,
+                                                    order_by=(sa.func.abs(t.observations.c.time - t.tracks.c.best_time),
+                                                              t.observations.c.id)).label("rank"))
+                .select_from(t.observations.join(t.tracks, t.tracks.c.id == t.observations.c.track_id)
+                             .join(t.videos, t.videos.c.id == t.observations.c.video_id))
+                .where(t.observations.c.track_id.in_([int(i) for i in track_ids])).subquery())
+        rows = self._conn.execute(sa.select(best).where(best.c.rank == 1))
+        return {int(r.track_id): {k: v for k, v in r._mapping.items() if k not in ("rank", "track_id")} for r in rows}
+
     def feedback(self) -> list[dict]:
         return _rows(self._conn.execute(sa.select(t.person_feedback).order_by(t.person_feedback.c.id)))
 
@@ -687,11 +708,13 @@ class PeopleStore(BrowseReader):
         self._conn.execute(sa.delete(t.people).where(t.people.c.id == person_id))
 
     def assign(self, assignments: dict[int, int]) -> None:
-        """Set the person of these tracks (replacing what they had)."""
+        """Set the person of these tracks (replacing what they had), with where each track is."""
         if not assignments:
             return
         self.unassign(list(assignments))
-        _bulk_insert(self._conn, t.person_tracks, [{"track_id": int(k), "person_id": int(v)} for k, v in assignments.items()])
+        places = self.places(list(assignments))
+        _bulk_insert(self._conn, t.person_tracks, [{"track_id": int(k), "person_id": int(v), **places[int(k)]}
+                                                   for k, v in assignments.items() if int(k) in places])
 
     def unassign(self, track_ids: list[int]) -> None:
         for start in range(0, len(track_ids), 10_000):

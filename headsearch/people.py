@@ -113,14 +113,14 @@ class UpdateSummary:
     new_tracks: int = 0
     joined: int = 0  # new tracks that joined existing persons
     new_people: int = 0
-    rebound: int = 0  # verdicts that found their track again after a re-index
+    rebound: int = 0  # re-indexed tracks (and verdicts) that found their places again
     removed_people: int = 0
     threshold: float = 0.0
     source: str = ""
 
     def line(self) -> str:
         return (f"{self.new_tracks} new tracks: {self.joined} joined known people, {self.new_people} new people"
-                + (f", {self.rebound} corrections found their tracks again" if self.rebound else "")
+                + (f", {self.rebound} re-indexed tracks found in their places" if self.rebound else "")
                 + f" (identity threshold {self.threshold:.3f}, {self.source.split(';')[0]})")
 
 
@@ -133,6 +133,7 @@ class _State:
     pins: dict[int, int] = field(default_factory=dict)  # track -> person a user put it in
     nots: dict[int, set[int]] = field(default_factory=dict)  # track -> persons a user took it out of
     changed: set[int] = field(default_factory=set)  # persons whose row changed
+    inherited: dict[int, int] = field(default_factory=dict)  # new track -> person of the old track at its place
 
     def centroid(self, pid: int) -> np.ndarray:
         return np.frombuffer(self.persons[pid]["centroid"], "<f4").astype(np.float64)
@@ -154,17 +155,24 @@ def _iou(a: dict, b: dict) -> float:
     return Box(a["x1"], a["y1"], a["x2"], a["y2"]).iou(Box(b["x1"], b["y1"], b["x2"], b["y2"]))
 
 
+def _find_again(store: PeopleStore, place: dict) -> int | None:
+    """The track now at a place (file, time, head box) a vanished track was, if any."""
+    near = [s for s in store.sightings_near(place["video_path"], place["time"], REBIND_SECONDS) if _iou(s, place) >= REBIND_IOU]
+    if not near:
+        return None
+    return int(max(near, key=lambda s: (_iou(s, place), -abs(s["time"] - place["time"])))["track_id"])
+
+
 def _rebind(store: PeopleStore, feedback: list[dict], existing: set[int]) -> int:
     """Point verdicts whose track vanished (its file was re-indexed) at the same head in the new tracks."""
     rebound = 0
     for f in feedback:
         if f["track_id"] in existing:
             continue
-        near = [s for s in store.sightings_near(f["video_path"], f["time"], REBIND_SECONDS) if _iou(s, f) >= REBIND_IOU]
-        if near:
-            best = max(near, key=lambda s: (_iou(s, f), -abs(s["time"] - f["time"])))
-            store.update_feedback(f["id"], track_id=int(best["track_id"]))
-            f["track_id"] = int(best["track_id"])
+        found = _find_again(store, f)
+        if found is not None:
+            store.update_feedback(f["id"], track_id=found)
+            f["track_id"] = found
             rebound += 1
     return rebound
 
@@ -174,9 +182,15 @@ def _read_state(store: PeopleStore, existing: set[int], summary: UpdateSummary) 
     summary.rebound = _rebind(store, feedback, existing)
     state = _State({p["id"]: p for p in store.persons()}, store.memberships())
     stale = [tr for tr in state.members if tr not in existing]
+    places = store.membership_places(stale)
     store.unassign(stale)
     for tr in stale:
         del state.members[tr]
+    for place in places:  # a re-indexed file: its new tracks take the places of the old ones
+        new = _find_again(store, place)
+        if new is not None and new not in state.members:
+            state.members[new] = int(place["person_id"])
+            state.inherited[new] = int(place["person_id"])
     for f in feedback:  # later verdicts override earlier ones
         if f["person_id"] not in state.persons or f["track_id"] not in existing:
             continue
@@ -282,7 +296,10 @@ def _update(store: PeopleStore, library: Library, report: Callable[[str], None] 
     # Tracks whose place a verdict contradicts leave it; pinned tracks go where the user put them.
     loose = [tr for tr, pid in state.members.items() if pid in state.nots.get(tr, ()) or state.pins.get(tr, pid) != pid]
     new = sorted(tr for tr in existing if tr not in state.members) + loose
+    kept = {tr: pid for tr, pid in state.inherited.items() if tr not in loose}
+    summary.rebound += len(kept)
     if not new:
+        store.assign(kept)
         return summary
     vectors = store.track_vectors(VectorKind.ID, sorted(set(new)))
     out = [tr for tr in loose]
@@ -304,7 +321,7 @@ def _update(store: PeopleStore, library: Library, report: Callable[[str], None] 
     cannot = _cannot_link(store, rest)
     for start in range(0, len(rest), BATCH):
         _cluster_batch(store, state, rest[start : start + BATCH], vectors, cannot, th.identity, summary)
-    _write(store, state, {tr: state.members[tr] for tr in new}, summary,
+    _write(store, state, {**kept, **{tr: state.members[tr] for tr in new}}, summary,
            {pid for pids in state.nots.values() for pid in pids} | set(state.pins.values()))
     if report and not th.calibrated:
         report(f"note: {th.source}")

@@ -111,12 +111,20 @@ people = Table(
     Column("created_at", Double, nullable=False),
 )
 
-# Which person each track belongs to (every clustered track has exactly one row).
+# Which person each track belongs to (every clustered track has exactly one row), and where the
+# track was (file, time and head box of its best sighting): a re-indexed file's new tracks take
+# the place of the old ones they match.
 person_tracks = Table(
     "person_tracks",
     metadata,
     Column("track_id", BigInteger, primary_key=True, autoincrement=False),
     Column("person_id", BigInteger, nullable=False, index=True),
+    Column("video_path", String, nullable=False),
+    Column("time", Double, nullable=False),
+    Column("x1", Double, nullable=False),
+    Column("y1", Double, nullable=False),
+    Column("x2", Double, nullable=False),
+    Column("y2", Double, nullable=False),
 )
 
 # What a user said about a track: it is ("is") or is not ("not") a person. The track is also
