@@ -28,8 +28,9 @@ from headsearch.thresholds import read_thresholds
 from schemas.records import Box, SearchHit, VectorKind
 
 # Used only when a library's model has no calibrated thresholds (`headsearch bench --calibrate`):
-# average-linkage thresholds on track vectors, per model name, measured on ../shared/data.
-UNCALIBRATED_IDENTITY_THRESHOLDS = {"dlib-resnet": 0.90}
+# average-linkage thresholds on track vectors, per model name (dlib: best F1 at precision >= 0.99 on
+# ../shared/data, `python -m bench.people --sweep`).
+UNCALIBRATED_IDENTITY_THRESHOLDS = {"dlib-resnet": 0.93}
 UNCALIBRATED_IDENTITY_FALLBACK = 0.5
 UNCALIBRATED_SAME_LOOK_FALLBACK = 0.8
 BATCH = 2000  # new tracks clustered at once (memory grows with its square)

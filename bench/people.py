@@ -1,0 +1,123 @@
+"""How well `headsearch people` groups a library: pairwise precision and recall of its persons against
+the identities a labelled set gives (a labelled photo: its largest head's track; a video labelled with
+one identity: every track in it).
+
+    python -m bench.people --library LIB ../shared/data/LABELS.csv ../shared/data/more/LABELS.csv
+    python -m bench.people --library LIB --sweep 0.90,0.92,0.94 SETS...   # on copies, from no people
+
+Pair counts: precision = pairs of labelled tracks in one person that share an identity / pairs in one
+person; recall = the same / pairs that share an identity.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+from collections import Counter
+from math import comb
+from pathlib import Path
+
+from headsearch.files import write_json_atomic
+from headsearch.labels import read_label_set
+from headsearch.library import Library
+from headsearch.people import list_people, update_people
+from headsearch.thresholds import THRESHOLDS_FILE
+from schemas.records import MediaKind
+
+
+def labelled_tracks(library: Library, label_csvs: list[Path]) -> dict[int, tuple[str, str]]:
+    """Track id -> (identity, "photo" or "video") for the tracks a labelled set names."""
+    wanted: dict[str, tuple[str, MediaKind]] = {}
+    for csv in label_csvs:
+        for f in read_label_set(Path(csv)).files:
+            wanted[str(Path(f.path).resolve())] = (f.identity, f.kind)
+    out: dict[int, tuple[str, str]] = {}
+    with library.browsing() as b:
+        by_video: dict[str, list[dict]] = {}
+        for t in b.tracks():
+            by_video.setdefault(t["video"], []).append(t)
+        for path, tracks in by_video.items():
+            if path not in wanted:
+                continue
+            identity, kind = wanted[path]
+            if kind == MediaKind.IMAGE:  # the person a photo is labelled with is its largest head
+                boxes = {t["id"]: b.best_sighting(t["id"]) for t in tracks}
+                largest = max(tracks, key=lambda t: (boxes[t["id"]]["x2"] - boxes[t["id"]]["x1"]) * (boxes[t["id"]]["y2"] - boxes[t["id"]]["y1"]))
+                out[largest["id"]] = (identity, "photo")
+            else:
+                for t in tracks:
+                    out[t["id"]] = (identity, "video")
+    return out
+
+
+def pairwise(assignments: dict[int, int], truth: dict[int, str]) -> dict:
+    """Pairwise precision, recall and F1 of clusters against identities, over the tracks in both."""
+    tracks = [t for t in truth if t in assignments]
+    cells = Counter((assignments[t], truth[t]) for t in tracks)
+    clusters = Counter(assignments[t] for t in tracks)
+    identities = Counter(truth[t] for t in tracks)
+    tp = sum(comb(n, 2) for n in cells.values())
+    same_cluster = sum(comb(n, 2) for n in clusters.values())
+    same_identity = sum(comb(n, 2) for n in identities.values())
+    precision = tp / same_cluster if same_cluster else 1.0
+    recall = tp / same_identity if same_identity else 1.0
+    return {"tracks": len(tracks), "identities": len(identities), "clusters": len(clusters), "true_pairs": same_identity,
+            "clustered_pairs": same_cluster, "correct_pairs": tp, "precision": round(precision, 4), "recall": round(recall, 4),
+            "f1": round(2 * precision * recall / (precision + recall), 4) if precision + recall else 0.0}
+
+
+def people_accuracy(library: Library, label_csvs: list[Path]) -> dict:
+    """Pairwise scores of the library's current people: all labelled tracks, photos only, videos only."""
+    person = {tr: p.id for p in list_people(library, include_hidden=True, with_looks=False) for tr in p.tracks}
+    labelled = labelled_tracks(library, label_csvs)
+    report = {"people": len(set(person.values())), "tracks": len(person)}
+    for part in ("all", "photo", "video"):
+        truth = {t: ident for t, (ident, kind) in labelled.items() if part == "all" or kind == part}
+        report[part] = pairwise(person, truth)
+    return report
+
+
+def sweep(library_root: Path, label_csvs: list[Path], thresholds: list[float]) -> list[dict]:
+    """Group a copy of the library from no people at each identity threshold."""
+    source = Library.open(library_root)
+    model = source.model
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="people-sweep-") as tmp:
+        for value in thresholds:
+            copy = Path(tmp) / f"lib-{value}"
+            shutil.copytree(library_root, copy, ignore=shutil.ignore_patterns(".*.lock"))
+            lib = Library.open(copy, read_only=False)
+            with lib.people_writing() as store:  # start from no people
+                for p in store.persons():
+                    store.delete_person(p["id"])
+            write_json_atomic(copy / THRESHOLDS_FILE, {"far": 0.0, "identity": value, "same_look": 1.0, "model": model.name,
+                                                       "version": model.version})
+            update_people(lib)
+            rows.append({"identity_threshold": value, **people_accuracy(lib, label_csvs)})
+            shutil.rmtree(copy)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sets", nargs="+", type=Path, help="labelled CSVs (path,identity[,appearance_state])")
+    parser.add_argument("--library", type=Path, required=True)
+    parser.add_argument("--sweep", default=None, help="comma-separated identity thresholds to try on copies")
+    args = parser.parse_args()
+    if args.sweep:
+        rows = sweep(args.library, args.sets, [float(x) for x in args.sweep.split(",")])
+    else:
+        lib = Library.open(args.library)
+        update_people(lib)
+        rows = [people_accuracy(lib, args.sets)]
+    print(json.dumps(rows, indent=2))
+    for r in rows:
+        head = f"threshold {r['identity_threshold']:.3f}  " if "identity_threshold" in r else ""
+        print(f"{head}{r['people']} people; " + "; ".join(
+            f"{part}: {r[part]['tracks']} tracks of {r[part]['identities']} identities in {r[part]['clusters']} people, "
+            f"precision {r[part]['precision']:.3f} recall {r[part]['recall']:.3f} F1 {r[part]['f1']:.3f}" for part in ("all", "photo", "video")))
+
+
+if __name__ == "__main__":
+    main()
