@@ -12,6 +12,7 @@ import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import cv2
@@ -184,7 +185,7 @@ def _transcode(path: Path, out: Path, start: float, end: float) -> None:
         w, h = stream.codec_context.width, stream.codec_context.height
         scale = min(1.0, PREVIEW_MAX_SIDE / max(w, h))
         w, h = max(2, round(w * scale / 2) * 2), max(2, round(h * scale / 2) * 2)
-        rate = stream.average_rate or stream.guessed_rate or 25
+        rate = Fraction(stream.average_rate or stream.guessed_rate or 25)
         src.seek(max(0, int(start / stream.time_base)), stream=stream, backward=True)
         with av.open(str(out), "w", format="mp4", options={"movflags": "+faststart"}) as dst:
             enc = dst.add_stream("libx264", rate=rate)
@@ -199,7 +200,7 @@ def _transcode(path: Path, out: Path, start: float, end: float) -> None:
                     break
                 img = frame.reformat(width=w, height=h, format="yuv420p")
                 img.pts = n
-                img.time_base = enc.codec_context.time_base
+                img.time_base = Fraction(1) / rate
                 for packet in enc.encode(img):
                     dst.mux(packet)
                 n += 1

@@ -1,0 +1,106 @@
+"""The web app in a real browser (Debian's Chromium driven by Playwright): upload a photo, see result
+cards, open the player and find the video at the hit. Screenshots are kept as test artefacts in
+$HEADSEARCH_ARTEFACTS (default: test-artefacts/ in the checkout)."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES, HAMILTON, needs_data, run
+
+CHROMIUM = Path(os.environ.get("HEADSEARCH_CHROMIUM", "/usr/bin/chromium"))
+ARTEFACTS = Path(os.environ.get("HEADSEARCH_ARTEFACTS", Path(__file__).resolve().parents[1] / "test-artefacts"))
+FLAGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+         "--no-first-run", "--disable-sync", "--disable-default-apps", "--mute-audio"]
+
+pytestmark = [needs_data, pytest.mark.skipif(not CHROMIUM.is_file() and not os.environ.get("CI"),
+                                             reason=f"no Chromium at {CHROMIUM} (apt-get install chromium; .ci/run does)")]
+
+
+@pytest.fixture(scope="module")
+def server(hamilton_library, tmp_path_factory):
+    """`headsearch serve`'s app under uvicorn on a free loopback port, in a thread."""
+    import uvicorn
+
+    from serve.app import create_app
+
+    library = tmp_path_factory.mktemp("browser") / "library"
+    shutil.copytree(hamilton_library, library)
+    run("people", "--library", library)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app = create_app(library, cache_dir=tmp_path_factory.mktemp("cache"), allowed_hosts={"127.0.0.1", "localhost"})
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "the server did not start"
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def page():
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM.is_file(), f"CI needs Chromium at {CHROMIUM}"
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        try:
+            yield browser.new_page(viewport={"width": 1280, "height": 900})
+        finally:
+            browser.close()
+
+
+def _images_loaded(page) -> None:
+    page.wait_for_function("Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)", timeout=60_000)
+
+
+def test_search_cards_and_player_at_the_hit(server, page):
+    page.goto(server + "/")
+    page.set_input_files("#photo", str(EXAMPLES / "lin-manuel-miranda.png"))  # picking a photo submits the search
+    page.wait_for_selector(".card", timeout=120_000)
+    _images_loaded(page)
+    page.screenshot(path=str(ARTEFACTS / "search.png"), full_page=True)
+    cards = page.locator(".card")
+    assert cards.count() == 5
+    first = page.locator(".card-main").first
+    assert HAMILTON.name in first.inner_text()
+    href = first.get_attribute("href")
+    start = float(href.split("start=")[1].split("&")[0])
+    first.click()
+    page.wait_for_function("(() => { const v = document.getElementById('player'); return v && v.readyState >= 2; })()", timeout=60_000)
+    time.sleep(0.5)
+    state = page.evaluate("(() => { const v = document.getElementById('player'); return {t: v.currentTime, error: v.error && v.error.code,"
+                          " paused: v.paused, duration: v.duration}; })()")
+    page.screenshot(path=str(ARTEFACTS / "player.png"))
+    assert state["error"] is None and state["duration"] > 9
+    assert abs(state["t"] - start) < 0.1, (state, start)
+
+
+def test_people_pages(server, page):
+    page.goto(server + "/people")
+    _images_loaded(page)
+    page.screenshot(path=str(ARTEFACTS / "people.png"), full_page=True)
+    tiles = page.locator(".person-tile")
+    assert tiles.count() >= 5
+    page.locator(".person-name").first.click()
+    page.wait_for_selector("section.look")
+    _images_loaded(page)
+    page.screenshot(path=str(ARTEFACTS / "person.png"), full_page=True)
+    assert page.locator("button.danger").count() >= 1  # "not this person" on every track
+    page.goto(server + "/videos")
+    page.locator("table.list a", has_text=HAMILTON.name).click()
+    page.wait_for_selector(".tl-track")
+    _images_loaded(page)
+    page.screenshot(path=str(ARTEFACTS / "video.png"), full_page=True)

@@ -1,0 +1,263 @@
+"""`headsearch serve` through Starlette's TestClient: every route and its JSON twin, /api/query equal to
+`query --json`, corrections from the web page, preview clips, and the safety cases (paths in
+requests, unknown ids, oversized, non-image and decompression-bomb uploads, Range requests, tokens)."""
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import struct
+import zlib
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+from conftest import EXAMPLES, HAMILTON, library_db, needs_data, query_json, run
+from starlette.testclient import TestClient
+
+from serve.app import create_app, hms
+
+pytestmark = needs_data
+
+MIRANDA = EXAMPLES / "lin-manuel-miranda.png"
+TWO_PEOPLE = EXAMPLES / "two_people.jpg"
+
+
+@pytest.fixture(scope="module")
+def library(hamilton_library, tmp_path_factory) -> Path:
+    """A copy of the session's library (hamilton + video-retalking) with a photo of two people and an
+    AVI (MPEG-4 Part 2, which browsers cannot play) cut from the hamilton clip."""
+    lib = tmp_path_factory.mktemp("serve") / "library"
+    shutil.copytree(hamilton_library, lib)
+    avi = lib.parent / "hamilton.avi"
+    with av.open(str(HAMILTON)) as src, av.open(str(avi), "w") as dst:
+        out = dst.add_stream("mpeg4", rate=25)
+        out.width, out.height, out.pix_fmt = 320, 180, "yuv420p"
+        for i, frame in enumerate(src.decode(video=0)):
+            if i >= 100:
+                break
+            img = frame.reformat(width=320, height=180, format="yuv420p")
+            img.pts, img.time_base = i, Fraction(1, 25)
+            for packet in out.encode(img):
+                dst.mux(packet)
+        for packet in out.encode():
+            dst.mux(packet)
+    run("index", TWO_PEOPLE, avi, "--library", lib, "-q")
+    return lib
+
+
+@pytest.fixture(scope="module")
+def client(library, tmp_path_factory) -> TestClient:
+    return TestClient(create_app(library, cache_dir=tmp_path_factory.mktemp("cache")))
+
+
+def ids(library: Path, sql: str) -> list:
+    with library_db(library) as con:
+        return [r[0] for r in con.execute(sql).fetchall()]
+
+
+def video_id(library: Path, path: Path) -> int:
+    return ids(library, f"select id from videos where path = '{path}'")[0]
+
+
+def test_hms():
+    assert [hms(x) for x in (0, 59.6, 61, 3725.2)] == ["0:00:00", "0:01:00", "0:01:01", "1:02:05"]
+
+
+def test_api_query_is_query_json(client, library):
+    for photo, extra in ((MIRANDA, {"k": "3"}), (TWO_PEOPLE, {"k": "2", "all": "1"})):
+        r = client.post("/api/query", files={"photo": (photo.name, photo.read_bytes(), "image/png")}, data=extra)
+        assert r.status_code == 200, r.text
+        cli = query_json(library, photo, "-k", extra["k"], *(["--all"] if "all" in extra else []))
+        assert r.json() == cli
+    # the raw image as the body, fields in the query string
+    r = client.post("/api/query?k=3", content=MIRANDA.read_bytes(), headers={"content-type": "image/png"})
+    assert r.json() == query_json(library, MIRANDA, "-k", "3")
+
+
+def test_search_page_shows_cards_and_heads(client, library):
+    r = client.post("/", files={"photo": ("two.jpg", TWO_PEOPLE.read_bytes(), "image/jpeg")}, data={"k": "4", "all": "1"})
+    assert r.status_code == 200
+    assert r.text.count('class="head') >= 2 and r.text.count('class="card"') == 8  # two heads, four cards each
+    assert "/watch/" in r.text and "/frames/" in r.text and "uncalibrated" in r.text
+    r = client.post("/", files={"photo": ("lmm.png", MIRANDA.read_bytes(), "image/png")}, data={"k": "2"})
+    assert r.text.count('class="card"') == 2 and "short_hamilton_clip.mp4" in r.text and "0:00:0" in r.text
+
+
+def test_every_page_and_its_json_twin(client, library):
+    vid = video_id(library, HAMILTON)
+    track = ids(library, f"select id from tracks where video_id = {vid} order by id")[0]
+    sighting = ids(library, f"select id from observations where track_id = {track}")[0]
+    run("people", "--library", library)
+    person = json.loads(run("people", "--library", library, "--json").stdout)[0]["id"]
+    pages = ["/videos", f"/videos/{vid}", f"/tracks/{track}", "/people", f"/people/{person}", f"/watch/{vid}?start=3.5&end=6&track={track}"]
+    for page in pages:
+        html, api = client.get(page), client.get("/api" + page)
+        assert html.status_code == 200 and html.headers["content-type"].startswith("text/html"), page
+        assert api.status_code == 200 and api.headers["content-type"] == "application/json", page
+    assert {v["name"] for v in client.get("/api/videos").json()["videos"]} >= {"short_hamilton_clip.mp4", "two_people.jpg", "hamilton.avi"}
+    video = client.get(f"/api/videos/{vid}").json()
+    assert len(video["shots"]) >= 3 and sum(len(p["tracks"]) for p in video["people"]) == len(ids(library, f"select id from tracks where video_id = {vid}"))
+    tr = client.get(f"/api/tracks/{track}?k=4").json()
+    assert tr["track"]["id"] == track and tr["sightings"] and len(tr["more_like_this"]) == 4
+    assert all(c["track_id"] != track for c in tr["more_like_this"])
+    people = client.get("/api/people").json()
+    assert people["people"][0].keys() >= {"id", "name", "tracks", "videos", "looks"} and people["ungrouped_tracks"] == 0
+    assert client.get(f"/api/people/{person}").json()["moments"]
+    watch = client.get(f"/api/watch/{vid}?start=3.5&end=6").json()
+    assert watch["src"] == f"/media/{vid}" and watch["fragment"] == "#t=3.500,6.000" and watch["direct"]
+    assert f'src="/media/{vid}#t=3.500,6.000"' in client.get(f"/watch/{vid}?start=3.5&end=6").text
+    for url, kind in ((f"/thumbnails/{track}.jpg", "image/jpeg"), (f"/frames/{sighting}.jpg", "image/jpeg"), (f"/media/{vid}", "video/mp4"),
+                      ("/static/style.css", "text/css"), ("/static/app.js", "text/javascript")):
+        r = client.get(url)
+        assert r.status_code == 200 and r.headers["content-type"].startswith(kind), url
+    frame = np.frombuffer(client.get(f"/frames/{sighting}.jpg").content, np.uint8)
+    import cv2
+
+    assert cv2.imdecode(frame, cv2.IMREAD_COLOR).shape[:2] == (360, 640)
+    photo = video_id(library, TWO_PEOPLE)
+    assert client.get(f"/api/watch/{photo}").json()["image"] is True
+
+
+def test_range_requests(client, library):
+    vid = video_id(library, HAMILTON)
+    data = HAMILTON.read_bytes()
+    r = client.get(f"/media/{vid}", headers={"Range": "bytes=100-199"})
+    assert r.status_code == 206 and r.content == data[100:200] and r.headers["content-range"] == f"bytes 100-199/{len(data)}"
+    r = client.get(f"/media/{vid}", headers={"Range": "bytes=-50"})
+    assert r.status_code == 206 and r.content == data[-50:]
+    r = client.get(f"/media/{vid}", headers={"Range": f"bytes={len(data) + 10}-"})
+    assert r.status_code == 416
+    assert client.get(f"/media/{vid}").headers["accept-ranges"] == "bytes"
+
+
+def test_preview_clip_for_files_browsers_cannot_play(client, library):
+    vid = video_id(library, library.parent / "hamilton.avi")
+    watch = client.get(f"/api/watch/{vid}?start=2.5&end=3").json()
+    assert not watch["direct"] and "mpeg4" in watch["reason"] and watch["src"].startswith(f"/media/{vid}/preview?")
+    assert watch["fragment"] == "#t=2.000,2.500" and watch["offset"] == 0.5  # the clip starts 2 s before the moment
+    assert client.get(f"/media/{vid}").status_code == 415
+    r = client.get(watch["src"])
+    assert r.status_code == 200 and r.headers["content-type"] == "video/mp4"
+    with av.open(io.BytesIO(r.content)) as clip:
+        stream = clip.streams.video[0]
+        assert stream.codec_context.name == "h264"
+        frames = sum(1 for _ in clip.decode(stream))
+    assert 86 <= frames <= 89  # 0.5 s to the end of the 4 s file (100 frames at 25 fps)
+    assert client.get(watch["src"]).content == r.content  # cached
+    assert client.get(watch["src"], headers={"Range": "bytes=0-9"}).status_code == 206
+
+
+@pytest.mark.parametrize("url", [
+    "/media/../../../etc/passwd", "/media/%2e%2e/%2e%2e/etc/passwd", "/media/..%2f..%2fetc%2fpasswd", "/thumbnails/../manifest.json",
+    "/thumbnails/%2Fetc%2Fpasswd.jpg", "/frames//etc/passwd", "/static/../app.py", "/static/%2e%2e/app.py", "/static/", "/static",
+    "/thumbnails/", "/media/", "/media/-1", "/media/1.5", "/etc/passwd", "//etc/passwd", "/media/99999", "/thumbnails/99999.jpg",
+    "/frames/99999.jpg", "/tracks/99999", "/api/tracks/99999", "/videos/99999", "/api/people/99999", "/watch/99999",
+    "/media/99999/preview", "/api/videos/abc",
+])
+def test_no_path_from_a_request_reaches_the_file_system(client, url):
+    r = client.get(url)
+    assert r.status_code == 404, (url, r.status_code)
+    assert b"root:" not in r.content and b"headsearch" not in r.content[:20] and b'"format"' not in r.content
+
+
+def test_bad_parameters(client, library):
+    vid = video_id(library, HAMILTON)
+    assert client.get(f"/watch/{vid}?start=abc").status_code == 400
+    assert client.get(f"/watch/{vid}?start=-5").status_code == 400
+    assert client.get(f"/watch/{vid}?track=../1").status_code == 400
+    assert client.get("/api/tracks/1?k=0").status_code == 400
+    r = client.post("/api/query", files={"photo": ("a.png", MIRANDA.read_bytes(), "image/png")}, data={"k": "1000"})
+    assert r.status_code == 400 and "k must be" in r.json()["error"]
+
+
+def _png_header_only(width: int, height: int) -> bytes:
+    """A tiny PNG that claims to be width x height (a decompression bomb's calling card)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+
+
+def test_uploads_are_checked_before_decoding(library, tmp_path):
+    client = TestClient(create_app(library, cache_dir=tmp_path, max_upload=2_000_000))
+    big = MIRANDA.read_bytes() + b"\0" * 2_000_000
+    for body, status, message in [
+        (big, 413, "too large"),
+        (b"this is not an image at all", 415, "not an image"),
+        (b"", 400, "empty"),
+        (_png_header_only(60_000, 60_000), 413, "pixels"),
+        (_png_header_only(9_000, 9_000), 413, "pixels"),
+        ((HAMILTON.read_bytes()[:100_000]), 415, "not an image"),
+    ]:
+        for r in (client.post("/api/query", files={"photo": ("x.png", body, "image/png")}),
+                  client.post("/api/query", content=body, headers={"content-type": "image/png"}),
+                  client.post("/", files={"photo": ("x.png", body, "image/png")})):
+            assert r.status_code == status, (message, r.status_code, r.text[:200])
+            assert message in r.text
+    r = client.post("/api/query", files={"picture": ("a.png", MIRANDA.read_bytes(), "image/png")}, data={"k": "3"})
+    assert r.status_code == 400 and "no photo in the form" in r.text
+    assert client.post("/api/query", data={"k": "3"}).status_code == 415  # a form without a file is no image
+    blank = io.BytesIO()
+    from PIL import Image
+
+    Image.new("RGB", (64, 64), (128, 128, 128)).save(blank, "PNG")
+    r = client.post("/api/query", files={"photo": ("blank.png", blank.getvalue(), "image/png")})
+    assert r.status_code == 422 and "no head found" in r.json()["error"]
+
+
+def test_token_and_origin_and_host(library, tmp_path):
+    client = TestClient(create_app(library, token="s3cret", cache_dir=tmp_path))
+    assert client.get("/videos").status_code == 401
+    assert client.get("/api/videos", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert client.get("/api/videos", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    r = client.get("/videos?token=s3cret")
+    assert r.status_code == 200 and "headsearch_token" in r.headers["set-cookie"]
+    assert client.get("/api/people").status_code == 200  # the cookie carries on
+    local = TestClient(create_app(library, cache_dir=tmp_path, allowed_hosts={"127.0.0.1", "localhost"}), base_url="http://127.0.0.1")
+    assert local.get("/videos").status_code == 200
+    assert local.get("/videos", headers={"host": "evil.example"}).status_code == 400  # DNS rebinding
+    r = local.post("/api/people/update", headers={"origin": "http://evil.example"})
+    assert r.status_code == 403
+    assert local.post("/api/people/update", headers={"origin": "http://127.0.0.1"}).status_code == 200
+
+
+def test_serve_refuses_other_hosts_without_a_token(library):
+    result = run("serve", "--library", library, "--host", "0.0.0.0", ok=False)
+    assert "--token" in result.stderr and "Traceback" not in result.output
+    result = run("serve", "--library", library.parent / "nothing-here", ok=False)
+    assert "no headsearch library here" in result.stderr
+
+
+def test_corrections_from_the_web_page(client, library):
+    run("people", "--library", library)
+    people = client.get("/api/people").json()["people"]
+    target = next(p for p in people if len(p["tracks"]) >= 2)
+    track = target["tracks"][0]
+    assert f'action="/tracks/{track}/not-this-person"' in client.get(f"/people/{target['id']}").text
+    r = client.post(f"/tracks/{track}/not-this-person", data={"person": str(target["id"])}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == f"/people/{target['id']}"
+    after = client.get(f"/api/people/{target['id']}").json()["person"]
+    assert track not in after["tracks"]
+    r = client.post(f"/api/people/{target['id']}/name", json={"name": "  Web   Name "})
+    assert r.json() == {"ok": True, "id": target["id"], "name": "Web Name"}
+    assert json.loads(run("people", "--library", library, "--json").stdout)[0]  # the CLI sees the same
+    assert any(p["name"] == "Web Name" for p in json.loads(run("people", "--library", library, "--json").stdout))
+    assert client.post(f"/api/people/{target['id']}/hide", json={"hidden": True}).json()["hidden"] is True
+    assert all(p["id"] != target["id"] for p in client.get("/api/people").json()["people"])
+    assert any(p["id"] == target["id"] for p in client.get("/api/people?all=1").json()["people"])
+    assert client.post("/api/tracks/99999/not-this-person").status_code == 400
+
+
+def test_the_app_sees_a_running_index_and_never_holds_the_database(library, tmp_path):
+    client = TestClient(create_app(library, cache_dir=tmp_path))
+    before = client.post("/api/query?k=50", content=MIRANDA.read_bytes(), headers={"content-type": "image/png"}).json()
+    assert all(h["video"] != str(MIRANDA) for h in before)
+    run("index", MIRANDA, "--library", library, "-q")  # while the app is up: it holds no connection
+    names = {v["name"] for v in client.get("/api/videos").json()["videos"]}
+    assert MIRANDA.name in names
+    after = client.post("/api/query?k=3", content=MIRANDA.read_bytes(), headers={"content-type": "image/png"}).json()
+    assert after[0]["video"] == str(MIRANDA) and after[0]["score"] > 0.99  # the new vector was picked up
+    run("remove", MIRANDA, "--library", library)
