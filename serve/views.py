@@ -148,7 +148,7 @@ class Site:
         return {"person": {**person.to_dict(), "looks": len(looks), "label": person.label(), "hidden": person.hidden},
                 "looks": [[{"track_id": tr, "video": by_track[tr].video, "start": by_track[tr].start, "end": by_track[tr].end}
                            for tr in look if tr in by_track] for look in looks],
-                "moments": self.cards(moments)}
+                "moments": [{**c, "moment": True} for c in self.cards(moments)]}
 
     def watch_page(self, video_id: int, start: float, end: float, track: int | None) -> dict:
         with self.library.browsing() as b:
