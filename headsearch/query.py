@@ -83,4 +83,5 @@ class QueryEngine:
                 head_score = float(np.dot(stored, query[VectorKind.HEAD]))
         tier = self.thresholds.tier(score, head_score) if self.thresholds else None
         return SearchHit(track_id=track_id, video=row.path, start=row.start, end=row.end, time=row.time,
-                         score=score, thumbnail=str((self.library.root / row.thumbnail).resolve()), tier=tier, head_score=head_score)
+                         score=score, thumbnail=str((self.library.root / row.thumbnail).resolve()), tier=tier, head_score=head_score,
+                         observation_id=obs_id)
