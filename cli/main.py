@@ -175,7 +175,7 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
 @main.command()
 @click.argument("image", type=click.Path(path_type=Path))
 @library_option
-@click.option("-k", "k", type=click.IntRange(min=1), default=5, show_default=True, help="Number of distinct tracks (videos with --per-video).")
+@click.option("-k", "k", type=click.IntRange(min=1), default=5, show_default=True, help="Number of distinct tracks.")
 @click.option("--all", "all_heads", is_flag=True, help="Search every head in the photo (numbered left to right), not only the largest.")
 @click.option("--whole-image", is_flag=True, help="The photo is already a head crop (e.g. the back of a head).")
 @click.option("--json", "as_json", is_flag=True, help="A JSON list of hits (times in seconds).")
@@ -185,7 +185,7 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
 @click.option("--videos-only", is_flag=True, help="Only hits in videos.")
 @click.option("--photos-only", is_flag=True, help="Only hits in photos.")
 @click.option("--under", "under", multiple=True, type=click.Path(path_type=Path), help="Only hits in files under this folder (repeatable).")
-@click.option("--per-video", is_flag=True, help="Group hits by video; -k counts videos.")
+@click.option("--per-video", is_flag=True, help="Group the hits by video (best video first).")
 @click.option("--export-clips", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Write each video hit's time range as a playable clip into this folder.")
 @click.option("--pictures/--no-pictures", default=True, show_default=True,
@@ -232,7 +232,7 @@ def query(image: Path, library: Path | None, k: int, all_heads: bool, whole_imag
     engine = QueryEngine(lib, embedder, thresholds)
     results = []
     for head in heads:
-        result = scoped_search(engine, head.crop, k, scope, confidence, per_video)
+        result = scoped_search(engine, head.crop, k, scope, confidence)
         result.head = head
         results.append(result)
     shown = [h for r in results for h in r.hits]

@@ -154,21 +154,16 @@ class HeadResult:
     best_hidden: float | None = None
 
 
-def scoped_search(engine: QueryEngine, crop: HeadCrop, k: int, scope: Scope = Scope(), confidence: Confidence = Confidence(),
-                  per_video: bool = False) -> HeadResult:
-    """The k best tracks inside the scope that pass the confidence bar (with --per-video, the
-    tracks of the k best videos), asking the engine for more tracks until enough qualify."""
+def scoped_search(engine: QueryEngine, crop: HeadCrop, k: int, scope: Scope = Scope(), confidence: Confidence = Confidence()) -> HeadResult:
+    """The k best tracks inside the scope that pass the confidence bar, asking the engine for more
+    tracks until enough qualify (or none is left that could)."""
     vectors = engine.embedder.embed([crop])
     query = {kind: v[0] for kind, v in vectors.items()}
-    return scoped_search_vectors(engine, query, k, scope, confidence, per_video)
-
-
-def _enough(shown: list[SearchHit], k: int, per_video: bool) -> bool:
-    return len({h.video for h in shown}) >= k if per_video else len(shown) >= k
+    return scoped_search_vectors(engine, query, k, scope, confidence)
 
 
 def scoped_search_vectors(engine: QueryEngine, query: dict[VectorKind, object], k: int, scope: Scope = Scope(),
-                          confidence: Confidence = Confidence(), per_video: bool = False) -> HeadResult:
+                          confidence: Confidence = Confidence()) -> HeadResult:
     library = engine.library
     with library.reading() as reader:
         total = reader.track_count()
@@ -181,14 +176,10 @@ def scoped_search_vectors(engine: QueryEngine, query: dict[VectorKind, object], 
         shown = [h for h in admitted if confidence.shows(h.score)]
         exhausted = len(hits) < want or want >= total
         below = confidence.bar is not None and not confidence.show_weak and hits and confidence.confident(min(h.score for h in hits)) is False
-        if _enough(shown, k, per_video) or exhausted or below:
+        if len(shown) >= k or exhausted or below:
             break
         want *= 4
-    if per_video:
-        videos = list(dict.fromkeys(h.video for h in shown))[:k]
-        shown = [h for h in shown if h.video in videos]
-    else:
-        shown = shown[:k]
+    shown = shown[:k]
     weak = [h for h in admitted if not confidence.shows(h.score)]
     result = HeadResult(None, [ShownHit(h, sightings.get(h.observation_id), confidence.confident(h.score)) for h in shown],
                         len(weak), max((h.score for h in weak), default=None))

@@ -38,8 +38,7 @@ def frame_at(path: Path, time: float) -> np.ndarray:
 
     try:
         with native_stderr_silenced(), av.open(str(path)) as container:
-            stream = container.streams.video[0]
-            stream.thread_type = "AUTO"
+            stream = container.streams.video[0]  # no frame threads: freeing a codec whose frame threads are mid-way deadlocks
             if stream.time_base:
                 container.seek(max(0, int((time - 0.5) / stream.time_base)), stream=stream, backward=True, any_frame=False)
             best = None

@@ -89,9 +89,11 @@ def test_query_file_is_never_a_hit_and_scope(mixed_library, tmp_path):
     assert str(media / "photos" / "obama.jpg") not in {h["video"] for h in photos}
     under = query_json(lib, LIN, "--under", media / "photos", "-k", "10")
     assert under and all(h["video"].startswith(str(media / "photos")) for h in under)
-    grouped = query_json(lib, LIN, "--per-video", "-k", "2")
-    assert len(grouped) == 2 and len({g["video"] for g in grouped}) == 2
+    flat = query_json(lib, LIN, "-k", "6")
+    grouped = query_json(lib, LIN, "--per-video", "-k", "6")
+    assert len({h["video"] for h in flat}) == len(grouped) >= 2 and sum(len(g["hits"]) for g in grouped) == 6
     assert all(g["hits"] and all(h["video"] == g["video"] for h in g["hits"]) for g in grouped)
+    assert sorted(h["track_id"] for g in grouped for h in g["hits"]) == sorted(h["track_id"] for h in flat)
     text = run("query", LIN, "--library", lib, "--per-video", "-k", "1").stdout.splitlines()
     assert text[0].startswith(str(media / "hamilton.mp4")) and all(l.startswith("   ") for l in text[1:])
     assert run("query", LIN, "--library", lib, "--videos-only", "--photos-only", ok=False).exit_code == 1
