@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from cli.options import show_progress
 from trainer.dataset import (
     DEFAULT_BEST_FACE_RATIO,
     DEFAULT_CLUSTER_THRESHOLDS,
@@ -59,7 +60,7 @@ def build_dataset_command(videos: tuple[Path, ...], out: Path, labels: tuple[Pat
     opts = DatasetOptions(sample_fps=sample_fps, min_frames=min_frames, min_visible=min_visible, min_invisible=min_invisible,
                           best_face_ratio=best_face_ratio, cluster_threshold=cluster_threshold)
     try:
-        summary = build_dataset(videos, out, labels, teacher, opts, progress=not quiet, report=lambda m: click.echo(m, err=True))
+        summary = build_dataset(videos, out, labels, teacher, opts, progress=show_progress(quiet=quiet), report=lambda m: click.echo(m, err=True))
     except KeyboardInterrupt:
         click.echo(f"interrupted: the files analysed so far are kept in {out}/parts; run the same command again to finish", err=True)
         sys.exit(130)

@@ -1,32 +1,99 @@
 """The `headsearch` command. Thin: parses options, calls the library, turns errors into one line."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import click
 
-from cli.options import library_option, library_path
+import cli
+from cli.options import library_option, library_path, progress_option, show_progress
 from headsearch.errors import HeadsearchError, is_disk_full
 from headsearch.settings import IndexSettings
 
 EXIT_PARTIAL = 2  # some files failed, the others were indexed
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+EXIT_BROKEN_PIPE = 141  # the reader of our output went away (`| head`), as shells report SIGPIPE
+VERBOSE_FLAGS = ("-v", "--verbose")
+OUR_LOGGERS = ("headsearch", "indexer", "bench", "trainer", "cli", "serve", "schemas")
+INTERRUPTED = "interrupted: the library is consistent; run the same command again to finish"
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time of each record (tests swap it)."""
+
+    def __init__(self):
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+def configure_logging(verbose: bool) -> None:
+    """-v shows the pipeline's decisions (our loggers at INFO), never the libraries' noise (FAISS
+    loading, SQLAlchemy's pool, PIL...), which stay at ERROR; SQLAlchemy's tracebacks never show."""
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(logging.ERROR)
+    for name in OUR_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.ERROR)
+    logging.getLogger("sqlalchemy").setLevel(logging.CRITICAL + 1)
+
+
+def _quiet_exit(code: int) -> None:
+    """Leave at once after an interruption or a broken pipe: nothing more reaches the screen."""
+    sys.unraisablehook = lambda *_: None  # no "Exception ignored in ..." from objects torn down on the way out
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    raise SystemExit(code)
+
+
+def _interrupted() -> None:
+    with contextlib.suppress(OSError, ValueError):
+        click.echo(INTERRUPTED, err=True)
+    _quiet_exit(EXIT_INTERRUPTED)
 
 
 class HeadsearchGroup(click.Group):
-    """Turns domain errors into one clear line and an exit code, never a traceback."""
+    """Turns domain errors into one clear line and an exit code, never a traceback; takes -v anywhere."""
+
+    def parse_args(self, ctx, args):
+        cut = args.index("--") if "--" in args else len(args)
+        if any(a in VERBOSE_FLAGS for a in args[:cut]):  # -v before or after the subcommand: the group takes it
+            args = ["--verbose"] + [a for a in args[:cut] if a not in VERBOSE_FLAGS] + args[cut:]
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except HeadsearchError as e:
             click.echo(f"error: {e}", err=True)
+            detail = getattr(e, "detail", None)
+            if detail and ctx.meta.get("verbose"):
+                click.echo(f"  {detail}", err=True)
             ctx.exit(e.exit_code)
         except KeyboardInterrupt:
-            click.echo("interrupted: the library is consistent; run the same command again to finish", err=True)
-            ctx.exit(130)
+            _interrupted()
+        except BrokenPipeError:
+            _quiet_exit(EXIT_BROKEN_PIPE)
         except OSError as e:
             if is_disk_full(e):
                 click.echo(f"error: disk full ({e.filename or ''}); the library keeps its last committed state", err=True)
@@ -34,13 +101,32 @@ class HeadsearchGroup(click.Group):
                 click.echo(f"error: {e.filename + ': ' if e.filename else ''}{e.strerror or e}", err=True)
             ctx.exit(1)
 
+    def main(self, *args, **kwargs):
+        if signal.getsignal(signal.SIGINT) is cli._interrupted_while_loading and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # loaded: Ctrl-C is a KeyboardInterrupt again (see cli/__init__)
+        try:
+            return super().main(*args, **kwargs)
+        except KeyboardInterrupt:  # outside a command (while parsing, or loading)
+            _interrupted()
+        except BrokenPipeError:
+            _quiet_exit(EXIT_BROKEN_PIPE)
+        finally:
+            try:  # a pipe closed before our last line was flushed must end as quietly
+                sys.stdout.flush()
+            except BrokenPipeError:
+                _quiet_exit(EXIT_BROKEN_PIPE)
+            except (OSError, ValueError):
+                pass
+
 
 @click.group(cls=HeadsearchGroup)
-@click.option("-v", "--verbose", is_flag=True, help="Log what happens.")
+@click.option("-v", "--verbose", is_flag=True, help="Show what the pipeline decides (anywhere on the command line).")
 @click.version_option(package_name="headsearch")
-def main(verbose: bool) -> None:
+@click.pass_context
+def main(ctx: click.Context, verbose: bool) -> None:
     """Find people in video libraries by their whole head: face, hair, contour, accessories."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    ctx.meta["verbose"] = verbose
+    configure_logging(verbose)
 
 
 @main.command()
@@ -48,76 +134,126 @@ def main(verbose: bool) -> None:
 @library_option
 @click.option("--model", "-m", default=None, help="Embedding model: dlib-resnet (default), an ArcFace .onnx, an insightface pack folder.")
 @click.option("--fps", "sample_fps", type=click.FloatRange(min=0.01), default=IndexSettings.sample_fps, show_default=True, help="Frames sampled per second.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
-def index(paths: tuple[Path, ...], library: Path | None, model: str | None, sample_fps: float, quiet: bool) -> None:
+@progress_option
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars (same as --no-progress).")
+@click.option("--retry-failed", is_flag=True, help="Try again the files that failed before, even unchanged.")
+def index(paths: tuple[Path, ...], library: Path | None, model: str | None, sample_fps: float, progress: bool | None, quiet: bool,
+          retry_failed: bool = False) -> None:
     """Index videos and photos (files or folders, recursively) into the library.
 
     Unchanged files are skipped, changed ones re-indexed, and files that vanished from the given
-    folders removed. Interrupt at any time: the next run finishes the work.
+    folders removed. Files that failed are remembered and skipped until they change. Interrupt at
+    any time: the next run finishes the work.
     """
     from headsearch.embedders import load_embedder
-    from headsearch.library import Library
-    from indexer.pipeline import Indexer
+    from headsearch.library import MANIFEST, Library
+    from indexer.pipeline import Indexer, discover
 
+    root = library_path(library)
+    new_library = not (root / MANIFEST).exists()
+    files, problems, _ = discover(paths)
+    if not files and new_library:  # nothing to index: create nothing
+        for problem in problems:
+            click.echo(f"error: {problem}", err=True)
+        raise HeadsearchError("nothing to index" + ("" if problems else f" (no videos or photos in {', '.join(map(str, paths))})"))
     embedder = load_embedder(model)
-    lib = Library.create(library_path(library), embedder.describe())
+    folder_existed = root.exists()
+    lib = Library.create(root, embedder.describe())
     settings = IndexSettings(sample_fps=sample_fps)
-    summary = Indexer(lib, embedder, settings, progress=not quiet).run(paths, report=lambda m: click.echo(m, err=True))
+    summary = None
+    try:
+        summary = Indexer(lib, embedder, settings, progress=show_progress(progress, quiet), retry_failed=retry_failed).run(
+            paths, report=lambda m: click.echo(m, err=True))
+    finally:
+        if new_library and (summary is None or not summary.indexed):
+            lib.discard_if_empty(remove_folder=not folder_existed)  # nothing was indexed: leave nothing behind
     click.echo(f"{summary.line()} [{summary.stages_line()}]")
     if summary.failed:
-        sys.exit(EXIT_PARTIAL if summary.indexed or summary.skipped else 1)
+        sys.exit(EXIT_PARTIAL if summary.indexed or summary.skipped or summary.failed_before else 1)
 
 
 @main.command()
 @click.argument("image", type=click.Path(path_type=Path), required=False)
 @library_option
 @click.option("-k", "k", type=click.IntRange(min=1), default=5, show_default=True, help="Number of distinct tracks.")
-@click.option("--all", "all_heads", is_flag=True, help="Search every head in the photo, not only the largest.")
+@click.option("--all", "all_heads", is_flag=True, help="Search every head in the photo (numbered left to right), not only the largest.")
 @click.option("--whole-image", is_flag=True, help="The photo is already a head crop (e.g. the back of a head).")
-@click.option("--json", "as_json", is_flag=True, help="A JSON list of hits.")
+@click.option("--json", "as_json", is_flag=True, help="A JSON list of hits (times in seconds).")
 @click.option("--model", "-m", default=None, help="Model to embed the query with (must be the library's).")
 @click.option("--person", default=None, help="Instead of a photo: every moment of this person (name or id, see `headsearch people`).")
+@click.option("--min-score", type=float, default=None, help="Show hits scoring at least this (instead of the calibrated threshold).")
+@click.option("--show-weak", is_flag=True, help="Also show hits below the confidence bar, marked as such.")
+@click.option("--videos-only", is_flag=True, help="Only hits in videos.")
+@click.option("--photos-only", is_flag=True, help="Only hits in photos.")
+@click.option("--under", "under", multiple=True, type=click.Path(path_type=Path), help="Only hits in files under this folder (repeatable).")
+@click.option("--per-video", is_flag=True, help="Group the hits by video (best video first).")
+@click.option("--export-clips", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Write each video hit's time range as a playable clip into this folder.")
+@click.option("--pictures/--no-pictures", default=True, show_default=True,
+              help="Render each hit's picture: the matched moment with the head boxed.")
 def query(image: Path | None, library: Path | None, k: int, all_heads: bool, whole_image: bool, as_json: bool, model: str | None,
-          person: str | None) -> None:
-    """Find the moments where the person in IMAGE (or --person) appears."""
+          person: str | None = None, min_score: float | None = None, show_weak: bool = False, videos_only: bool = False,
+          photos_only: bool = False, under: tuple[Path, ...] = (), per_video: bool = False, export_clips: Path | None = None,
+          pictures: bool = True) -> None:
+    """Find the moments where the person in IMAGE (or --person NAME) appears.
+
+    With thresholds (bundled with the model, or from `bench --calibrate`), only confident hits
+    (above the identity threshold) are shown; times are h:mm:ss.mmm on the file's timeline, as
+    players show them (seconds in JSON). The query photo itself is never a hit.
+    """
+    from headsearch.clips import export_hit_clips
     from headsearch.detect import FaceDetector
     from headsearch.embedders import load_embedder
+    from headsearch.hits import (
+        Confidence,
+        Scope,
+        check_scope,
+        confidence_for,
+        found_hits,
+        no_match_line,
+        query_heads,
+        results_json,
+        results_text,
+        search_heads,
+        uncalibrated_note,
+    )
     from headsearch.library import Library
-    from headsearch.query import QueryEngine, query_crops
+    from headsearch.pictures import render_hit_pictures
+    from headsearch.query import QueryEngine
     from headsearch.thresholds import read_thresholds
 
     if (image is None) == (person is None):
         raise click.UsageError("give a photo or --person NAME (one of them)")
+    scope = Scope(videos_only, photos_only, tuple(Path(u).expanduser().resolve() for u in under))
+    check_scope(scope)
     lib = Library.open(library_path(library))
     if person is not None:
         from headsearch.people import find_person, person_moments
 
-        _print_hits([person_moments(lib, find_person(lib, person))], as_json)
-        return
-    embedder = load_embedder(model or lib.model.source)
-    lib.check_model(embedder.describe())
-    thresholds = read_thresholds(lib.root, lib.model)
-    crops = query_crops(image, FaceDetector(), all_heads, whole_image)
-    engine = QueryEngine(lib, embedder, thresholds)
-    results = [engine.search(c, k) for c in crops]
-    _print_hits(results, as_json)
-
-
-def _print_hits(results: list, as_json: bool) -> None:
-    from headsearch.query import hits_json
-
+        confidence = Confidence()  # a person's moments are the tracks people put together: all shown
+        results = [found_hits(lib, person_moments(lib, find_person(lib, person)), scope)]
+    else:
+        embedder = load_embedder(model or lib.model.source)
+        lib.check_model(embedder.describe())
+        thresholds = read_thresholds(lib.root, lib.model)
+        confidence = confidence_for(thresholds, min_score, show_weak)
+        if not confidence.calibrated:
+            click.echo(uncalibrated_note(lib.model.name), err=True)
+        heads = query_heads(image, FaceDetector(), embedder, all_heads, whole_image)
+        results = search_heads(QueryEngine(lib, embedder, thresholds), heads, k, scope.with_query_file(lib, image), confidence)
+    shown = [h for r in results for h in r.hits]
+    if pictures:
+        render_hit_pictures(lib.root, shown)
+    if export_clips is not None:
+        export_hit_clips(export_clips, shown)
     if as_json:
-        click.echo(json.dumps(hits_json(results), indent=2))
+        click.echo(json.dumps(results_json(results, all_heads, per_video), indent=2))
+        for r in results:
+            if not r.hits:
+                click.echo(no_match_line(r, confidence), err=True)
         return
-    for n, hits in enumerate(results):
-        if len(results) > 1:
-            click.echo(f"head {n + 1}:")
-        if not hits:
-            click.echo("no matches (the library is empty)")
-        for rank, h in enumerate(hits, 1):
-            tier = f"  {h.tier}" if h.tier else ""
-            click.echo(f"{rank:>2}. {h.score:.3f}  {h.start:7.2f}-{h.end:7.2f}s  at {h.time:7.2f}s  {h.video}  [{h.thumbnail}]{tier}")
-
+    for line in results_text(results, confidence, all_heads, per_video):
+        click.echo(line)
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
@@ -152,19 +288,54 @@ def stats(library: Path | None, as_json: bool) -> None:
     click.echo(f"size      {s['bytes'] / 1e6:.1f} MB")
 
 
+@main.command("list")
+@library_option
+@click.option("--json", "as_json", is_flag=True, help="A JSON list of files.")
+@click.option("--state", "states", multiple=True, type=click.Choice(["indexed", "changed", "missing", "failed"]),
+              help="Only files in this state (repeatable).")
+def list_files(library: Path | None, as_json: bool, states: tuple[str, ...]) -> None:
+    """The files of the library and their state: indexed, changed since (indexed again by the
+    next `index`), missing, or failed (skipped until they change; `index --retry-failed`)."""
+    from headsearch.inventory import file_states
+    from headsearch.library import Library
+    from headsearch.timeline import format_time
+
+    rows = [r for r in file_states(Library.open(library_path(library))) if not states or r.state.split(",")[0] in states]
+    if as_json:
+        click.echo(json.dumps([r.to_dict() for r in rows], indent=2))
+        return
+    for r in rows:
+        what = r.error if r.error else ("photo" if r.kind == "image" else f"video {format_time(r.duration)}")
+        tracks = "" if r.error else f"  {r.tracks} track{'s' if r.tracks != 1 else ''}"
+        click.echo(f"{r.state:<16} {r.path}  {what}{tracks}")
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.state] = counts.get(r.state, 0) + 1
+    click.echo(f"{len(rows)} files: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) if rows else "no files", err=True)
+
+
 @main.command()
 @click.option("--out", type=click.Path(path_type=Path), default=Path("headsearch-demo"), show_default=True, help="Folder for the demo video, query photo and library.")
 @click.pass_context
 def demo(ctx: click.Context, out: Path) -> None:
     """Make a video from photos that ship with installed packages, index it, and query it."""
+    import shlex
+
     from headsearch.demo import make_demo_video
 
     video, photo, plan = make_demo_video(out)
     click.echo(f"demo video {video}: " + "; ".join(f"shot {i + 1} (from {2 * i:.0f} s) {p}" for i, p in enumerate(plan)))
     library = out / "library"
-    ctx.invoke(index, paths=(video,), library=library, model=None, sample_fps=IndexSettings.sample_fps, quiet=True)
+    ctx.invoke(index, paths=(video,), library=library, model=None, sample_fps=IndexSettings.sample_fps, progress=False, quiet=True)
     click.echo(f"query {photo} (person 2, cut from the photo at another scale, mirrored and rotated):")
     ctx.invoke(query, image=photo, library=library, k=3, all_heads=False, whole_image=False, as_json=False, model=None)
+    lib, q = shlex.quote(str(library)), shlex.quote(str(photo))
+    click.echo("\nwhat to try next:")
+    click.echo(f"  headsearch query {q} --library {lib} --json                 # the same hits, for scripts")
+    click.echo(f"  headsearch query {q} --library {lib} --export-clips clips   # each hit as a playable clip")
+    click.echo(f"  headsearch index ~/Videos --library {lib}                      # your own videos and photos")
+    click.echo(f"  headsearch query your-photo.jpg --library {lib} --per-video     # who is where, video by video")
+    click.echo(f"  headsearch list --library {lib}                                 # what the library holds")
 
 
 from cli.bench import bench  # noqa: E402

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from cli.options import show_progress
 from trainer.dataset_format import MANIFEST, TEACHER_VECTORS
 
 
@@ -47,7 +48,7 @@ def train(dataset: Path, out: Path, config: str, variant: str, epochs: int, batc
         config=config, variant=variant, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
         warmup_epochs=warmup_epochs, grad_clip=grad_clip, lambda_align=lambda_align, samples_per_state=samples_per_state,
         val_identities=val_identities, seed=seed, resume=resume, device=device, workers=workers, max_steps=max_steps,
-        progress=not quiet, command_line=shlex.join(["headsearch", *sys.argv[1:]]) if sys.argv else None,
+        progress=show_progress(quiet=quiet), command_line=shlex.join(["headsearch", *sys.argv[1:]]) if sys.argv else None,
     )
     result = run_training(dataset, out, options, report=lambda m: click.echo(m, err=True))
     resume_cmd = shlex.join(["headsearch", "train", str(dataset), "--out", str(out), "--config", config, "--variant", variant,

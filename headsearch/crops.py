@@ -17,6 +17,7 @@ class HeadCrop:
     face_box: Box  # in crop pixels
     landmarks: np.ndarray | None  # (5, 2) in crop pixels when a face was detected
     face_visible: bool
+    inside: Box | None = None  # the part of the crop that lies inside the frame (crop pixels); None: all of it
 
 
 # Where the face sits in a head box when none was detected (inverse of head_box_from_face, frontal).
@@ -42,7 +43,29 @@ def crop_head(rgb: np.ndarray, head: Box, face: FaceDetection | None, size: int 
     m = np.array([[scale, 0, -head.x1 * scale], [0, scale, -head.y1 * scale]], dtype=np.float32)
     interp = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
     image = cv2.warpAffine(rgb, m, (size, size), flags=interp, borderMode=cv2.BORDER_REPLICATE)
-    return crop_from_image(image, head, face)
+    crop = crop_from_image(image, head, face)
+    h, w = rgb.shape[:2]
+    inside = Box(max(0.0, -head.x1 * scale), max(0.0, -head.y1 * scale), min(float(size), (w - head.x1) * scale),
+                 min(float(size), (h - head.y1) * scale))
+    if inside.x1 > 0.5 or inside.y1 > 0.5 or inside.x2 < size - 0.5 or inside.y2 < size - 0.5:
+        crop = HeadCrop(crop.image, crop.face_box, crop.landmarks, crop.face_visible, inside)
+    return crop
+
+
+OUTSIDE_GREY = 48  # what a picture shows where a head crop leaves the frame
+
+
+def picture_of(crop: HeadCrop) -> np.ndarray:
+    """The crop as people see it: where it leaves the frame, flat grey instead of the smeared border
+    pixels that the embedder is given."""
+    if crop.inside is None:
+        return crop.image
+    image = np.full_like(crop.image, OUTSIDE_GREY)
+    b = crop.inside
+    x1, y1, x2, y2 = (int(round(v)) for v in (b.x1, b.y1, b.x2, b.y2))
+    if x2 > x1 and y2 > y1:
+        image[y1:y2, x1:x2] = crop.image[y1:y2, x1:x2]
+    return image
 
 
 def crop_from_image(image: np.ndarray, head: Box, face: FaceDetection | None) -> HeadCrop:

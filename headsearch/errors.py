@@ -11,7 +11,13 @@ class HeadsearchError(Exception):
 
 
 class MediaError(HeadsearchError):
-    """A file cannot be read as an image or video (corrupt, truncated, not media, unreadable)."""
+    """A file cannot be read as an image or video (corrupt, truncated, not media, unreadable).
+
+    The message is one short line; `detail` keeps what the decoders said (shown with -v)."""
+
+    def __init__(self, message: str, detail: str | None = None):
+        super().__init__(message)
+        self.detail = detail
 
 
 class NoHeadFound(HeadsearchError):

@@ -45,7 +45,7 @@ def _read_with_pillow(data: np.ndarray, path: str | Path) -> np.ndarray:
             im = ImageOps.exif_transpose(im)
             return np.asarray(im.convert("RGB"))
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-        raise MediaError(f"{path}: not a readable image ({e})") from e
+        raise MediaError(f"{path}: not a readable image", detail=str(e)) from e
 
 
 def encode_jpeg(rgb: np.ndarray, quality: int = 88) -> bytes:

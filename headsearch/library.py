@@ -63,6 +63,51 @@ class HitRow:
     thumbnail: str  # path relative to the library folder
 
 
+@dataclass(frozen=True)
+class FailedFile:
+    """A file that could not be indexed, and which version of it failed."""
+
+    path: str
+    fingerprint: str
+    size: int
+    mtime: float
+    error: str
+    failed_at: float
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """Where and how a head was seen: the file, the box at that moment, the shot."""
+
+    observation_id: int
+    kind: MediaKind
+    box: tuple[float, float, float, float]  # in the file's own pixels
+    face_visible: bool
+    shot_index: int
+    shot_start: float
+    shot_end: float
+    frame_size: tuple[int, int]  # (width, height) the boxes were stored in
+    source_size: tuple[int, int]  # the file's own (width, height)
+    size: int  # the indexed version of the file
+    mtime: float
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class ListedFile:
+    """An indexed file as `headsearch list` shows it."""
+
+    path: str
+    kind: str
+    duration: float
+    tracks: int
+    size: int
+    mtime: float
+    fingerprint: str
+    decoder: str
+    indexed_at: float
+
+
 def _is_lock_error(e: Exception) -> bool:
     text = str(e).lower()
     return "lock" in text or "conflicting" in text or "different configuration" in text
@@ -91,6 +136,35 @@ class LibraryReader:
             .where(t.tracks.c.id == track_id)
         ).one()
         return HitRow(row.path, row.start_time, row.end_time, row.time, row.thumbnail)
+
+    def sightings(self, observation_ids: list[int]) -> dict[int, Sighting]:
+        """Details of sightings by observation id: the box (in the file's own pixels), face, shot, file version."""
+        ids = [int(i) for i in observation_ids]
+        if not ids:
+            return {}
+        o, v, sh, tr = t.observations, t.videos, t.shots, t.tracks
+        rows = self._conn.execute(
+            sa.select(o.c.id, o.c.x1, o.c.y1, o.c.x2, o.c.y2, o.c.face_visible, v.c.kind, v.c.width, v.c.height,
+                      v.c.source_width, v.c.source_height, v.c.size, v.c.mtime, v.c.fingerprint,
+                      sh.c.shot_index, sh.c.start_time, sh.c.end_time)
+            .select_from(o.join(tr, tr.c.id == o.c.track_id).join(v, v.c.id == o.c.video_id).join(sh, sh.c.id == tr.c.shot_id))
+            .where(o.c.id.in_(ids))).fetchall()
+        out = {}
+        for r in rows:
+            frame = (int(r.width), int(r.height))
+            source = (int(r.source_width or r.width), int(r.source_height or r.height))
+            sx, sy = source[0] / max(frame[0], 1), source[1] / max(frame[1], 1)
+            box = (r.x1 * sx, r.y1 * sy, r.x2 * sx, r.y2 * sy)
+            out[int(r.id)] = Sighting(int(r.id), MediaKind(r.kind), box, bool(r.face_visible), int(r.shot_index), float(r.start_time),
+                                      float(r.end_time), frame, source, int(r.size), float(r.mtime), r.fingerprint)
+        return out
+
+    def paths_with_fingerprint(self, fingerprint: str) -> set[str]:
+        """Indexed files with this content fingerprint (e.g. the query photo itself)."""
+        return {r[0] for r in self._conn.execute(sa.select(t.videos.c.path).where(t.videos.c.fingerprint == fingerprint))}
+
+    def track_count(self) -> int:
+        return int(self._conn.execute(sa.select(sa.func.count()).select_from(t.tracks)).scalar_one())
 
     def vector(self, observation_id: int, kind: VectorKind) -> np.ndarray | None:
         """A sighting's stored vector of one kind (None when it has none)."""
@@ -182,6 +256,30 @@ class Library:
                 f"{mine.name} or a new --library (a model change means re-embedding every video)"
             )
 
+    def discard_if_empty(self, remove_folder: bool) -> bool:
+        """Delete this library when it holds no file: a run that created it and indexed nothing
+        leaves nothing behind. `remove_folder` also removes the (then empty) folder itself."""
+        with self.reader() as conn:
+            if conn.execute(sa.select(sa.func.count()).select_from(t.videos)).scalar_one():
+                return False
+        self._indexes.clear()
+        (self.root / MANIFEST).unlink(missing_ok=True)  # first: a folder without a manifest is no library
+        for name in (DATABASE, f"{DATABASE}.wal", WRITER_LOCK, PEOPLE_LOCK):
+            (self.root / name).unlink(missing_ok=True)
+        for p in self.root.glob("vectors_*"):
+            p.unlink(missing_ok=True)
+        for sub in (THUMBNAILS, "pictures"):
+            folder = self.root / sub
+            if folder.is_dir():
+                for p in folder.iterdir():
+                    p.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+        if remove_folder:
+            with contextlib.suppress(OSError):
+                self.root.rmdir()
+        return True
+
     # ----- database access -----------------------------------------------------------------
     def _engine(self) -> sa.Engine:
         args = {"read_only": True} if self.read_only else {}
@@ -227,6 +325,8 @@ class Library:
                                          "WHERE key = 'generation'"))
         except sa.exc.DBAPIError as e:  # disk full, I/O error...: the transaction was rolled back
             reason = str(getattr(e, "orig", e)).splitlines()[0]
+            if "interrupt" in reason.lower():  # Ctrl-C while DuckDB was working: an interruption, not a failure
+                raise KeyboardInterrupt from e
             raise LibraryError(f"{self.root}: could not commit ({reason}); the library keeps its last committed state") from e
 
     @contextlib.contextmanager
@@ -354,6 +454,7 @@ class Library:
             self._save_next_ids(conn, rows.next_ids)
             for track_id, jpeg in rows.thumbnails.items():
                 write_bytes_atomic(self.root / THUMBNAILS / f"{track_id}.jpg", jpeg, fsync=False)
+            conn.execute(sa.delete(t.failed_files).where(t.failed_files.c.path == result.path))
             conn.execute(sa.insert(t.videos), [rows.video])
             _bulk_insert(conn, t.shots, rows.shots)
             _bulk_insert(conn, t.tracks, rows.tracks)
@@ -361,6 +462,37 @@ class Library:
             _bulk_insert(conn, t.vectors, rows.vector_rows())
         self._after_commit(removed, rows.vectors, old_thumbs)
         return rows.video["id"]
+
+    # ----- failed files ----------------------------------------------------------------------
+    def failed_files(self) -> dict[str, FailedFile]:
+        """Files that failed to index, by path, with the version that failed."""
+        with self.reader() as conn:
+            rows = conn.execute(sa.select(t.failed_files)).fetchall()
+        return {r.path: FailedFile(r.path, r.fingerprint, r.size, r.mtime, r.error, r.failed_at) for r in rows}
+
+    def record_failure(self, path: str, size: int, mtime: float, fingerprint: str, error: str) -> None:
+        """Remember that this version of a file failed (the next runs skip it until it changes)."""
+        with self.transaction() as conn:
+            conn.execute(sa.delete(t.failed_files).where(t.failed_files.c.path == path))
+            conn.execute(sa.insert(t.failed_files).values(path=path, fingerprint=fingerprint, size=size, mtime=mtime,
+                                                          error=error, failed_at=time.time()))
+
+    def forget_failures(self, paths: list[str]) -> None:
+        if not paths:
+            return
+        with self.transaction() as conn:
+            conn.execute(sa.delete(t.failed_files).where(t.failed_files.c.path.in_(paths)))
+
+    def listing(self) -> list[ListedFile]:
+        """Every indexed file with its track count, by path."""
+        v = t.videos
+        counts = sa.select(t.tracks.c.video_id, sa.func.count().label("n")).group_by(t.tracks.c.video_id).subquery()
+        with self.reader() as conn:
+            rows = conn.execute(sa.select(v.c.path, v.c.kind, v.c.duration, sa.func.coalesce(counts.c.n, 0).label("n"), v.c.size,
+                                          v.c.mtime, v.c.fingerprint, v.c.decoder, v.c.indexed_at)
+                                .select_from(v.outerjoin(counts, counts.c.video_id == v.c.id)).order_by(v.c.path)).fetchall()
+        return [ListedFile(r.path, r.kind, float(r.duration), int(r.n), int(r.size), float(r.mtime), r.fingerprint, r.decoder,
+                           float(r.indexed_at)) for r in rows]
 
     def remove(self, path: str) -> bool:
         """Delete a file's rows, vectors and thumbnails; False when it was not indexed."""
@@ -467,6 +599,21 @@ class Library:
                 with contextlib.suppress(OSError):
                     p.unlink()
                     removed += 1
+        return removed + self._collect_orphan_pictures()
+
+    def _collect_orphan_pictures(self) -> int:
+        """Delete hit pictures (`pictures/<sighting id>.jpg`) of sightings that are gone."""
+        folder = self.root / "pictures"
+        if not folder.is_dir():
+            return 0
+        with self.reader() as conn:
+            keep = {str(r[0]) for r in conn.execute(sa.select(t.observations.c.id))}
+        removed = 0
+        for p in folder.glob("*.jpg"):
+            if p.stem not in keep:
+                with contextlib.suppress(OSError):
+                    p.unlink()
+                    removed += 1
         return removed
 
     # ----- reading -------------------------------------------------------------------------
@@ -526,7 +673,9 @@ class _FileRows:
         self.video = {"id": video_id, "path": s.path, "kind": str(result.kind), "fingerprint": s.fingerprint, "size": s.size,
                       "mtime": s.mtime, "duration": result.duration, "fps": result.fps, "width": result.width,
                       "height": result.height, "frames_decoded": result.frames_decoded, "frames_sampled": result.frames_sampled,
-                      "decoder": result.decoder, "indexed_at": time.time()}
+                      "decoder": result.decoder, "indexed_at": time.time(),
+                      "source_width": (result.source_size or (result.width, result.height))[0],
+                      "source_height": (result.source_size or (result.width, result.height))[1]}
         self.next_ids = {"videos": video_id + 1, "shots": next_shot, "tracks": next_track, "observations": next_obs, "vectors": next_vec}
 
     def vector_rows(self) -> list[dict]:

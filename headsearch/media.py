@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import hashlib
+import io
 from pathlib import Path
+from typing import BinaryIO
 
 from headsearch.errors import MediaError
 from schemas.records import FileStamp, MediaKind
@@ -24,16 +26,25 @@ def is_media_name(name: str) -> bool:
 
 def fingerprint(path: Path, size: int) -> str:
     """A content fingerprint: the size and 16 evenly spread 64 KiB blocks (whole file when small)."""
+    with open(path, "rb") as f:
+        return _fingerprint(f, size)
+
+
+def fingerprint_bytes(data: bytes) -> str:
+    """`fingerprint` of a file's content held in memory (e.g. an uploaded photo)."""
+    return _fingerprint(io.BytesIO(data), len(data))
+
+
+def _fingerprint(f: BinaryIO, size: int) -> str:
     h = hashlib.blake2b(digest_size=16)
     h.update(str(size).encode())
     block = 1 << 16
-    with open(path, "rb") as f:
-        if size <= 16 * block * 2:
-            h.update(f.read())
-        else:
-            for i in range(16):
-                f.seek((size - block) * i // 15)
-                h.update(f.read(block))
+    if size <= 16 * block * 2:
+        h.update(f.read())
+    else:
+        for i in range(16):
+            f.seek((size - block) * i // 15)
+            h.update(f.read(block))
     return h.hexdigest()
 
 

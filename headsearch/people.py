@@ -424,10 +424,12 @@ def person_moments(library: Library, person: Person) -> list[SearchHit]:
         rows = store.tracks(track_ids=person.tracks)
         vectors = store.track_vectors(VectorKind.ID, person.tracks)
         centroid = next(np.frombuffer(p["centroid"], "<f4") for p in store.persons() if p["id"] == person.id)
+        best = {r["id"]: store.best_sighting(r["id"]) for r in rows}
     unit = centroid / max(float(np.linalg.norm(centroid)), 1e-12)
     return [SearchHit(track_id=r["id"], video=r["video"], start=r["start_time"], end=r["end_time"], time=r["best_time"],
                       score=float(np.dot(vectors[r["id"]], unit)) if r["id"] in vectors else 0.0,
-                      thumbnail=str((library.root / r["thumbnail"]).resolve())) for r in rows]
+                      thumbnail=str((library.root / r["thumbnail"]).resolve()),
+                      observation_id=best[r["id"]]["id"] if best[r["id"]] else None) for r in rows]
 
 
 # ----- users' corrections --------------------------------------------------------------------------

@@ -88,10 +88,5 @@ class QueryEngine:
                 head_score = float(np.dot(stored, query[VectorKind.HEAD]))
         tier = self.thresholds.tier(score, head_score) if self.thresholds else None
         return SearchHit(track_id=track_id, video=row.path, start=row.start, end=row.end, time=row.time,
-                         score=score, thumbnail=str((self.library.root / row.thumbnail).resolve()), tier=tier, head_score=head_score)
-
-
-def hits_json(results: list[list[SearchHit]]) -> list:
-    """Hits as JSON, the one rendering `query --json` prints and the web app's /api/query returns:
-    a list of hits for one head, a list of such lists for several heads."""
-    return [h.to_dict() for h in results[0]] if len(results) == 1 else [[h.to_dict() for h in r] for r in results]
+                         score=score, thumbnail=str((self.library.root / row.thumbnail).resolve()), tier=tier, head_score=head_score,
+                         observation_id=obs_id)

@@ -10,6 +10,7 @@ import numpy as np
 
 from headsearch.errors import MediaError
 from headsearch.quiet import native_stderr_silenced
+from headsearch.timeline import decord_offset
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,8 @@ class VideoInfo:
     frame_count: int
     duration: float
     decoder: str
+    start_time: float = 0.0  # presentation time of the first frame on the file's timeline
+    source_size: tuple[int, int] | None = None  # the file's own (width, height), before the long-side bound
 
 
 @dataclass
@@ -42,19 +45,22 @@ def _bounded_size(width: int, height: int, max_side: int) -> tuple[int, int]:
 class VideoStream:
     """Frames of one video in order, each exactly once, no larger than `max_side`."""
 
-    def __init__(self, path: Path, max_side: int = 1280):
+    def __init__(self, path: Path, max_side: int = 1280, decoders: tuple[str, ...] = ("decord", "pyav")):
         self.path = Path(path)
         self.max_side = max_side
         self.truncated_at: int | None = None  # set when decoding stopped early on a damaged stream
         errors = []
-        for opener in (self._open_decord, self._open_pyav):
+        openers = {"decord": self._open_decord, "pyav": self._open_pyav}
+        for opener in (openers[d] for d in decoders):
             try:
                 with native_stderr_silenced():
                     self.info = opener()
+                if getattr(self, "_timeline_note", None):  # logged here: stderr is silenced while opening
+                    log.info("%s: %s", self.path, self._timeline_note)
                 return
             except Exception as e:  # each backend raises its own types for unreadable media
                 errors.append(f"{opener.__name__[6:]}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}")
-        raise MediaError(f"{self.path}: not a readable video ({'; '.join(errors)})")
+        raise MediaError(f"{self.path}: not a readable video", detail="; ".join(errors))
 
     def _open_decord(self) -> VideoInfo:
         import decord
@@ -67,11 +73,16 @@ class VideoStream:
         del probe
         self._reader = decord.VideoReader(str(self.path), ctx=decord.cpu(0), width=dw, height=dh, num_threads=0)
         n = len(self._reader)
-        self._timestamps = self._reader.get_frame_timestamp(range(n))[:, 0]
+        timestamps = self._reader.get_frame_timestamp(range(n))[:, 0]
+        # decord counts from the first frame; players (and PyAV) from the file's timeline.
+        offset = decord_offset(self.path, float(timestamps[0]))
+        self._timeline_note = (f"video stream starts at {float(timestamps[0]) + offset:.3f} s on the file's timeline; "
+                               f"decord's times shifted by {offset:+.3f} s") if abs(offset) > 1e-6 else None
+        self._timestamps = timestamps + offset
         fps = float(self._reader.get_avg_fps() or 0.0)
-        duration = float(self._reader.get_frame_timestamp(n - 1)[1]) if n else 0.0
+        duration = float(self._reader.get_frame_timestamp(n - 1)[1]) - float(timestamps[0]) if n else 0.0
         self._backend = "decord"
-        return VideoInfo(self.path, dw, dh, fps, n, duration, "decord")
+        return VideoInfo(self.path, dw, dh, fps, n, duration, "decord", float(self._timestamps[0]), (w, h))
 
     def _open_pyav(self) -> VideoInfo:
         import av
@@ -90,9 +101,10 @@ class VideoStream:
         dw, dh = _bounded_size(w, h, self.max_side)
         fps = float(stream.average_rate or stream.guessed_rate or 0.0)
         duration = float(stream.duration * stream.time_base) if stream.duration else (container.duration or 0) / 1e6
+        start = float(stream.start_time * stream.time_base) if stream.start_time is not None and stream.time_base else 0.0
         self._container, self._stream = container, stream
         self._backend = "pyav"
-        return VideoInfo(self.path, dw, dh, fps, int(stream.frames or round(duration * fps)), duration, "pyav")
+        return VideoInfo(self.path, dw, dh, fps, int(stream.frames or round(duration * fps)), duration, "pyav", start, (w, h))
 
     def __iter__(self) -> Iterator[DecodedFrame]:
         if self._backend == "decord":

@@ -18,7 +18,7 @@ from tqdm import tqdm
 from headsearch.detect import FaceDetector
 from headsearch.embedders import Embedder
 from headsearch.errors import HeadsearchError, LibraryError, MediaError, is_disk_full
-from headsearch.library import Library, StoredFile
+from headsearch.library import FailedFile, Library, StoredFile
 from headsearch.media import fingerprint, is_media_name
 from headsearch.people import update_people
 from headsearch.settings import IndexSettings
@@ -37,10 +37,12 @@ class IndexSummary:
     skipped: int = 0
     removed: int = 0
     failed: list[str] = field(default_factory=list)
+    failed_before: int = 0  # files that failed in an earlier run and did not change since (skipped)
     warnings: list[str] = field(default_factory=list)
     frames: int = 0
     shots: int = 0
     tracks: int = 0
+    dropped_tracks: int = 0  # tracks without face evidence (false faces, logos, hands)
     video_seconds: float = 0.0
     wall_seconds: float = 0.0
     stage_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
@@ -50,8 +52,10 @@ class IndexSummary:
         return self.video_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
     def line(self) -> str:
+        before = f", {self.failed_before} failed before and unchanged (skipped; --retry-failed)" if self.failed_before else ""
         return (f"{self.files} files ({self.indexed} indexed, {self.skipped} unchanged, {self.removed} removed, "
-                f"{len(self.failed)} failed), {self.frames} frames, {self.shots} shots, {self.tracks} tracks, "
+                f"{len(self.failed)} failed{before}), {self.frames} frames, {self.shots} shots, {self.tracks} tracks"
+                f"{f' ({self.dropped_tracks} without face evidence dropped)' if self.dropped_tracks else ''}, "
                 f"{self.wall_seconds:.1f} s, {self.realtime_factor:.2f}x real time")
 
     def stages_line(self) -> str:
@@ -80,12 +84,15 @@ def discover(paths: Iterable[Path]) -> tuple[list[Path], list[str], list[Path]]:
 class Indexer:
     """Indexes files into one library with one detector and one embedder."""
 
-    def __init__(self, library: Library, embedder: Embedder, settings: IndexSettings | None = None, progress: bool = True):
+    def __init__(self, library: Library, embedder: Embedder, settings: IndexSettings | None = None, progress: bool = True,
+                 retry_failed: bool = False):
         self.library = library
         self.embedder = embedder
         self.settings = settings or IndexSettings()
         self.detector = FaceDetector.from_settings(self.settings)
         self.progress = progress
+        self.retry_failed = retry_failed  # try again files that failed before, even unchanged
+        self._failed: dict[str, FailedFile] = {}
 
     def run(self, paths: Iterable[Path], report: Report = print) -> IndexSummary:
         """Index files and folders; unchanged files are skipped, vanished ones under the folders removed."""
@@ -104,6 +111,8 @@ class Indexer:
                 if any(Path(path_str).is_relative_to(f) for f in folders) and not Path(path_str).exists():
                     self.library.remove(path_str)
                     summary.removed += 1
+            self._failed = self.library.failed_files()
+            self.library.forget_failures([p for p in self._failed if any(Path(p).is_relative_to(f) for f in folders) and not Path(p).exists()])
             overall = tqdm(files, desc="files", unit="file", disable=not self.progress, position=0)
             frame_bar = tqdm(desc="frames", unit="frame", disable=not self.progress, position=1, leave=False)
             last_save = time.monotonic()
@@ -116,21 +125,44 @@ class Indexer:
                 except HeadsearchError as e:
                     summary.failed.append(str(e))
                     report(f"error: {e}")
+                    self._remember_failure(path, str(e))
+                    if getattr(e, "detail", None):
+                        log.info("%s: %s", path, e.detail)
                 except OSError as e:
                     if is_disk_full(e):
                         raise LibraryError(f"{self.library.root}: disk full; the library keeps its last committed state "
                                            "(free space and run again)") from e
                     summary.failed.append(f"{path}: {e.strerror or e}")
                     report(f"error: {path}: {e.strerror or e}")
+                    self._remember_failure(path, f"{path}: {e.strerror or e}")
                 if time.monotonic() - last_save > 60:
                     self.library.save_indexes()
                     last_save = time.monotonic()
             frame_bar.close()
             overall.close()
             self.library.save_indexes()
-            update_people(self.library)  # new tracks join known people or start new ones
+            if summary.indexed or summary.removed:
+                update_people(self.library)  # new tracks join known people or start new ones
         summary.wall_seconds = time.perf_counter() - start
         return summary
+
+    def _remember_failure(self, path: Path, error: str) -> None:
+        """Record the version of a file that failed, so the next runs skip it until it changes."""
+        try:
+            stat = path.stat()
+            digest = fingerprint(path, stat.st_size)
+        except OSError:
+            return  # cannot even be read: tried again next time
+        self.library.record_failure(str(path), stat.st_size, stat.st_mtime, digest, error)
+
+    def _failed_before(self, path: Path, stat: os.stat_result) -> FailedFile | None:
+        """The earlier failure of this very version of the file, if any (and not asked to retry)."""
+        failed = self._failed.get(str(path))
+        if failed is None or self.retry_failed or failed.size != stat.st_size:
+            return None
+        if failed.mtime == stat.st_mtime or failed.fingerprint == fingerprint(path, stat.st_size):
+            return failed
+        return None
 
     def _index_one(self, path: Path, stored: StoredFile | None, summary: IndexSummary, bar: FrameProgress, report: Report) -> None:
         try:
@@ -141,11 +173,19 @@ class Indexer:
             raise MediaError(f"{path}: permission denied")
         if stored is not None and stored.size == stat.st_size and stored.mtime == stat.st_mtime:
             summary.skipped += 1
+            log.info("%s: unchanged (same size and modification time), skipped", path)
+            return
+        failed = self._failed_before(path, stat)
+        if failed is not None:
+            summary.failed_before += 1
+            log.info("%s: skipped, failed before and unchanged (%s)", path, failed.error)
             return
         stamp = FileStamp(str(path), stat.st_size, stat.st_mtime, fingerprint(path, stat.st_size))
         if stored is not None and stored.fingerprint == stamp.fingerprint:
             summary.skipped += 1
+            log.info("%s: unchanged (same content fingerprint), skipped", path)
             return
+        log.info("%s: %s", path, "changed since it was indexed, indexing it again" if stored is not None else "new, indexing")
         result = analyse_file(path, self.settings, self.detector, self.embedder, stamp=stamp, progress=bar)
         if result.warning:
             summary.warnings.append(result.warning)
@@ -159,4 +199,7 @@ class Indexer:
         summary.frames += result.frames_decoded
         summary.shots += len(result.shots)
         summary.tracks += len(result.tracks)
+        summary.dropped_tracks += len(result.dropped_tracks)
         summary.video_seconds += result.duration
+        log.info("%s: %d shots, %d tracks kept, %d dropped without face evidence, %d sightings, decoded by %s", path,
+                 len(result.shots), len(result.tracks), len(result.dropped_tracks), result.sightings, result.decoder)

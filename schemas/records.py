@@ -167,6 +167,8 @@ class FileResult:
     tracks: list[HeadTrack]
     warning: str | None = None  # e.g. a damaged video indexed up to where it could be decoded
     stage_seconds: dict[str, float] = field(default_factory=dict)  # time per pipeline stage
+    source_size: tuple[int, int] | None = None  # the file's own (width, height); boxes are in `width` x `height`
+    dropped_tracks: list[tuple[HeadTrack, str]] = field(default_factory=list)  # tracks without face evidence, and why
 
     @property
     def path(self) -> str:
@@ -217,6 +219,7 @@ class SearchHit:
     thumbnail: str
     tier: Tier | None = None  # None when the scores are uncalibrated
     head_score: float | None = None
+    observation_id: int | None = None  # the sighting that matched best
 
     def to_dict(self) -> dict:
         return {

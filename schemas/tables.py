@@ -33,6 +33,9 @@ videos = Table(
     Column("frames_sampled", BigInteger, nullable=False),
     Column("decoder", String, nullable=False),
     Column("indexed_at", Double, nullable=False),
+    # The file's own frame size (boxes are stored in decoded pixels, `width` x `height`); format 3.
+    Column("source_width", Integer, nullable=True),
+    Column("source_height", Integer, nullable=True),
 )
 
 shots = Table(
@@ -87,6 +90,19 @@ vectors = Table(
     Column("track_id", BigInteger, nullable=False, index=True),
     Column("video_id", BigInteger, nullable=False, index=True),
     Column("embedding", LargeBinary, nullable=False),  # float32, little-endian, L2-normalised
+)
+
+# Files that could not be indexed, remembered with their version so that the next run skips
+# them (and says how many) until they change or `index --retry-failed` is given; format 3.
+failed_files = Table(
+    "failed_files",
+    metadata,
+    Column("path", String, primary_key=True),
+    Column("fingerprint", String, nullable=False),  # "" when the file could not even be read
+    Column("size", BigInteger, nullable=False),
+    Column("mtime", Double, nullable=False),
+    Column("error", String, nullable=False),  # the one line the user was shown
+    Column("failed_at", Double, nullable=False),
 )
 
 # Key/value facts about the library; `generation` increases with every committed change, and

@@ -15,12 +15,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-import cv2
-import numpy as np
-
 from headsearch.errors import MediaError
-from headsearch.files import atomic_write, write_bytes_atomic
-from headsearch.images import encode_jpeg, read_image_rgb
+from headsearch.files import atomic_write
 from headsearch.quiet import native_stderr_silenced
 
 log = logging.getLogger(__name__)
@@ -31,7 +27,8 @@ _DECODING = threading.Lock()
 
 
 @contextlib.contextmanager
-def _decoding() -> Iterator[None]:
+def decoding() -> Iterator[None]:
+    """Decode or encode media in the web app's threads: one at a time, native stderr silenced."""
     with _DECODING, native_stderr_silenced():
         yield
 
@@ -44,7 +41,6 @@ MP4_EXTENSIONS = {".mp4", ".m4v", ".mov"}
 PREVIEW_PAD_S = 2.0  # a preview clip starts this long before the moment and ends this long after
 PREVIEW_MAX_S = 60.0
 PREVIEW_MAX_SIDE = 720
-BOX_COLOUR = (255, 196, 0)  # RGB
 
 
 @dataclass(frozen=True)
@@ -61,7 +57,7 @@ def probe_playback(path: Path) -> Playback:
 
     family = "mp4" if path.suffix.lower() in MP4_EXTENSIONS else "webm" if path.suffix.lower() == ".webm" else None
     try:
-        with _decoding(), av.open(str(path)) as container:
+        with decoding(), av.open(str(path)) as container:
             video = container.streams.video[0].codec_context.name if container.streams.video else None
             audio = container.streams.audio[0].codec_context.name if container.streams.audio else None
     except (av.error.FFmpegError, OSError, IndexError) as e:
@@ -88,17 +84,6 @@ class MediaCache:
         with self._guard:
             return self._locks.setdefault(key, threading.Lock())
 
-    # ----- boxed frames ------------------------------------------------------------------------
-    def sighting_frame(self, sighting: dict, video: dict) -> Path:
-        """The frame of a sighting as JPEG, its head boxed; made once, then read from the cache."""
-        key = f"{video['fingerprint'][:16]}-{sighting['id']}"
-        out = self.folder / "frames" / f"{key}.jpg"
-        with self._lock(key):
-            if not out.is_file():
-                rgb = read_frame(Path(video["path"]), video, sighting)
-                write_bytes_atomic(out, encode_jpeg(draw_box(rgb, sighting), quality=85), fsync=False)
-        return out
-
     # ----- preview clips -----------------------------------------------------------------------
     def preview(self, video: dict, start: float, end: float) -> tuple[Path, float]:
         """A short H.264 MP4 of [start - pad, end + pad] (at most PREVIEW_MAX_S) of a file browsers
@@ -115,54 +100,6 @@ class MediaCache:
         return out, clip_start
 
 
-def draw_box(rgb: np.ndarray, sighting: dict) -> np.ndarray:
-    out = np.ascontiguousarray(rgb.copy())
-    thickness = max(2, round(max(out.shape[:2]) / 300))
-    p1 = (round(sighting["x1"]), round(sighting["y1"]))
-    p2 = (round(sighting["x2"]), round(sighting["y2"]))
-    cv2.rectangle(out, p1, p2, BOX_COLOUR, thickness, cv2.LINE_AA)
-    return out
-
-
-def read_frame(path: Path, video: dict, sighting: dict) -> np.ndarray:
-    """The frame a sighting was seen in, at the size the indexer decoded it (its boxes' coordinates)."""
-    if not path.is_file():
-        raise MediaError(f"{path}: the file is no longer there")
-    size = (int(video["width"]), int(video["height"]))
-    if video["kind"] == "image":
-        rgb = read_image_rgb(path)
-        return rgb if (rgb.shape[1], rgb.shape[0]) == size else cv2.resize(rgb, size, interpolation=cv2.INTER_AREA)
-    if video["decoder"] == "decord":
-        try:
-            import decord
-
-            with _decoding():
-                reader = decord.VideoReader(str(path), ctx=decord.cpu(0), width=size[0], height=size[1], num_threads=1)
-                return reader[int(sighting["frame_index"])].asnumpy()
-        except Exception as e:  # decord raises its own types; PyAV by time is the fallback
-            log.info("%s: decord could not seek (%s); trying PyAV", path, e)
-    return _frame_by_time(path, float(sighting["time"]), size)
-
-
-def _frame_by_time(path: Path, time_s: float, size: tuple[int, int]) -> np.ndarray:
-    import av
-
-    try:
-        with _decoding(), av.open(str(path)) as container:
-            stream = container.streams.video[0]
-            container.seek(max(0, int((time_s - 1.0) / stream.time_base)), stream=stream, backward=True)
-            last = None
-            for frame in container.decode(stream):
-                last = frame
-                if frame.time is not None and frame.time >= time_s - 1e-3:
-                    break
-            if last is None:
-                raise MediaError(f"{path}: no frame at {time_s:.2f} s")
-            return last.to_ndarray(format="rgb24", width=size[0], height=size[1])
-    except (av.error.FFmpegError, IndexError) as e:
-        raise MediaError(f"{path}: cannot decode a frame at {time_s:.2f} s ({e})") from e
-
-
 def make_preview(path: Path, out: Path, start: float, end: float) -> None:
     """Transcode [start, end] of a file to H.264 MP4 (no audio), written atomically."""
     import av
@@ -170,7 +107,7 @@ def make_preview(path: Path, out: Path, start: float, end: float) -> None:
     if not path.is_file():
         raise MediaError(f"{path}: the file is no longer there")
     try:
-        with _decoding():
+        with decoding():
             atomic_write(out, lambda tmp: _transcode(path, tmp, start, end), fsync=False)
     except (av.error.FFmpegError, IndexError) as e:
         raise MediaError(f"{path}: cannot make a preview clip ({e})") from e

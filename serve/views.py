@@ -15,13 +15,15 @@ import numpy as np
 from headsearch.detect import FaceDetector
 from headsearch.embedders import Embedder, load_embedder
 from headsearch.errors import HeadsearchError
+from headsearch.hits import HeadResult, Scope, ShownHit, confidence_for, found_hits, hit_json, photo_heads, results_json, search_heads
 from headsearch.images import decode_image_rgb, encode_jpeg
 from headsearch.library import Library
 from headsearch.people import list_people, people_thresholds, person_looks, person_moments
-from headsearch.query import QueryEngine, hits_json, image_crops
+from headsearch.pictures import pictures_folder, render_hit_pictures, render_picture
+from headsearch.query import QueryEngine
 from headsearch.thresholds import read_thresholds
 from schemas.records import SearchHit, VectorKind
-from serve.media import PREVIEW_PAD_S, MediaCache, Playback, cache_folder, probe_playback
+from serve.media import PREVIEW_PAD_S, MediaCache, Playback, cache_folder, decoding, probe_playback
 
 MAX_K = 100
 
@@ -52,15 +54,20 @@ class Site:
         self.library.refresh_indexes()
         return QueryEngine(self.library, self._embedder, read_thresholds(self.root, self.library.model))
 
-    def search(self, data: bytes, name: str, k: int, all_heads: bool, whole_image: bool) -> tuple[list[list[SearchHit]], list[str]]:
-        """Hits for each head of a photo (as `headsearch query` finds them), and each head's crop as a data URL."""
+    def search(self, data: bytes, name: str, k: int, all_heads: bool, whole_image: bool,
+               show_weak: bool = False) -> tuple[list[HeadResult], list[str]]:
+        """The answer `headsearch query` gives for a photo (confident hits only unless `show_weak`; never
+        the photo itself), and each head's crop as a data URL."""
         rgb = decode_image_rgb(data, name)
         with self._search_lock:
             engine = self._engine()
-            crops = image_crops(rgb, name, self._detector, all_heads, whole_image)
-            results = [engine.search(c, k) for c in crops]
-        heads = ["data:image/jpeg;base64," + base64.b64encode(encode_jpeg(c.image[::2, ::2], 85)).decode() for c in crops]
-        return results, heads
+            heads = photo_heads(rgb, name, self._detector, engine.embedder, all_heads, whole_image)
+            scope = Scope().with_query_bytes(self.library, data)
+            results = search_heads(engine, heads, k, scope, confidence_for(engine.thresholds, None, show_weak))
+        with decoding():
+            render_hit_pictures(self.root, [h for r in results for h in r.hits])
+        crops = ["data:image/jpeg;base64," + base64.b64encode(encode_jpeg(h.crop.image[::2, ::2], 85)).decode() for h in heads]
+        return results, crops
 
     def similar(self, vectors: dict[VectorKind, np.ndarray], k: int, exclude: int) -> list[SearchHit]:
         with self._search_lock:
@@ -71,21 +78,20 @@ class Site:
         return [h for h in hits if h.track_id != exclude][:k]
 
     # ----- pages ------------------------------------------------------------------------------------
-    def query_page(self, results: list[list[SearchHit]], heads: list[str]) -> dict:
-        return {"heads": [{"crop": crop, "cards": self.cards(hits)} for crop, hits in zip(heads, results, strict=True)],
-                "hits": hits_json(results)}
+    def query_page(self, results: list[HeadResult], heads: list[str], all_heads: bool) -> dict:
+        return {"heads": [{"crop": crop, "cards": self.cards(r.hits)} for crop, r in zip(heads, results, strict=True)],
+                "hits": results_json(results, all_heads)}
 
-    def cards(self, hits: list[SearchHit]) -> list[dict]:
-        """Hits with what a card needs: the sighting to show boxed, the file's id, the player's address."""
+    def cards(self, shown: list[ShownHit]) -> list[dict]:
+        """Hits with what a card needs: the matched sighting to show boxed, the file's id, the player's address."""
         out = []
         with self.library.browsing() as b:
-            for h in hits:
+            for s in shown:
+                h = s.hit
                 track = b.track(h.track_id)
                 if track is None:  # removed since the search
                     continue
-                sightings = b.sightings(h.track_id)
-                seen = min(sightings, key=lambda s: abs(s["time"] - h.time))
-                out.append({**h.to_dict(), "video_id": track["video_id"], "name": Path(h.video).name, "sighting": seen["id"],
+                out.append({**hit_json(s), "video_id": track["video_id"], "name": Path(h.video).name, "sighting": h.observation_id,
                             "kind": track["video_kind"], "watch": watch_url(track["video_id"], h.start, h.end, h.track_id)})
         return out
 
@@ -127,7 +133,7 @@ class Site:
                 "watch": watch_url(track["video_id"], track["start_time"], track["end_time"], track_id),
                 "sightings": [{"id": s["id"], "time": s["time"], "frame_index": s["frame_index"], "face_visible": s["face_visible"],
                                "box": [s["x1"], s["y1"], s["x2"], s["y2"]]} for s in sightings],
-                "more_like_this": self.cards(similar)}
+                "more_like_this": self.cards(found_hits(self.library, similar).hits)}
 
     def people_page(self, include_hidden: bool = False) -> dict:
         people = list_people(self.library, include_hidden=include_hidden)
@@ -148,7 +154,7 @@ class Site:
         return {"person": {**person.to_dict(), "looks": len(looks), "label": person.label(), "hidden": person.hidden},
                 "looks": [[{"track_id": tr, "video": by_track[tr].video, "start": by_track[tr].start, "end": by_track[tr].end}
                            for tr in look if tr in by_track] for look in looks],
-                "moments": [{**c, "moment": True} for c in self.cards(moments)]}
+                "moments": [{**c, "moment": True} for c in self.cards(found_hits(self.library, moments).hits)]}
 
     def watch_page(self, video_id: int, start: float, end: float, track: int | None) -> dict:
         with self.library.browsing() as b:
@@ -193,12 +199,18 @@ class Site:
         return path
 
     def frame(self, sighting_id: int) -> Path:
+        """The picture of a sighting: its frame with the head boxed (the same picture `query` makes)."""
         with self.library.browsing() as b:
-            sighting = b.sighting(sighting_id)
-            video = b.video(sighting["video_id"]) if sighting else None
-        if sighting is None or video is None:
+            row = b.sighting(sighting_id)
+        with self.library.reading() as r:
+            sighting = r.sightings([sighting_id]).get(sighting_id)
+        if row is None or sighting is None:
             raise NotFound(f"no sighting {sighting_id}")
-        return self.cache.sighting_frame(sighting, video)
+        with decoding():
+            picture, why = render_picture(pictures_folder(self.root), Path(row["video"]), float(row["time"]), sighting)
+        if picture is None:
+            raise NotFound(f"no picture of sighting {sighting_id}: {why}")
+        return picture
 
 
 def watch_url(video_id: int, start: float, end: float, track: int | None = None) -> str:

@@ -61,6 +61,18 @@ def library_db(library: Path) -> Iterator[duckdb.DuckDBPyConnection]:
         con.close()
 
 
+def pixel_copy(photo: Path, folder: Path) -> Path:
+    """The same pixels in another file (another fingerprint): a query photo that may find the
+    indexed original (the query file itself, by fingerprint, is never a hit)."""
+    import cv2
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"copy-of-{Path(photo).stem}.png"
+    cv2.imwrite(str(out), cv2.imread(str(photo), cv2.IMREAD_COLOR))  # grey photos come out as colour PNGs
+    assert out.read_bytes() != Path(photo).read_bytes()
+    return out
+
+
 def query_json(library: Path, image: Path, *extra: str) -> list[dict]:
     return json.loads(run("query", image, "--library", library, "--json", *extra).stdout)
 

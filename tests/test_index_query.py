@@ -5,7 +5,7 @@ import json
 import shutil
 
 import numpy as np
-from conftest import DATA, EXAMPLES, HAMILTON, library_db, needs_data, query_json, run
+from conftest import DATA, EXAMPLES, HAMILTON, library_db, needs_data, pixel_copy, query_json, run
 
 from headsearch.library import Library
 from schemas.records import VectorKind
@@ -59,7 +59,7 @@ def test_lin_manuel_miranda_first_in_third_shot(hamilton_library):
     assert set(hits[0]) >= {"video", "start", "end", "time", "score", "track_id", "thumbnail"}
     top = hits[0]
     assert top["video"] == str(HAMILTON)
-    assert top["start"] >= 2.6 and top["end"] <= 7.1 and top["start"] <= top["time"] <= top["end"], top
+    assert top["start"] >= 3.58 and top["end"] <= 7.9 and top["start"] <= top["time"] <= top["end"], top
     assert (hamilton_library / "thumbnails").is_dir() and top["thumbnail"].endswith(".jpg")
 
 
@@ -79,7 +79,7 @@ def test_table_output_and_stats(hamilton_library):
     out = run("query", LIN, "--library", hamilton_library, "-k", "2").stdout
     assert out.count(str(HAMILTON)) >= 1 and len(out.strip().splitlines()) == 2
     stats = json.loads(run("stats", "--library", hamilton_library, "--json").stdout)
-    assert stats["videos"] == 6 and stats["shots"] >= 4 and stats["vectors"] == stats["observations"] > 0
+    assert stats["videos"] == 6 and stats["shots"] >= 4 and 0 < stats["vectors"] <= stats["observations"]  # sightings without a face: no vector from a face model
     assert stats["model"]["name"] == "dlib-resnet"
 
 
@@ -119,7 +119,7 @@ def test_photo_folder_and_whole_image(tmp_path):
     lib = tmp_path / "lib"
     run("index", AMY, "--library", lib, "-q")
     assert table_counts(lib)["videos"] == 5
-    hits = query_json(lib, AMY / "amy3.png", "-k", "1")
+    hits = query_json(lib, pixel_copy(AMY / "amy3.png", tmp_path), "-k", "1")
     assert hits[0]["video"] == str(AMY / "amy3.png") and hits[0]["score"] > 0.99
     hits = query_json(lib, AMY / "amy3.png", "-k", "2", "--whole-image")
     assert len(hits) == 2
@@ -127,17 +127,18 @@ def test_photo_folder_and_whole_image(tmp_path):
 
 def test_all_heads_in_a_group_photo(hamilton_library):
     res = json.loads(run("query", EXAMPLES / "two_people.jpg", "--library", hamilton_library, "--json", "--all", "-k", "2").stdout)
-    assert len(res) == 2 and all(len(r) == 2 for r in res)
+    assert len(res) == 2 and all(len(r["hits"]) == 2 for r in res)
 
 
 def test_faiss_cache_rebuilt_from_database(tmp_path):
     lib = tmp_path / "lib"
     run("index", AMY, "--library", lib, "-q")
-    before = query_json(lib, AMY / "amy2.png", "-k", "3")
+    photo = pixel_copy(AMY / "amy2.png", tmp_path)
+    before = query_json(lib, photo, "-k", "3")
     (lib / "vectors_id.faiss").unlink()
-    assert query_json(lib, AMY / "amy2.png", "-k", "3") == before
+    assert query_json(lib, photo, "-k", "3") == before
     (lib / "vectors_id.faiss").write_bytes(b"garbage")
-    assert query_json(lib, AMY / "amy2.png", "-k", "3") == before
+    assert query_json(lib, photo, "-k", "3") == before
     assert np.isclose(before[0]["score"], 1.0, atol=1e-3)
 
 
@@ -151,7 +152,7 @@ def test_dual_cls_checkpoint_stores_id_and_head_vectors(tmp_path):
     with library_db(lib) as con:
         kinds = dict(con.execute("select kind, count(*) from vectors group by kind").fetchall())
     assert kinds == {"id": 5, "head": 5}
-    hits = query_json(lib, AMY / "amy4.png", "-k", "2")
+    hits = query_json(lib, pixel_copy(AMY / "amy4.png", tmp_path), "-k", "2")
     assert hits[0]["video"] == str(AMY / "amy4.png") and hits[0]["head_score"] is not None
     assert abs(hits[0]["score"] - 1.0) < 1e-3 and abs(hits[0]["head_score"] - 1.0) < 1e-3
 

@@ -11,6 +11,7 @@ import pytest
 from conftest import AMY_DIR, DATA, EXAMPLES, HAMILTON, library_db, needs_data, run
 from test_library_format import format1_library
 
+from headsearch.migrations import FORMAT_VERSION
 from headsearch.people import average_linkage
 
 pytestmark = needs_data
@@ -154,7 +155,7 @@ def test_format1_library_gets_people(tmp_path):
     people = people_json(library)
     assert sorted(tr for p in people for tr in p["tracks"]) == sorted(track_ids(library))
     with library_db(library) as con:
-        assert con.execute("select value from library_state where key = 'format'").fetchone()[0] == "3"
+        assert con.execute("select value from library_state where key = 'format'").fetchone()[0] == str(FORMAT_VERSION)
     run("index", AMY_DIR / "amy2.png", "--library", library, "-q")  # grouped at the end of the index run
     assert sorted(tr for p in people_json(library) for tr in p["tracks"]) == sorted(track_ids(library))
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from conftest import EXAMPLES, HAMILTON, library_db, needs_data, query_json, run
+from conftest import EXAMPLES, HAMILTON, library_db, needs_data, pixel_copy, query_json, run
 from starlette.testclient import TestClient
 
 from serve.app import create_app, hms
@@ -258,6 +258,10 @@ def test_the_app_sees_a_running_index_and_never_holds_the_database(library, tmp_
     run("index", MIRANDA, "--library", library, "-q")  # while the app is up: it holds no connection
     names = {v["name"] for v in client.get("/api/videos").json()["videos"]}
     assert MIRANDA.name in names
-    after = client.post("/api/query?k=3", content=MIRANDA.read_bytes(), headers={"content-type": "image/png"}).json()
+    same_pixels = pixel_copy(MIRANDA, tmp_path / "copies")  # the query file itself is never a hit: ask with its pixels
+    after = client.post("/api/query?k=3", content=same_pixels.read_bytes(), headers={"content-type": "image/png"}).json()
     assert after[0]["video"] == str(MIRANDA) and after[0]["score"] > 0.99  # the new vector was picked up
+    # ... while the photo itself, uploaded, is not its own hit (as `query` never answers with the query file)
+    itself = client.post("/api/query?k=3", content=MIRANDA.read_bytes(), headers={"content-type": "image/png"}).json()
+    assert all(h["video"] != str(MIRANDA) for h in itself)
     run("remove", MIRANDA, "--library", library)

@@ -42,6 +42,10 @@ class Embedder(ABC):
     dim: int
     kinds: tuple[VectorKind, ...] = (VectorKind.ID,)
     source: str = ""  # how to load it again: a registered name or an absolute path
+    # Whether the model sees whole heads (hair, contour, the back of a head) and so gives a
+    # meaningful vector for a sighting without a visible face. Face-recognition models (dlib's
+    # ResNet, ArcFace, SFace) do not: only sightings with a detected face are embedded by them.
+    sees_whole_head: bool = False
 
     @abstractmethod
     def embed(self, crops: Sequence[HeadCrop]) -> dict[VectorKind, np.ndarray]:

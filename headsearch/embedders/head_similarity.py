@@ -18,6 +18,7 @@ class HeadSimilarityEmbedder(Embedder):
     (whole-head appearance). Runs on CUDA when torch sees a GPU, else on the CPU."""
 
     kinds = (VectorKind.ID, VectorKind.HEAD)
+    sees_whole_head = True  # trained on whole-head crops, faces visible or not
 
     def __init__(self, path: Path, batch_size: int = 64):
         import torch
