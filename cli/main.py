@@ -80,6 +80,7 @@ def query(image: Path, library: Path | None, k: int, all_heads: bool, whole_imag
     """Find the moments where the person in IMAGE appears."""
     from headsearch.detect import FaceDetector
     from headsearch.embedders import load_embedder
+    from headsearch.failures import file_failures
     from headsearch.library import Library
     from headsearch.query import QueryEngine, query_crops
     from headsearch.thresholds import read_thresholds
@@ -88,9 +89,10 @@ def query(image: Path, library: Path | None, k: int, all_heads: bool, whole_imag
     embedder = load_embedder(model or lib.model.source)
     lib.check_model(embedder.describe())
     thresholds = read_thresholds(lib.root, lib.model)
-    crops = query_crops(image, FaceDetector(), all_heads, whole_image)
     engine = QueryEngine(lib, embedder, thresholds)
-    results = [engine.search(c, k) for c in crops]
+    with file_failures(image, lib.root):  # an unexpected error is one line, its traceback in the library's log
+        crops = query_crops(image, FaceDetector(), all_heads, whole_image)
+        results = [engine.search(c, k) for c in crops]
     if as_json:
         out = [h.to_dict() for h in results[0]] if len(results) == 1 else [[h.to_dict() for h in r] for r in results]
         click.echo(json.dumps(out, indent=2))
