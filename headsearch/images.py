@@ -136,7 +136,7 @@ def reduction(header: ImageHeader, limits: MediaLimits) -> int:
         return 1
     over = f"{header.size_text()} exceeds the {limits.max_image_pixels / 1e6:,.0f} MP limit (${limits.env_name('max_image_pixels')})"
     if header.format == "JPEG" and not header.reducible:
-        raise MediaError(f"{over}; a progressive JPEG cannot be decoded reduced")
+        raise MediaError(f"{over}; a progressive (or multi-scan) JPEG cannot be decoded reduced")
     if header.format != "JPEG":
         raise MediaError(f"{over}; refused before decoding")
     for scale in (2, 4, 8):
