@@ -62,8 +62,3 @@ class MediaLimits:
                 except ValueError:
                     raise HeadsearchError(f"${cls.env_name(f.name)}: a number is expected, got {raw!r}") from None
         return cls(**values)
-
-    def hint(self, name: str) -> str:
-        """Where a limit comes from, for messages: `limit 50,000,000 (HEADSEARCH_MAX_IMAGE_PIXELS)`."""
-        value = getattr(self, name)
-        return f"limit {value:,.0f} (${self.env_name(name)})"
