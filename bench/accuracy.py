@@ -20,6 +20,7 @@ from headsearch.detect import FaceDetector
 from headsearch.embedders import Embedder, load_embedder, mean_vector
 from headsearch.errors import HeadsearchError, MediaError, ModelMismatch
 from headsearch.evaluation import EvaluationReport, evaluate
+from headsearch.failures import file_failures
 from headsearch.labels import LabeledFile
 from headsearch.metrics import DEFAULT_FARS
 from headsearch.query import query_crops
@@ -51,6 +52,7 @@ class BenchCache:
 
     crops: dict[tuple[Path, bool], HeadCrop | HeadsearchError] = field(default_factory=dict)
     vectors: dict[tuple[tuple[str, str], Path], Vectors | HeadsearchError] = field(default_factory=dict)
+    error_log: Path | None = None  # folder for the traceback of a file's unexpected error (else the temporary folder)
 
 
 def model_key(embedder: Embedder) -> tuple[str, str]:
@@ -63,9 +65,12 @@ def photo_crop(path: Path, detector: FaceDetector, whole_image: bool, cache: Ben
     key = (path, whole_image)
     if key not in cache.crops:
         try:
-            cache.crops[key] = query_crops(path, detector, all_heads=False, whole_image=whole_image)[0]
+            with file_failures(path, cache.error_log):
+                cache.crops[key] = query_crops(path, detector, all_heads=False, whole_image=whole_image)[0]
         except HeadsearchError as e:
             cache.crops[key] = e
+        except OSError as e:
+            cache.crops[key] = MediaError(f"{path}: cannot read file ({e.strerror or e})")
     hit = cache.crops[key]
     if isinstance(hit, HeadsearchError):
         raise hit
@@ -136,7 +141,8 @@ def embed_videos(files: Sequence[LabeledFile], embedder: Embedder, detector: Fac
         hit = cache.vectors.get((key, f.path))
         if hit is None:
             try:
-                hit = video_sample(f, embedder, detector, settings).vectors
+                with file_failures(f.path, cache.error_log):
+                    hit = video_sample(f, embedder, detector, settings).vectors
             except HeadsearchError as e:
                 hit = e
             except OSError as e:
@@ -187,11 +193,12 @@ def evaluate_samples(report: ModelReport, samples: Sequence[Sample], fars: Seque
 
 def run_accuracy(files: Sequence[LabeledFile], specs: Sequence[str], *, whole_image: bool = False,
                  settings: IndexSettings | None = None, fars: Sequence[float] = DEFAULT_FARS,
-                 report: Report = print, progress: Report | None = None) -> list[ModelReport]:
-    """Each model's verification report on the labelled files; a model that fails is reported, not fatal."""
+                 report: Report = print, progress: Report | None = None, error_log: Path | None = None) -> list[ModelReport]:
+    """Each model's verification report on the labelled files; a model that fails is reported, not fatal,
+    and so is a file (one line; an unexpected error's traceback goes to `error_log`/errors.log)."""
     settings = settings or IndexSettings()
     detector = FaceDetector.from_settings(settings)
-    cache = BenchCache()
+    cache = BenchCache(error_log=error_log)
     photos = [f for f in files if f.kind == MediaKind.IMAGE]
     videos = [f for f in files if f.kind == MediaKind.VIDEO]
     reports = []

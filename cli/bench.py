@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -9,6 +10,8 @@ import click
 from cli.options import library_option, library_path
 from headsearch.errors import HeadsearchError
 from headsearch.settings import IndexSettings
+
+EXIT_PARTIAL = 2  # some files of the set failed, the others were measured
 
 
 def _far(ctx, param, value):
@@ -79,6 +82,8 @@ def bench(set_csv: Path | None, models: tuple[str, ...], root: Path | None, whol
         click.echo("\n\n".join(t for t in texts if t))
     if deferred:
         raise deferred[0]
+    if any(m.get("failed_files") for m in out.get("models", {}).values()):
+        sys.exit(EXIT_PARTIAL)  # measured on the others; each failed file had its line
 
 
 def _accuracy(set_csv, models, root, whole_image, settings, plot, calibrate, library, out, texts, deferred, say, warn) -> None:
@@ -100,7 +105,9 @@ def _accuracy(set_csv, models, root, whole_image, settings, plot, calibrate, lib
         warn(f"note: {labels.skipped_line()}")
     if not labels.files:
         raise HeadsearchError(f"{set_csv}: no usable rows (each needs a path and one identity)")
-    reports = run_accuracy(labels.files, specs, whole_image=whole_image, settings=settings, report=warn, progress=say)
+    log_dir = library_path(library)  # an unexpected error's traceback goes to the library's errors.log (else a temporary one)
+    reports = run_accuracy(labels.files, specs, whole_image=whole_image, settings=settings, report=warn, progress=say,
+                           error_log=log_dir if log_dir.is_dir() else None)
     seen = set()
     for r in reports:
         for p in r.evaluation.problems:

@@ -204,6 +204,7 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
     from headsearch.clips import export_hit_clips
     from headsearch.detect import FaceDetector
     from headsearch.embedders import load_embedder
+    from headsearch.failures import file_failures
     from headsearch.hits import (
         Confidence,
         Scope,
@@ -239,8 +240,9 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
         confidence = confidence_for(thresholds, min_score, show_weak)
         if not confidence.calibrated:
             click.echo(uncalibrated_note(lib.model.name), err=True)
-        heads = query_heads(image, FaceDetector(), embedder, all_heads, whole_image)
-        results = search_heads(QueryEngine(lib, embedder, thresholds), heads, k, scope.with_query_file(lib, image), confidence)
+        with file_failures(image, lib.root):  # an unexpected error is one line, its traceback in the library's log
+            heads = query_heads(image, FaceDetector(), embedder, all_heads, whole_image)
+            results = search_heads(QueryEngine(lib, embedder, thresholds), heads, k, scope.with_query_file(lib, image), confidence)
     shown = [h for r in results for h in r.hits]
     if pictures:
         render_hit_pictures(lib.root, shown)

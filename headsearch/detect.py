@@ -71,7 +71,7 @@ class FaceDetector:
 
         h, w = rgb.shape[:2]
         scale = self.scale_for(w, h)
-        small = rgb if scale == 1.0 else cv2.resize(rgb, (round(w * scale), round(h * scale)), interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
+        small = rgb if scale == 1.0 else cv2.resize(rgb, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
         x = preprocess(np.ascontiguousarray(small))
         with self._lock:
             outputs = self._load().run(None, {"input": x})

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import stat
 from pathlib import Path
 from typing import BinaryIO
 
@@ -52,7 +53,9 @@ def file_stamp(path: Path) -> FileStamp:
     """The stamp of a file as it is now; MediaError when it cannot be read."""
     path = Path(path)
     try:
-        stat = path.stat()
-        return FileStamp(str(path), stat.st_size, stat.st_mtime, fingerprint(path, stat.st_size))
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the fingerprint, a device never end it
+            raise MediaError(f"{path}: not a regular file")
+        return FileStamp(str(path), st.st_size, st.st_mtime, fingerprint(path, st.st_size))
     except OSError as e:
         raise MediaError(f"{path}: cannot read file ({e.strerror or e})") from e

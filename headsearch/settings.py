@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
+
+from headsearch.errors import HeadsearchError
 
 DEFAULT_LIBRARY = "headsearch-library"
 
@@ -29,3 +31,34 @@ class IndexSettings:
     embed_batch: int = 32
     thumbnail_px: int = 160
     crop_px: int = 256  # head crops are resized to this square size before embedding
+
+
+@dataclass(frozen=True)
+class MediaLimits:
+    """What one input file may cost before it is refused with one line (a damaged or hostile file
+    must not take the machine down). Each limit can be changed through the environment variable
+    named by `env_name`, e.g. HEADSEARCH_MAX_IMAGE_PIXELS=120000000."""
+
+    max_image_pixels: int = 50_000_000  # larger photos are decoded reduced (JPEG: 1/2, 1/4, 1/8) or refused
+    max_image_bytes: int = 512 * 2**20  # a photo file is read whole: larger files are refused
+    min_side: int = 16  # photos and video frames smaller than this (pixels) cannot hold a detectable head
+    max_video_pixels: int = 40_000_000  # frame width x height (8K UHD is 35.4 million)
+    max_video_duration_s: float = 48 * 3600.0  # a longer duration in a header is taken for damage
+    max_video_frames: int = 10_000_000  # a larger frame count in a header is taken for damage
+
+    @staticmethod
+    def env_name(name: str) -> str:
+        return f"HEADSEARCH_{name.upper()}"
+
+    @classmethod
+    def from_env(cls) -> MediaLimits:
+        """The defaults, overridden by $HEADSEARCH_<LIMIT> where set."""
+        values = {}
+        for f in fields(cls):
+            raw = os.environ.get(cls.env_name(f.name))
+            if raw:
+                try:
+                    values[f.name] = type(getattr(cls, f.name))(float(raw))
+                except ValueError:
+                    raise HeadsearchError(f"${cls.env_name(f.name)}: a number is expected, got {raw!r}") from None
+        return cls(**values)

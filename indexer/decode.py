@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import logging
+import math
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +12,7 @@ import numpy as np
 
 from headsearch.errors import MediaError
 from headsearch.quiet import native_stderr_silenced
+from headsearch.settings import MediaLimits
 from headsearch.timeline import decord_offset
 
 log = logging.getLogger(__name__)
@@ -42,13 +45,78 @@ def _bounded_size(width: int, height: int, max_side: int) -> tuple[int, int]:
     return max(2, round(width * scale / 2) * 2), max(2, round(height * scale / 2) * 2)
 
 
+def check_video_header(path: Path, limits: MediaLimits) -> int:
+    """Refuse, from the container's header and before any decoder runs, what cannot or must not be
+    decoded: no video stream, frames too small to hold a head or over the pixel limit, a duration or
+    frame count no real file has. Returns the file's size. Files PyAV cannot open are left to the
+    decoders, which say why."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise MediaError(f"{path}: cannot read file ({e.strerror or e})") from e
+    if not stat.S_ISREG(st.st_mode):
+        raise MediaError(f"{path}: not a regular file")
+    import av
+
+    av.logging.set_level(None)  # no Python log callback: FFmpeg threads calling it deadlock with the GIL
+    try:
+        with native_stderr_silenced():
+            container = av.open(str(path))
+    except Exception:  # noqa: BLE001 - each backend raises its own types for unreadable media
+        return st.st_size
+    try:
+        _check_streams(path, container, st.st_size, limits)
+    finally:
+        container.close()
+    return st.st_size
+
+
+def _check_streams(path: Path, container, size: int, limits: MediaLimits) -> None:
+    if not container.streams.video:
+        kinds = sorted({s.type for s in container.streams})
+        raise MediaError(f"{path}: no video stream ({' and '.join(kinds) + ' only' if kinds else 'no streams at all'})")
+    stream = container.streams.video[0]
+    w, h = stream.codec_context.width, stream.codec_context.height
+    if w and h and min(w, h) < limits.min_side:
+        raise MediaError(f"{path}: frames of {w}x{h} pixels are too small to hold a head (the smallest side must be at least "
+                         f"{limits.min_side}, ${limits.env_name('min_side')})")
+    if w * h > limits.max_video_pixels:
+        raise MediaError(f"{path}: frames of {w}x{h} pixels ({w * h / 1e6:,.1f} MP) exceed the "
+                         f"{limits.max_video_pixels / 1e6:,.0f} MP limit (${limits.env_name('max_video_pixels')})")
+    frames = stream.frames or 0
+    if frames > min(limits.max_video_frames, size):
+        raise MediaError(f"{path}: the header claims {frames:,} frames in {size:,} bytes"
+                         + (f", over the {limits.max_video_frames:,} limit (${limits.env_name('max_video_frames')})"
+                            if frames > limits.max_video_frames else "") + ": a damaged header")
+    duration = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else (container.duration or 0) / 1e6
+    if duration > limits.max_video_duration_s:
+        raise MediaError(f"{path}: the header claims {duration / 3600:,.0f} hours of video, over the "
+                         f"{limits.max_video_duration_s / 3600:,.0f} h limit (${limits.env_name('max_video_duration_s')}): a damaged header")
+
+
+def sane_times(frames: Iterator[DecodedFrame], fps: float, max_seconds: float) -> Iterator[DecodedFrame]:
+    """The frames with times a damaged stream cannot break: finite, within +-max_seconds, and rising
+    (a broken one becomes the previous time plus one frame)."""
+    step = 1.0 / fps if fps and 0 < fps < 1000 else 1.0 / 25
+    last = None
+    for frame in frames:
+        t = frame.time
+        if not math.isfinite(t) or abs(t) > max_seconds or (last is not None and t <= last):
+            frame.time = t = 0.0 if last is None else last + step
+        last = t
+        yield frame
+
+
 class VideoStream:
     """Frames of one video in order, each exactly once, no larger than `max_side`."""
 
-    def __init__(self, path: Path, max_side: int = 1280, decoders: tuple[str, ...] = ("decord", "pyav")):
+    def __init__(self, path: Path, max_side: int = 1280, limits: MediaLimits | None = None,
+                 decoders: tuple[str, ...] = ("decord", "pyav")):
         self.path = Path(path)
         self.max_side = max_side
+        self.limits = limits or MediaLimits.from_env()
         self.truncated_at: int | None = None  # set when decoding stopped early on a damaged stream
+        self._file_size = check_video_header(self.path, self.limits)
         errors = []
         openers = {"decord": self._open_decord, "pyav": self._open_pyav}
         for opener in (openers[d] for d in decoders):
@@ -65,13 +133,20 @@ class VideoStream:
     def _open_decord(self) -> VideoInfo:
         import decord
 
+        decord.logging.set_level(decord.logging.QUIET)  # its FFmpeg's lines about damaged packets: we say it in one
         probe = decord.VideoReader(str(self.path), ctx=decord.cpu(0), num_threads=1)
+        if len(probe) > min(self.limits.max_video_frames, self._file_size):  # an estimate from a damaged header
+            raise MediaError(f"implausible frame count {len(probe)}")
         h, w = probe[0].shape[:2] if len(probe) else (0, 0)
         if len(probe) == 0:
             raise MediaError("no frames")
         dw, dh = _bounded_size(w, h, self.max_side)
         del probe
         self._reader = decord.VideoReader(str(self.path), ctx=decord.cpu(0), width=dw, height=dh, num_threads=0)
+        shape = self._reader.next().shape  # decord returns some sizes with their row padding in a wrong shape,
+        if tuple(shape) != (dh, dw, 3):  # e.g. 16x16 as (16, 16, 6) or 72x32 as (32, 72, 4): PyAV reads those
+            raise MediaError(f"decord decodes {dw}x{dh} frames in the shape {tuple(shape)}")
+        self._reader.seek(0)
         n = len(self._reader)
         timestamps = self._reader.get_frame_timestamp(range(n))[:, 0]
         # decord counts from the first frame; players (and PyAV) from the file's timeline.
@@ -87,7 +162,7 @@ class VideoStream:
     def _open_pyav(self) -> VideoInfo:
         import av
 
-        av.logging.set_level(av.logging.PANIC)
+        av.logging.set_level(None)  # no Python log callback: FFmpeg threads calling it deadlock with the GIL
         container = av.open(str(self.path))
         if not container.streams.video:
             container.close()
@@ -107,10 +182,8 @@ class VideoStream:
         return VideoInfo(self.path, dw, dh, fps, int(stream.frames or round(duration * fps)), duration, "pyav", start, (w, h))
 
     def __iter__(self) -> Iterator[DecodedFrame]:
-        if self._backend == "decord":
-            yield from self._iter_decord()
-        else:
-            yield from self._iter_pyav()
+        frames = self._iter_decord() if self._backend == "decord" else self._iter_pyav()
+        yield from sane_times(frames, self.info.fps, self.limits.max_video_duration_s)
 
     def _iter_decord(self) -> Iterator[DecodedFrame]:
         import decord

@@ -18,6 +18,7 @@ from tqdm import tqdm
 from headsearch.detect import FaceDetector
 from headsearch.embedders import Embedder
 from headsearch.errors import HeadsearchError, LibraryError, MediaError, is_disk_full
+from headsearch.failures import unexpected_error_line
 from headsearch.library import FailedFile, Library, StoredFile
 from headsearch.media import fingerprint, is_media_name
 from headsearch.people import update_people
@@ -71,14 +72,33 @@ def discover(paths: Iterable[Path]) -> tuple[list[Path], list[str], list[Path]]:
             folders.append(p.resolve())
             for root, dirs, names in os.walk(p, onerror=lambda e: problems.append(f"{e.filename}: cannot read folder ({e.strerror})")):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                files.extend(Path(root, n).resolve() for n in sorted(names) if is_media_name(n))
+                for n in sorted(names):
+                    if is_media_name(n):
+                        _add_walked_file(Path(root, n), files, problems)
         elif p.is_file():
             files.append(p.resolve())
         elif p.exists():
             problems.append(f"{p}: not a regular file or folder")
+        elif p.is_symlink():
+            problems.append(f"{p}: broken symbolic link (its target is missing, or links loop)")
         else:
             problems.append(f"{p}: no such file or folder")
     return list(dict.fromkeys(files)), problems, folders
+
+
+def _add_walked_file(path: Path, files: list[Path], problems: list[str]) -> None:
+    """A media name met in a folder walk: a regular file (after its links) is kept, anything else is a
+    problem line (a FIFO or a device would block or never end, a link may loop or dangle)."""
+    try:
+        resolved = path.resolve(strict=True)
+        regular = resolved.is_file()
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
+        problems.append(f"{path}: broken symbolic link (its target is missing, or links loop)")
+        return
+    if regular:
+        files.append(resolved)
+    else:
+        problems.append(f"{path}: not a regular file")
 
 
 class Indexer:
@@ -135,6 +155,11 @@ class Indexer:
                     summary.failed.append(f"{path}: {e.strerror or e}")
                     report(f"error: {path}: {e.strerror or e}")
                     self._remember_failure(path, f"{path}: {e.strerror or e}")
+                except Exception as e:  # noqa: BLE001 - whatever one file does, the run goes on (isolation)
+                    line = unexpected_error_line(path, e, self.library.root)
+                    summary.failed.append(line)
+                    report(f"error: {line}")
+                    self._remember_failure(path, line)
                 if time.monotonic() - last_save > 60:
                     self.library.save_indexes()
                     last_save = time.monotonic()

@@ -2,8 +2,6 @@
 before anything decodes it (a small PNG can claim to be 100,000 x 100,000 pixels)."""
 from __future__ import annotations
 
-import io
-
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 
@@ -73,20 +71,26 @@ async def query_upload(request: Request, limit: int = MAX_UPLOAD_BYTES) -> tuple
 
 def check_image(data: bytes) -> tuple[int, int]:
     """Refuse what is not an image, and images too large to decode safely; returns (width, height).
-    Reads the header only: nothing is decoded here."""
-    from PIL import Image, UnidentifiedImageError
+    Reads the header only (`headsearch.images.image_header`): nothing is decoded here."""
+    import numpy as np
+
+    from headsearch.errors import MediaError
+    from headsearch.images import image_header
+    from headsearch.settings import MediaLimits
 
     if not data:
         raise UploadRefused(400, "empty upload: send a photo")
+    limits = MediaLimits.from_env()
     try:
-        with Image.open(io.BytesIO(data)) as im:
-            fmt, (w, h) = im.format, im.size
-    except Image.DecompressionBombError as e:
+        header = image_header(np.frombuffer(data, np.uint8), limits)
+    except MediaError as e:  # Pillow's own bound on pixels (a decompression bomb)
         raise UploadRefused(413, f"image refused: too many pixels ({e})") from e
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-        raise UploadRefused(415, "not an image (JPEG, PNG, WebP, BMP, TIFF or GIF expected)") from e
-    if fmt not in IMAGE_FORMATS:
-        raise UploadRefused(415, f"not a photo format this app takes ({fmt})")
-    if w * h > MAX_IMAGE_PIXELS or w < 8 or h < 8:
-        raise UploadRefused(413, f"image refused: {w}x{h} pixels (at most {MAX_IMAGE_PIXELS / 1e6:.0f} megapixels, at least 8x8)")
+    if header is None:
+        raise UploadRefused(415, "not an image (JPEG, PNG, WebP, BMP, TIFF or GIF expected)")
+    if header.format not in IMAGE_FORMATS:
+        raise UploadRefused(415, f"not a photo format this app takes ({header.format})")
+    w, h = header.width, header.height
+    if w * h > MAX_IMAGE_PIXELS or min(w, h) < limits.min_side:
+        raise UploadRefused(413, f"image refused: {w}x{h} pixels (at most {MAX_IMAGE_PIXELS / 1e6:.0f} megapixels, "
+                                 f"at least {limits.min_side} pixels a side)")
     return w, h

@@ -88,7 +88,8 @@ def test_labels_layout_unreadable_file_and_video(tmp_path):
         ("face-api.js", "examples/images/raj/no_such_raj.png", "bbt_raj", "", "", ""),
     ]
     csv_path = write_set(tmp_path / "labels.csv", rows, ("source", "path", "identity", "appearance_state", "label_origin", "note"))
-    res = bench(csv_path, "--root", DATA, "-q")
+    res = bench(csv_path, "--root", DATA, "-q", ok=False)
+    assert res.exit_code == 2  # measured on the others; the unreadable and missing files had their lines
     assert "skipped 2 of 9 rows" in res.stderr
     assert "broken.png" in res.stderr and "no_such_raj.png" in res.stderr
     assert sum("broken.png" in line for line in res.stderr.splitlines()) == 1  # one line per problem

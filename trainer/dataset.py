@@ -57,6 +57,7 @@ from tqdm import tqdm
 
 from headsearch.crops import crop_from_image
 from headsearch.errors import HeadsearchError, NoHeadFound, is_disk_full
+from headsearch.failures import unexpected_error_line
 from headsearch.images import encode_jpeg
 from headsearch.labels import read_label_set
 from headsearch.media import VIDEO_EXTENSIONS
@@ -303,6 +304,7 @@ class Analyser:
     detector: FaceDetector
     embedder: Embedder
     settings_key: dict  # `part_settings`, recorded in each part
+    error_log: Path | None = None  # folder for the traceback of a file's unexpected error (the dataset folder)
 
 
 def _decode_rgb(jpeg: bytes) -> np.ndarray:
@@ -538,6 +540,9 @@ def _analysed_part(analyser: Analyser, path: Path, source: str, part_dir: Path, 
             raise
         summary.fail(source, f"{path}: {e.strerror or e}", report)
         return None
+    except Exception as e:  # noqa: BLE001 - whatever one file does, the build goes on (its part was removed)
+        summary.fail(source, unexpected_error_line(path, e, analyser.error_log), report)
+        return None
     part = Part.load(part_dir, path, analyser.settings_key)
     if source == "video":
         summary.videos_analysed += 1
@@ -652,7 +657,7 @@ def build_dataset(videos: Sequence[Path], out: Path, labels: Sequence[Path] = ()
     summary.options = {**asdict(opts), "cluster_threshold": threshold}
     summary.teacher = model.to_dict()
     settings = IndexSettings(sample_fps=opts.sample_fps)
-    analyser = Analyser(settings, FaceDetector.from_settings(settings), embedder, part_settings(settings, model))
+    analyser = Analyser(settings, FaceDetector.from_settings(settings), embedder, part_settings(settings, model), error_log=out)
     parts_dir = out / PARTS
     try:
         parts_dir.mkdir(parents=True, exist_ok=True)
