@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from headsearch.clustering import average_linkage
 from headsearch.errors import HeadsearchError
 from headsearch.library import Library, PeopleStore
 from headsearch.thresholds import read_thresholds
@@ -63,48 +64,6 @@ def people_thresholds(library: Library) -> PeopleThresholds:
     return PeopleThresholds(identity, UNCALIBRATED_SAME_LOOK_FALLBACK,
                             f"uncalibrated default for {model.name} (identity {identity:g}); no thresholds.json in "
                             f"{library.root}: run `headsearch bench LABELS.csv --calibrate 1e-3 --library {library.root}`")
-
-
-# ----- clustering ----------------------------------------------------------------------------------
-def average_linkage(vectors: np.ndarray, weights: np.ndarray, threshold: float, blocked: np.ndarray) -> np.ndarray:
-    """Agglomerative clustering by average cosine similarity. Row i of `vectors` is the mean of
-    `weights[i]` unit vectors (a track: one vector of weight 1; a person: the mean of its tracks), so
-    the mean pairwise similarity of two clusters is the dot product of their means. Merges the most
-    similar pair while it is >= threshold and `blocked` (n x n bool) does not forbid it; forbidding
-    is inherited by merged clusters. Returns each row's cluster, numbered by its first row."""
-    n = len(vectors)
-    if n == 0:
-        return np.zeros(0, np.int64)
-    u = np.asarray(vectors, np.float64)
-    w = np.asarray(weights, np.float64).copy()
-    sums = (u * w[:, None]) @ (u * w[:, None]).T  # sum of pairwise similarities between clusters
-    blocked = np.asarray(blocked, bool).copy()
-    avg = sums / np.outer(w, w)
-    np.fill_diagonal(avg, -np.inf)
-    avg[blocked] = -np.inf
-    alive = np.ones(n, bool)
-    parent = np.arange(n)
-    while True:
-        a, b = divmod(int(np.argmax(avg)), n)
-        if not avg[a, b] >= threshold:
-            break
-        a, b = min(a, b), max(a, b)
-        sums[a, :] += sums[b, :]
-        sums[:, a] = sums[a, :]
-        w[a] += w[b]
-        blocked[a, :] |= blocked[b, :]
-        blocked[:, a] = blocked[a, :]
-        alive[b] = False
-        parent[parent == b] = a
-        row = sums[a] / (w[a] * w)
-        row[~alive | blocked[a]] = -np.inf
-        row[a] = -np.inf
-        avg[a, :] = row
-        avg[:, a] = row
-        avg[b, :] = -np.inf
-        avg[:, b] = -np.inf
-    roots: dict[int, int] = {}
-    return np.array([roots.setdefault(int(p), len(roots)) for p in parent], np.int64)
 
 
 @dataclass

@@ -11,8 +11,8 @@ import pytest
 from conftest import AMY_DIR, DATA, EXAMPLES, HAMILTON, library_db, needs_data, run
 from test_library_format import format1_library
 
+from headsearch.clustering import average_linkage
 from headsearch.migrations import FORMAT_VERSION
-from headsearch.people import average_linkage
 
 pytestmark = needs_data
 

@@ -55,6 +55,7 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
+from headsearch.clustering import average_linkage, blocked_cluster_pairs
 from headsearch.crops import crop_from_image
 from headsearch.errors import HeadsearchError, NoHeadFound, is_disk_full
 from headsearch.failures import unexpected_error_line
@@ -193,50 +194,19 @@ class ClusterResult:
 
 
 def cluster_with_cannot_link(vectors: np.ndarray, threshold: float, cannot_link: Iterable[tuple[int, int]] = ()) -> ClusterResult:
-    """Average-linkage agglomerative clustering on cosine similarity, merging the most similar pair
-    of clusters while their mean pairwise similarity is >= threshold and no cannot-link pair joins
-    them. O(n^2) memory, O(n^3) worst-case time: fine for thousands of segments."""
+    """Average-linkage agglomerative clustering on cosine similarity (`headsearch.clustering`), merging
+    the most similar pair of clusters while their mean pairwise similarity is >= threshold and no
+    cannot-link pair joins them. O(n^2) memory, O(n^3) worst-case time: fine for thousands of segments."""
     v = np.asarray(vectors, dtype=np.float64)
     n = len(v)
     if n == 0:
         return ClusterResult(np.zeros(0, np.int64), 0)
     v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
-    sums = v @ v.T
-    sizes = np.ones(n)
     blocked = np.zeros((n, n), bool)
     for a, b in cannot_link:
         blocked[a, b] = blocked[b, a] = True
-    alive = np.ones(n, bool)
-    parent = np.arange(n)
-    avg = sums.copy()
-    np.fill_diagonal(avg, -np.inf)
-    avg[blocked] = -np.inf
-    while True:
-        idx = int(np.argmax(avg))
-        a, b = divmod(idx, n)
-        if not avg[a, b] >= threshold:
-            break
-        a, b = min(a, b), max(a, b)
-        sums[a, :] += sums[b, :]
-        sums[:, a] = sums[a, :]
-        sizes[a] += sizes[b]
-        blocked[a, :] |= blocked[b, :]
-        blocked[:, a] = blocked[a, :]
-        alive[b] = False
-        parent[parent == b] = a
-        row = sums[a] / (sizes[a] * sizes)
-        row[~alive | blocked[a]] = -np.inf
-        row[a] = -np.inf
-        avg[a, :] = row
-        avg[:, a] = row
-        avg[b, :] = -np.inf
-        avg[:, b] = -np.inf
-    roots = {}
-    labels = np.array([roots.setdefault(int(p), len(roots)) for p in parent], np.int64)
-    idx_alive = np.flatnonzero(alive)
-    mean = sums[np.ix_(idx_alive, idx_alive)] / np.outer(sizes[idx_alive], sizes[idx_alive])
-    blocked_pairs = int(np.triu(blocked[np.ix_(idx_alive, idx_alive)] & (mean >= threshold), 1).sum())
-    return ClusterResult(labels, blocked_pairs)
+    labels = average_linkage(v, np.ones(n), threshold, blocked)
+    return ClusterResult(labels, blocked_cluster_pairs(v, labels, threshold, blocked))
 
 
 # ----------------------------------------------------------------------------------------------
