@@ -50,10 +50,18 @@ class HeadModelConfig:
     mlp_ratio: float = 3.0  # MLP hidden width = mlp_ratio * D (ReLU6 activation)
     out_dim: int = 512  # dimension of the L2-normalised embeddings z_id and z_head
     variant: str = "dual_cls"  # ablation, one of VARIANTS (see their comments)
+    stem: str = "patch"  # "patch": the ViT's own patch embedding; else a pretrained CNN stem (headsearch.stems.STEMS)
 
     def __post_init__(self) -> None:
+        from headsearch.stems import STEM_INPUT, STEM_STRIDE, STEMS
+
         if self.variant not in VARIANTS:
             raise ValueError(f"unknown variant {self.variant!r}; expected one of {', '.join(VARIANTS)}")
+        if self.stem not in STEMS:
+            raise ValueError(f"unknown stem {self.stem!r}; expected one of {', '.join(STEMS)}")
+        if self.stem != "patch" and (self.img_size, self.patch_size) != (STEM_INPUT[self.stem], STEM_STRIDE[self.stem]):
+            raise ValueError(f"stem {self.stem} takes img_size {STEM_INPUT[self.stem]} and gives one token per "
+                             f"{STEM_STRIDE[self.stem]} px (patch_size), got {self.img_size} and {self.patch_size}")
         if self.img_size % self.patch_size:
             raise ValueError(f"img_size {self.img_size} is not a multiple of patch_size {self.patch_size}")
         if self.embed_dim % self.num_heads:
@@ -79,6 +87,18 @@ class HeadModelConfig:
     def small(cls, **overrides: Any) -> HeadModelConfig:
         """CPU-friendly (ViT-Tiny width) with the paper's 196-patch layout."""
         kw = dict(img_size=112, patch_size=8, embed_dim=192, depth=6, num_heads=3, mlp_ratio=3.0, out_dim=512)
+        kw.update(overrides)
+        return cls(**kw)
+
+    @classmethod
+    def hybrid(cls, **overrides: Any) -> HeadModelConfig:
+        """CPU-trainable hybrid: a pretrained CNN stem (default SFace's face trunk, 14x14 tokens) and 4 blocks of
+        ViT-Tiny width; 128-d outputs like the SFace teacher."""
+        from headsearch.stems import STEM_INPUT, STEM_STRIDE
+
+        stem = overrides.get("stem", "sface")
+        kw = dict(img_size=STEM_INPUT[stem], patch_size=STEM_STRIDE[stem], embed_dim=192, depth=4, num_heads=3,
+                  mlp_ratio=3.0, out_dim=128, stem=stem)
         kw.update(overrides)
         return cls(**kw)
 
@@ -118,6 +138,15 @@ class HeadSimilarityModel(VisionTransformer):
     """
 
     def __init__(self, cfg: HeadModelConfig):
+        embed: dict[str, Any] = {}
+        if cfg.stem != "patch":
+            from timm.layers import HybridEmbed
+
+            from headsearch.stems import make_stem
+
+            backbone = make_stem(cfg.stem)
+            # One token per stem output position (14x14); timm's hybrid embedding projects them to the width.
+            embed["embed_layer"] = lambda **kw: HybridEmbed(backbone=backbone, **{**kw, "patch_size": 1})
         super().__init__(
             img_size=cfg.img_size,
             patch_size=cfg.patch_size,
@@ -134,6 +163,7 @@ class HeadSimilarityModel(VisionTransformer):
             no_embed_class=True,
             norm_layer=partial(nn.LayerNorm, eps=1e-5),
             act_layer=nn.ReLU6,
+            **embed,
         )
         self.cfg = cfg
         d = cfg.embed_dim
@@ -146,9 +176,38 @@ class HeadSimilarityModel(VisionTransformer):
         self.g_id = _projection(in_dim, d, cfg.out_dim, relu=False)
         self.g_head = None if cfg.variant == "shared" else _projection(in_dim, d, cfg.out_dim, relu=True)
 
-    def prefix_features(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """The normed prefix-token features (f_id, f_head) that feed g_id and g_head."""
-        tokens = self.forward_features(x)  # (N, prefix + patches, D) after the final norm
+    @property
+    def stem(self) -> nn.Module | None:
+        """The pretrained CNN stem of a hybrid model (None for the pure ViT)."""
+        return self.patch_embed.backbone if self.cfg.stem != "patch" else None
+
+    def train(self, mode: bool = True) -> HeadSimilarityModel:
+        super().train(mode)
+        if self.stem is not None:  # a pretrained stem keeps its BatchNorm statistics
+            from headsearch.stems import freeze_batchnorm
+
+            freeze_batchnorm(self.stem)
+        return self
+
+    def stem_features(self, x: Tensor) -> Tensor:
+        """The stem's feature map (N, C, 14, 14) of a hybrid model."""
+        return self.stem(x)
+
+    def forward_tokens(self, tokens: Tensor) -> Tensor:
+        """Patch tokens (N, 196, D) -> all tokens after the blocks and the final norm, as timm's forward_features."""
+        x = self._pos_embed(tokens)
+        x = self.patch_drop(x)
+        x = self.norm_pre(x)
+        x = self.blocks(x)
+        return self.norm(x)
+
+    def prefix_features(self, x: Tensor, from_stem: bool = False) -> tuple[Tensor, Tensor]:
+        """The normed prefix-token features (f_id, f_head) that feed g_id and g_head (`from_stem`: x is the
+        stem's feature map, e.g. cached while the stem is frozen)."""
+        if from_stem:
+            tokens = self.forward_tokens(self.patch_embed.proj(x).flatten(2).transpose(1, 2))
+        else:
+            tokens = self.forward_features(x)  # (N, prefix + patches, D) after the final norm
         variant = self.cfg.variant
         if variant == "dual_cls":
             return tokens[:, 0], tokens[:, 1]
@@ -158,8 +217,8 @@ class HeadSimilarityModel(VisionTransformer):
             return cls[:, :half], cls[:, half:]
         return cls, cls
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
-        f_id, f_head = self.prefix_features(x)
+    def forward(self, x: Tensor, from_stem: bool = False) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+        f_id, f_head = self.prefix_features(x, from_stem)
         z_id = F.normalize(self.g_id(f_id), dim=-1)
         if self.g_head is None:
             return z_id, z_id
