@@ -46,7 +46,8 @@ def main(verbose: bool) -> None:
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @library_option
-@click.option("--model", "-m", default=None, help="Embedding model: dlib-resnet (default), an ArcFace .onnx, an insightface pack folder.")
+@click.option("--model", "-m", default=None, help="Embedding model: default (the bundled head model), sface, dlib-resnet, sface+hsv, "
+              "a head-similarity .safetensors, an ArcFace .onnx, an insightface pack folder.")
 @click.option("--fps", "sample_fps", type=click.FloatRange(min=0.01), default=IndexSettings.sample_fps, show_default=True, help="Frames sampled per second.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 def index(paths: tuple[Path, ...], library: Path | None, model: str | None, sample_fps: float, quiet: bool) -> None:
@@ -76,20 +77,26 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
 @click.option("--whole-image", is_flag=True, help="The photo is already a head crop (e.g. the back of a head).")
 @click.option("--json", "as_json", is_flag=True, help="A JSON list of hits.")
 @click.option("--model", "-m", default=None, help="Model to embed the query with (must be the library's).")
-def query(image: Path, library: Path | None, k: int, all_heads: bool, whole_image: bool, as_json: bool, model: str | None) -> None:
-    """Find the moments where the person in IMAGE appears."""
+@click.option("--rank", "ranking", type=click.Choice(["appearance", "identity"]), default="appearance", show_default=True,
+              help="appearance: the same person first, same look before other look (by head score); identity: by identity score.")
+def query(image: Path, library: Path | None, k: int, all_heads: bool, whole_image: bool, as_json: bool, model: str | None,
+          ranking: str) -> None:
+    """Find the moments where the person in IMAGE appears.
+
+    Hits carry their tier (same_look, other_look, other_person) from the library's thresholds.json, else the
+    thresholds bundled with the model."""
     from headsearch.detect import FaceDetector
     from headsearch.embedders import load_embedder
     from headsearch.library import Library
     from headsearch.query import QueryEngine, query_crops
-    from headsearch.thresholds import read_thresholds
+    from headsearch.thresholds import thresholds_for
 
     lib = Library.open(library_path(library))
     embedder = load_embedder(model or lib.model.source)
     lib.check_model(embedder.describe())
-    thresholds = read_thresholds(lib.root, lib.model)
+    thresholds = thresholds_for(lib.root, lib.model, embedder.weights_file)
     crops = query_crops(image, FaceDetector(), all_heads, whole_image)
-    engine = QueryEngine(lib, embedder, thresholds)
+    engine = QueryEngine(lib, embedder, thresholds, ranking)
     results = [engine.search(c, k) for c in crops]
     if as_json:
         out = [h.to_dict() for h in results[0]] if len(results) == 1 else [[h.to_dict() for h in r] for r in results]
@@ -150,7 +157,8 @@ def demo(ctx: click.Context, out: Path) -> None:
     library = out / "library"
     ctx.invoke(index, paths=(video,), library=library, model=None, sample_fps=IndexSettings.sample_fps, quiet=True)
     click.echo(f"query {photo} (person 2, cut from the photo at another scale, mirrored and rotated):")
-    ctx.invoke(query, image=photo, library=library, k=3, all_heads=False, whole_image=False, as_json=False, model=None)
+    ctx.invoke(query, image=photo, library=library, k=3, all_heads=False, whole_image=False, as_json=False, model=None,
+               ranking="appearance")
 
 
 from cli.bench import bench  # noqa: E402

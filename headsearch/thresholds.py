@@ -1,5 +1,12 @@
-"""Score thresholds: calibrated by `headsearch bench --calibrate` at one false-accept rate, written
-as `thresholds.json` in a library folder, read by `query` to label every hit with its tier."""
+"""Score thresholds: calibrated by `headsearch bench --calibrate` at one false-accept rate, read by `query` to
+label every hit with its tier.
+
+Two homes, the first found wins:
+* a library's own `thresholds.json` (`bench --calibrate FAR --library L`), calibrated on the user's data;
+* thresholds bundled with the model: `<model file>.thresholds.json` beside a checkpoint (the bundled default model
+  ships one, calibrated on held-out identities; `bench --calibrate FAR --thresholds-out FILE` writes one), so a
+  fresh install labels every hit without calibrating.
+"""
 from __future__ import annotations
 
 import json
@@ -47,9 +54,27 @@ def thresholds_path(folder: Path) -> Path:
     return Path(folder) / THRESHOLDS_FILE
 
 
+def model_thresholds_path(model_file: Path) -> Path:
+    """Where thresholds bundled with a model file live: `<model file>.thresholds.json`."""
+    return Path(model_file).with_name(Path(model_file).name + ".thresholds.json")
+
+
 def read_thresholds(folder: Path, model: ModelInfo | None = None) -> Thresholds | None:
-    """The thresholds stored in a folder (None when absent, unreadable, or made for another model)."""
-    path = thresholds_path(folder)
+    """The thresholds stored in a library folder (None when absent, unreadable, or made for another model)."""
+    return read_thresholds_file(thresholds_path(folder), model)
+
+
+def thresholds_for(library_root: Path, model: ModelInfo, model_file: Path | None = None) -> Thresholds | None:
+    """The thresholds `query` uses: the library's own, else those bundled with the model file (None: uncalibrated)."""
+    own = read_thresholds(library_root, model)
+    if own is not None or model_file is None:
+        return own
+    return read_thresholds_file(model_thresholds_path(model_file), model)
+
+
+def read_thresholds_file(path: Path, model: ModelInfo | None = None) -> Thresholds | None:
+    """Thresholds from a file (None when absent, unreadable, or made for another model)."""
+    path = Path(path)
     if not path.is_file():
         return None
     try:
@@ -97,6 +122,10 @@ def calibrate(evaluation: EvaluationReport, far: float, model: ModelInfo) -> dic
 
 def write_thresholds(folder: Path, record: dict) -> Path:
     """Write `<folder>/thresholds.json` atomically."""
-    path = thresholds_path(folder)
-    write_json_atomic(path, record)
-    return path
+    return write_thresholds_file(thresholds_path(folder), record)
+
+
+def write_thresholds_file(path: Path, record: dict) -> Path:
+    """Write a thresholds record to `path` atomically."""
+    write_json_atomic(Path(path), record)
+    return Path(path)

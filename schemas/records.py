@@ -217,6 +217,11 @@ class SearchHit:
     thumbnail: str
     tier: Tier | None = None  # None when the scores are uncalibrated
     head_score: float | None = None
+    id_score: float | None = None  # the identity score (`score` is what the hit was ranked by; see headsearch.ranking)
+
+    @property
+    def identity_score(self) -> float:
+        return self.score if self.id_score is None else self.id_score
 
     def to_dict(self) -> dict:
         return {
@@ -229,4 +234,5 @@ class SearchHit:
             "thumbnail": self.thumbnail,
             "tier": None if self.tier is None else str(self.tier),
             "head_score": None if self.head_score is None else round(self.head_score, 4),
+            "id_score": round(self.identity_score, 4),
         }

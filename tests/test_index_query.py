@@ -7,6 +7,7 @@ import shutil
 import numpy as np
 from conftest import DATA, EXAMPLES, HAMILTON, library_db, needs_data, query_json, run
 
+from headsearch.embedders import DEFAULT_MODEL
 from headsearch.library import Library
 from schemas.records import VectorKind
 
@@ -80,7 +81,7 @@ def test_table_output_and_stats(hamilton_library):
     assert out.count(str(HAMILTON)) >= 1 and len(out.strip().splitlines()) == 2
     stats = json.loads(run("stats", "--library", hamilton_library, "--json").stdout)
     assert stats["videos"] == 6 and stats["shots"] >= 4 and stats["vectors"] == stats["observations"] > 0
-    assert stats["model"]["name"] == "dlib-resnet"
+    assert stats["model"]["name"] == DEFAULT_MODEL and stats["model"]["kinds"] == ["id", "head"]
 
 
 def test_incremental_skip_change_remove(tmp_path):

@@ -19,7 +19,7 @@ class HeadSimilarityEmbedder(Embedder):
 
     kinds = (VectorKind.ID, VectorKind.HEAD)
 
-    def __init__(self, path: Path, batch_size: int = 64):
+    def __init__(self, path: Path, batch_size: int = 64, name: str | None = None, source: str | None = None):
         import torch
 
         from headsearch.model import load_checkpoint, read_checkpoint_card
@@ -32,9 +32,10 @@ class HeadSimilarityEmbedder(Embedder):
         self.size = self.model.cfg.img_size
         self.dim = self.model.cfg.out_dim
         self.batch_size = batch_size
-        self.name = self.card.get("card", {}).get("name") or f"headsim:{self.path.stem}"
+        self.name = name or self.card.get("card", {}).get("name") or f"headsim:{self.path.stem}"
         self.version = file_digest(self.path)
-        self.source = str(self.path.resolve())
+        self.source = source or str(self.path.resolve())
+        self.weights_file = self.path
         self.kinds = (VectorKind.ID, VectorKind.HEAD) if self.model.cfg.variant != "shared" else (VectorKind.ID,)
 
     def preprocess(self, crops: Sequence[HeadCrop]) -> np.ndarray:

@@ -16,12 +16,15 @@ from headsearch.errors import ModelError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "dlib-resnet"  # what `--model default` (or no --model) loads
+DEFAULT_MODEL = "headsim-hybrid"  # what `--model default` (or no --model) loads: the bundled model (embedders.bundled)
 ENTRY_POINT_GROUP = "headsearch.models"
 BUILTIN_MODULES = (
     "headsearch.embedders.dlib_resnet",
+    "headsearch.embedders.sface",
+    "headsearch.embedders.sface_hsv",
     "headsearch.embedders.arcface_onnx",
     "headsearch.embedders.head_similarity",
+    "headsearch.embedders.bundled",
 )
 
 
