@@ -51,6 +51,7 @@ class HeadModelConfig:
     out_dim: int = 512  # dimension of the L2-normalised embeddings z_id and z_head
     variant: str = "dual_cls"  # ablation, one of VARIANTS (see their comments)
     stem: str = "patch"  # "patch": the ViT's own patch embedding; else a pretrained CNN stem (headsearch.stems.STEMS)
+    face_dim: int = 0  # > 0: one more input token, the face teacher's vector of the aligned face (a learned token without a face)
 
     def __post_init__(self) -> None:
         from headsearch.stems import STEM_INPUT, STEM_STRIDE, STEMS
@@ -172,6 +173,14 @@ class HeadSimilarityModel(VisionTransformer):
         nn.init.trunc_normal_(self.cls_token, std=0.02)
         if self.reg_token is not None:
             nn.init.trunc_normal_(self.reg_token, std=0.02)
+        if cfg.face_dim:
+            # The face token: the teacher's vector of the aligned face, projected to the width, plus a learned type
+            # embedding; a learned "no face" token where no face was seen (a back of a head, a profile).
+            self.face_embed = nn.Linear(cfg.face_dim, d)
+            self.face_type = nn.Parameter(torch.zeros(1, 1, d))
+            self.face_missing = nn.Parameter(torch.zeros(1, 1, d))
+            nn.init.trunc_normal_(self.face_type, std=0.02)
+            nn.init.trunc_normal_(self.face_missing, std=0.02)
         in_dim = d // 2 if cfg.variant == "dual_head_split" else d
         self.g_id = _projection(in_dim, d, cfg.out_dim, relu=False)
         self.g_head = None if cfg.variant == "shared" else _projection(in_dim, d, cfg.out_dim, relu=True)
@@ -193,19 +202,34 @@ class HeadSimilarityModel(VisionTransformer):
         """The stem's feature map (N, C, 14, 14) of a hybrid model."""
         return self.stem(x)
 
-    def forward_tokens(self, tokens: Tensor) -> Tensor:
-        """Patch tokens (N, 196, D) -> all tokens after the blocks and the final norm, as timm's forward_features."""
+    def forward_tokens(self, tokens: Tensor, face: Tensor | None = None, face_mask: Tensor | None = None) -> Tensor:
+        """Patch tokens (N, 196, D) -> all tokens after the blocks and the final norm, as timm's forward_features;
+        with a face token (cfg.face_dim) after the two prefix tokens."""
         x = self._pos_embed(tokens)
+        if self.cfg.face_dim:
+            n = x.shape[0]
+            missing = self.face_missing.expand(n, 1, -1)
+            if face is None:
+                token = missing
+            else:
+                token = self.face_embed(face.to(x.dtype))[:, None] + self.face_type
+                if face_mask is not None:
+                    token = torch.where(face_mask.reshape(n, 1, 1).to(torch.bool), token, missing)
+            p = self.num_prefix_tokens
+            x = torch.cat([x[:, :p], token, x[:, p:]], dim=1)
         x = self.patch_drop(x)
         x = self.norm_pre(x)
         x = self.blocks(x)
         return self.norm(x)
 
-    def prefix_features(self, x: Tensor, from_stem: bool = False) -> tuple[Tensor, Tensor]:
+    def prefix_features(self, x: Tensor, from_stem: bool = False, face: Tensor | None = None,
+                        face_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """The normed prefix-token features (f_id, f_head) that feed g_id and g_head (`from_stem`: x is the
-        stem's feature map, e.g. cached while the stem is frozen)."""
+        stem's feature map, e.g. cached while the stem is frozen; `face`, `face_mask`: the face token's input)."""
         if from_stem:
-            tokens = self.forward_tokens(self.patch_embed.proj(x).flatten(2).transpose(1, 2))
+            tokens = self.forward_tokens(self.patch_embed.proj(x).flatten(2).transpose(1, 2), face, face_mask)
+        elif self.cfg.face_dim:
+            tokens = self.forward_tokens(self.patch_embed(x), face, face_mask)
         else:
             tokens = self.forward_features(x)  # (N, prefix + patches, D) after the final norm
         variant = self.cfg.variant
@@ -217,8 +241,9 @@ class HeadSimilarityModel(VisionTransformer):
             return cls[:, :half], cls[:, half:]
         return cls, cls
 
-    def forward(self, x: Tensor, from_stem: bool = False) -> tuple[Tensor, Tensor]:  # type: ignore[override]
-        f_id, f_head = self.prefix_features(x, from_stem)
+    def forward(self, x: Tensor, from_stem: bool = False, face: Tensor | None = None,  # type: ignore[override]
+                face_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        f_id, f_head = self.prefix_features(x, from_stem, face, face_mask)
         z_id = F.normalize(self.g_id(f_id), dim=-1)
         if self.g_head is None:
             return z_id, z_id
@@ -227,12 +252,13 @@ class HeadSimilarityModel(VisionTransformer):
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
         names = {n for n, _ in self.named_parameters()}
-        return {n for n in ("pos_embed", "cls_token", "reg_token") if n in names}
+        return {n for n in ("pos_embed", "cls_token", "reg_token", "face_type", "face_missing") if n in names}
 
     # --- key bookkeeping for the loaders -------------------------------------------------------------
     def new_keys(self) -> set[str]:
         """State-dict keys a face-recognition ViT checkpoint does not have: prefix tokens and projection heads."""
-        return {k for k in self.state_dict() if k in ("cls_token", "reg_token") or k.startswith(("g_id.", "g_head."))}
+        return {k for k in self.state_dict()
+                if k in ("cls_token", "reg_token", "face_type", "face_missing") or k.startswith(("g_id.", "g_head.", "face_embed."))}
 
     def backbone_keys(self) -> set[str]:
         return set(self.state_dict()) - self.new_keys()

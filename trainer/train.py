@@ -53,7 +53,8 @@ LAST = "last.safetensors"
 BEST = "best.safetensors"
 STATE = "state.pt"
 # Options a resumed run must share with the saved one (they decide the batches and the split).
-RESUME_KEYS = ("config", "variant", "seed", "batch_size", "val_identities", "samples_per_state", "stem", "freeze_stem", "stem_views")
+RESUME_KEYS = ("config", "variant", "seed", "batch_size", "val_identities", "samples_per_state", "stem", "freeze_stem", "stem_views",
+               "face_token")
 
 
 class TrainingError(HeadsearchError):
@@ -67,6 +68,8 @@ class TrainOptions:
     stem: str | None = None  # hybrid CNN stem (headsearch.stems.STEMS); None: the preset's (sface for hybrid)
     freeze_stem: str = "all"  # pretrained stem layers kept fixed: none | early | all
     stem_views: int = 4  # frozen stem: cached views per sample (trainer.stem_cache); 0 runs the stem every step
+    face_token: bool = False  # feed the teacher's face vector as one more input token (headsearch.model: face_dim)
+    face_token_drop: float = 0.3  # share of training samples whose face token is replaced by the "no face" token
     epochs: int = 30
     batch_size: int = 256
     lr: float = 1e-4
@@ -226,6 +229,10 @@ def model_config(options: TrainOptions, out_dim: int | None) -> HeadModelConfig:
         overrides["stem"] = options.stem
     if out_dim:
         overrides["out_dim"] = int(out_dim)
+    if options.face_token:
+        if not out_dim:
+            raise TrainingError("--face-token needs teacher vectors in the dataset")
+        overrides["face_dim"] = int(out_dim)
     try:
         return getattr(HeadModelConfig, options.config)(**overrides)
     except ValueError as e:
@@ -261,6 +268,16 @@ class ValidationSet:
     states: list[str] = field(default_factory=list)
 
 
+def face_inputs(model: nn.Module, batch: dict[str, Tensor], device: torch.device, keep: Tensor | None = None) -> dict[str, Tensor]:
+    """The face token's inputs of a batch (none when the model has no face token): teacher vectors, and where they exist."""
+    if not getattr(model.cfg, "face_dim", 0):
+        return {}
+    mask = batch["has_teacher"].to(device)
+    if keep is not None:
+        mask = mask & keep.to(device)
+    return {"face": batch["teacher"].to(device), "face_mask": mask}
+
+
 @torch.no_grad()
 def embed(model: nn.Module, loader, device: torch.device, amp: bool, from_stem: bool = False) -> tuple[np.ndarray, np.ndarray]:
     was_training = model.training
@@ -270,7 +287,7 @@ def embed(model: nn.Module, loader, device: torch.device, amp: bool, from_stem: 
         for batch in loader:
             x = batch["x"].to(device, non_blocking=True)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                z_id, z_head = model(x, from_stem=True) if from_stem else model(x)
+                z_id, z_head = model(x, from_stem=from_stem, **face_inputs(model, batch, device))
             ids.append(z_id.float().cpu().numpy())
             heads.append(z_head.float().cpu().numpy())
     finally:
@@ -608,6 +625,8 @@ def setup(dataset: Path, out: Path, options: TrainOptions) -> tuple[Run, dict[st
         "stem": cfg.stem,
         "freeze_stem": options.freeze_stem if cfg.stem != "patch" else None,
         "stem_views": options.stem_views if features is not None else 0,
+        "face_token": options.face_token,
+        "face_token_drop": options.face_token_drop if options.face_token else None,
         "dataset": str(dataset.resolve()),
         "teacher": _jsonable(info.teacher_meta),
         "command": options.command_line or " ".join(sys.argv),
@@ -641,8 +660,12 @@ def train_step(run: Run, batch: dict[str, Tensor]) -> tuple[dict[str, float], bo
     """One optimizer step on a batch: (logged losses, whether any sample had a teacher vector)."""
     options, device = run.options, run.device
     x = batch["x"].to(device, non_blocking=True)
+    keep = None
+    if run.model.cfg.face_dim and options.face_token_drop > 0:  # seeded by the step: an exact resume draws the same
+        g = torch.Generator().manual_seed(options.seed * 1_000_003 + run.scheduler.last_epoch)
+        keep = torch.rand(x.shape[0], generator=g) >= options.face_token_drop
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=run.amp):
-        z_id, z_head = run.model(x, from_stem=True) if run.from_stem else run.model(x)
+        z_id, z_head = run.model(x, from_stem=run.from_stem, **face_inputs(run.model, batch, device, keep))
     has_teacher = batch["has_teacher"].to(device)
     z_teacher = batch["teacher"].to(device) if run.info.teacher.size and options.lambda_align else None
     loss, stats = head_similarity_loss(
