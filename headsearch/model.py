@@ -181,6 +181,9 @@ class HeadSimilarityModel(VisionTransformer):
             self.face_missing = nn.Parameter(torch.zeros(1, 1, d))
             nn.init.trunc_normal_(self.face_type, std=0.02)
             nn.init.trunc_normal_(self.face_missing, std=0.02)
+            # ...and a skip path: where a face was seen, z = normalize(face + beta * g(f)), the learned part starting
+            # small, so the student starts as its teacher and learns what the whole head adds (cfg.face_dim == out_dim).
+            self.face_beta = nn.Parameter(torch.tensor([0.1, 0.5]))  # (z_id, z_head)
         in_dim = d // 2 if cfg.variant == "dual_head_split" else d
         self.g_id = _projection(in_dim, d, cfg.out_dim, relu=False)
         self.g_head = None if cfg.variant == "shared" else _projection(in_dim, d, cfg.out_dim, relu=True)
@@ -245,20 +248,24 @@ class HeadSimilarityModel(VisionTransformer):
                 face_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         f_id, f_head = self.prefix_features(x, from_stem, face, face_mask)
         z_id = F.normalize(self.g_id(f_id), dim=-1)
-        if self.g_head is None:
-            return z_id, z_id
-        return z_id, F.normalize(self.g_head(f_head), dim=-1)
+        z_head = z_id if self.g_head is None else F.normalize(self.g_head(f_head), dim=-1)
+        if self.cfg.face_dim and face is not None and self.cfg.face_dim == z_id.shape[-1]:
+            f = F.normalize(face.to(z_id.dtype), dim=-1)
+            m = torch.ones(len(f), 1, dtype=torch.bool, device=f.device) if face_mask is None else face_mask.reshape(-1, 1).to(torch.bool)
+            z_id = torch.where(m, F.normalize(f + self.face_beta[0] * z_id, dim=-1), z_id)
+            z_head = torch.where(m, F.normalize(f + self.face_beta[1] * z_head, dim=-1), z_head)
+        return z_id, z_head
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
         names = {n for n, _ in self.named_parameters()}
-        return {n for n in ("pos_embed", "cls_token", "reg_token", "face_type", "face_missing") if n in names}
+        return {n for n in ("pos_embed", "cls_token", "reg_token", "face_type", "face_missing", "face_beta") if n in names}
 
     # --- key bookkeeping for the loaders -------------------------------------------------------------
     def new_keys(self) -> set[str]:
         """State-dict keys a face-recognition ViT checkpoint does not have: prefix tokens and projection heads."""
         return {k for k in self.state_dict()
-                if k in ("cls_token", "reg_token", "face_type", "face_missing") or k.startswith(("g_id.", "g_head.", "face_embed."))}
+                if k in ("cls_token", "reg_token", "face_type", "face_missing", "face_beta") or k.startswith(("g_id.", "g_head.", "face_embed."))}
 
     def backbone_keys(self) -> set[str]:
         return set(self.state_dict()) - self.new_keys()

@@ -37,6 +37,18 @@ def test_stem_tokens_and_cached_path_agree(stem):
     assert not any(m.training for m in model.stem.modules() if isinstance(m, torch.nn.BatchNorm2d))  # pretrained statistics kept
 
 
+def test_face_skip_starts_as_the_teacher():
+    torch.manual_seed(0)
+    model = HeadSimilarityModel(HeadModelConfig.hybrid(depth=1, face_dim=128)).eval()  # face_dim == out_dim: skip path
+    face = torch.nn.functional.normalize(torch.randn(3, 128), dim=-1)
+    with torch.no_grad():
+        z_id, z_head = model(torch.zeros(3, 3, 112, 112), face=face, face_mask=torch.tensor([True, True, False]))
+    cos_id, cos_head = (z_id * face).sum(1), (z_head * face).sum(1)
+    assert (cos_id[:2] > 0.98).all() and (cos_head[:2] > 0.8).all()  # z = normalize(face + beta * learned), beta 0.1 / 0.5
+    assert cos_id[2] < 0.5  # no face seen: the learned part alone
+    assert "face_beta" in model.new_keys() and "face_beta" in model.no_weight_decay()
+
+
 def test_train_hybrid_with_frozen_stem_cache_and_face_token(tmp_path):
     data = make_dataset(tmp_path / "ds", identities=4, per_state=3)
     out = tmp_path / "run"

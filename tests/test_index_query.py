@@ -69,11 +69,23 @@ def test_obama_in_audience_shot_top3(hamilton_library):
     assert any(h["video"] == str(HAMILTON) and h["start"] >= 7.0 for h in hits), hits
 
 
+def test_alex_lacamoire_found_in_second_shot(hamilton_library):
+    # He turns away from the camera in the second shot (decoded frames 20-81: 0.67-2.74 s from the first frame).
+    hits = query_json(hamilton_library, EXAMPLES / "alex-lacamoire.png", "-k", "3")
+    assert any(h["video"] == str(HAMILTON) and h["start"] >= 0.6 and h["end"] <= 2.8 for h in hits), hits
+
+
 def test_top_k_are_distinct_tracks(hamilton_library):
-    hits = query_json(hamilton_library, LIN, "-k", "8")
+    hits = query_json(hamilton_library, LIN, "-k", "8", "--rank", "identity")
     assert len(hits) == 8
     assert len({h["track_id"] for h in hits}) == 8
-    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+    assert [h["score"] for h in hits] == [h["id_score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+    # Appearance ranking (the default): the bundled thresholds label every hit; tiers in order, then the ranking score.
+    ranked = query_json(hamilton_library, LIN, "-k", "8")
+    order = {"same_look": 0, "other_look": 1, "other_person": 2}
+    keys = [(order[h["tier"]], -h["score"]) for h in ranked]
+    assert keys == sorted(keys) and all(h["head_score"] is not None for h in ranked)
+    assert {h["track_id"] for h in ranked} <= {h["track_id"] for h in query_json(hamilton_library, LIN, "-k", "64", "--rank", "identity")}
 
 
 def test_table_output_and_stats(hamilton_library):

@@ -1,0 +1,44 @@
+"""The bundled default model: named by `--model default` (and by no --model), labels every hit with a tier on a
+fresh library through the thresholds shipped with it (a library's own calibration overrides them), and ranks a
+person's same-look sightings above their other-look ones."""
+from __future__ import annotations
+
+import json
+
+from conftest import FACES, needs_data, query_json, run
+
+from headsearch.embedders import DEFAULT_MODEL, load_embedder
+from headsearch.embedders.bundled import BUNDLED_FILE
+from headsearch.thresholds import model_thresholds_path, read_thresholds_file
+
+pytestmark = needs_data
+
+LEONARD = FACES / "leonard"  # glasses in 1, 4, 5; none in 2, 3
+
+
+def test_default_names_the_bundled_model():
+    embedder = load_embedder("default")
+    assert embedder.name == DEFAULT_MODEL == load_embedder(None).name and embedder.source == DEFAULT_MODEL
+    assert embedder.weights_file == BUNDLED_FILE and BUNDLED_FILE.stat().st_size < 20e6
+    thresholds = read_thresholds_file(model_thresholds_path(BUNDLED_FILE), embedder.describe())
+    assert thresholds is not None and thresholds.far == 1e-3  # calibrated on held-out identities, shipped with it
+    assert (BUNDLED_FILE.parent / "MODEL_CARD.md").is_file()
+
+
+def test_same_look_ranked_above_other_look_without_calibration(tmp_path):
+    lib = tmp_path / "lib"
+    others = [FACES / p / f"{p}{i}.png" for p in ("sheldon", "raj", "howard") for i in (1, 2)]
+    run("index", *(LEONARD / f"leonard{i}.png" for i in (2, 3, 4, 5)), *others, "--library", lib, "-q")
+    assert not (lib / "thresholds.json").exists()
+    hits = query_json(lib, LEONARD / "leonard1.png", "-k", "10")
+    assert len(hits) == 10 and all(h["tier"] in ("same_look", "other_look", "other_person") for h in hits)
+    rank = {h["video"].rsplit("/", 1)[-1]: n for n, h in enumerate(hits)}
+    assert max(rank["leonard4.png"], rank["leonard5.png"]) < min(rank["leonard2.png"], rank["leonard3.png"]), hits
+    assert max(rank[f"leonard{i}.png"] for i in (2, 3, 4, 5)) < min(rank[p.name] for p in others), hits
+    identity = query_json(lib, LEONARD / "leonard1.png", "-k", "10", "--rank", "identity")
+    assert [h["id_score"] for h in identity] == sorted((h["id_score"] for h in identity), reverse=True)
+
+    # A library's own thresholds.json wins over the bundled ones.
+    record = json.loads(model_thresholds_path(BUNDLED_FILE).read_text())
+    (lib / "thresholds.json").write_text(json.dumps({**record, "identity": 0.9999, "same_look": 0.9999}))
+    assert {h["tier"] for h in query_json(lib, LEONARD / "leonard1.png", "-k", "10")} == {"other_person"}
