@@ -47,7 +47,8 @@ def main(verbose: bool) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @library_option
 @click.option("--model", "-m", default=None, help="Embedding model: default (the bundled head model), sface, dlib-resnet, sface+hsv, "
-              "a head-similarity .safetensors, an ArcFace .onnx, an insightface pack folder.")
+              "a head-similarity .safetensors, an ArcFace .onnx, an insightface pack folder (default: the library's "
+              "model, or the bundled one for a new library).")
 @click.option("--fps", "sample_fps", type=click.FloatRange(min=0.01), default=IndexSettings.sample_fps, show_default=True, help="Frames sampled per second.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 def index(paths: tuple[Path, ...], library: Path | None, model: str | None, sample_fps: float, quiet: bool) -> None:
@@ -57,10 +58,11 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
     folders removed. Interrupt at any time: the next run finishes the work.
     """
     from headsearch.embedders import load_embedder
-    from headsearch.library import Library
+    from headsearch.library import Library, existing_model
     from indexer.pipeline import Indexer
 
-    embedder = load_embedder(model)
+    existing = existing_model(library_path(library)) if model is None else None  # an existing library keeps its model
+    embedder = load_embedder(model or (existing.source if existing else None))
     lib = Library.create(library_path(library), embedder.describe())
     settings = IndexSettings(sample_fps=sample_fps)
     summary = Indexer(lib, embedder, settings, progress=not quiet).run(paths, report=lambda m: click.echo(m, err=True))
