@@ -78,8 +78,9 @@ def photo_crop(path: Path, detector: FaceDetector, whole_image: bool, cache: Ben
 
 
 def embed_photos(files: Sequence[LabeledFile], embedder: Embedder, detector: FaceDetector, whole_image: bool,
-                 cache: BenchCache, report: Report, batch: int = 32) -> tuple[list[Sample], list[str]]:
-    """Samples of labelled photos (largest head each); problems reported one line per file."""
+                 cache: BenchCache, report: Report, batch: int = 32, clock: list[float] | None = None) -> tuple[list[Sample], list[str]]:
+    """Samples of labelled photos (largest head each); problems reported one line per file. `clock` collects
+    [seconds spent in the embedder, crops embedded]."""
     key = model_key(embedder)
     samples: list[Sample | None] = [None] * len(files)
     failed: list[str] = []
@@ -88,7 +89,11 @@ def embed_photos(files: Sequence[LabeledFile], embedder: Embedder, detector: Fac
     def flush():
         if not todo:
             return
+        t0 = time.perf_counter()
         vectors = embedder.embed([c for _, c in todo])
+        if clock is not None:
+            clock[0] += time.perf_counter() - t0
+            clock[1] += len(todo)
         for row, (i, _) in enumerate(todo):
             v = {kind: np.asarray(vs[row], np.float32) for kind, vs in vectors.items()}
             cache.vectors[(key, files[i].path)] = v
@@ -167,6 +172,7 @@ class ModelReport:
     n_tracks: int = 0
     failed: list[str] = field(default_factory=list)  # files that gave no sample
     evaluation: EvaluationReport = field(default_factory=EvaluationReport)
+    ms_per_face: float | None = None  # embedder time per photo head crop (batches of up to 32), this machine, this run
 
     @property
     def measured(self) -> bool:
@@ -178,7 +184,7 @@ class ModelReport:
                 "samples": e.n_samples, "photos": self.n_photos, "video_tracks": self.n_tracks, "identities": e.n_identities,
                 "pairs": dict(e.pairs), "protocols": e.protocols_dict(),
                 "hierarchy": {"accuracy": e.hierarchy, "quadruples": e.quadruples, "vectors": str(e.head_kind)},
-                "problems": list(e.problems), "failed_files": list(self.failed)}
+                "problems": list(e.problems), "failed_files": list(self.failed), "ms_per_face": self.ms_per_face}
 
 
 def evaluate_samples(report: ModelReport, samples: Sequence[Sample], fars: Sequence[float] = DEFAULT_FARS) -> ModelReport:
@@ -222,14 +228,16 @@ def run_accuracy(files: Sequence[LabeledFile], specs: Sequence[str], *, whole_im
         if progress:
             progress(f"{spec}: embedding {len(photos)} photos and {len(videos)} videos")
         t0 = time.perf_counter()
+        clock = [0.0, 0]
         try:
-            photo_samples, failed_photos = embed_photos(photos, embedder, detector, whole_image, cache, report_once)
+            photo_samples, failed_photos = embed_photos(photos, embedder, detector, whole_image, cache, report_once, clock=clock)
             video_samples, failed_videos = embed_videos(videos, embedder, detector, settings, cache, report_once)
         except Exception as e:  # noqa: BLE001 - one broken model must not stop the others
             r.error = f"failed while embedding ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
             report(f"error: model {spec}: {r.error}")
             continue
         r.failed = failed_photos + failed_videos
+        r.ms_per_face = 1000.0 * clock[0] / clock[1] if clock[1] else None
         evaluate_samples(r, photo_samples + video_samples, fars)
         log.info("%s: %d samples in %.1f s", spec, r.evaluation.n_samples, time.perf_counter() - t0)
     return reports

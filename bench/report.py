@@ -33,7 +33,7 @@ def format_accuracy(reports: Sequence[ModelReport], fars: Sequence[float] = DEFA
     head = ["model"]
     for _ in PROTOCOLS:
         head += [f"VR@{k}" for k in keys] + ["AUC"]
-    head.append("hierarchy")
+    head += ["hierarchy", "ms/face"]
     rows, errors = [head], []
     for r in reports:
         if r.error:
@@ -49,6 +49,7 @@ def format_accuracy(reports: Sequence[ModelReport], fars: Sequence[float] = DEFA
                 continue
             row += [_vr_cell(pr.vr[k]) for k in keys] + ["n/m" if pr.auc is None else f"{pr.auc:.4f}"]
         row.append("n/m" if e.hierarchy is None else f"{e.hierarchy:.3f}")
+        row.append("-" if r.ms_per_face is None else f"{r.ms_per_face:.0f}")
         rows.append(row)
     lines, widths = format_table(rows, "<" + ">" * (len(head) - 1)), [max(len(r[c]) for r in rows) for c in range(len(head))]
     # Protocol titles above their column groups.
@@ -59,7 +60,8 @@ def format_accuracy(reports: Sequence[ModelReport], fars: Sequence[float] = DEFA
     out = [title.rstrip()] + lines
     out += errors
     out.append("VR: exact verification rate at the FAR (threshold = (k+1)-th highest impostor score, k = floor(FAR x impostors)); "
-               "n/m: not measurable (fewer than 1/FAR impostor pairs, or no genuine pair).")
+               "n/m: not measurable (fewer than 1/FAR impostor pairs, or no genuine pair). ms/face: embedder time per photo "
+               "head crop on this machine, in batches of up to 32 (a model whose vectors were cached shows none).")
     for r in reports:
         if r.error:
             continue

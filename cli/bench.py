@@ -23,7 +23,7 @@ def _far(ctx, param, value):
 @click.command()
 @click.argument("set_csv", metavar="[SET]", required=False, type=click.Path(path_type=Path))
 @click.option("--model", "-m", "models", multiple=True,
-              help="Model to benchmark (repeat for several; default dlib-resnet; --speed indexes with the first).")
+              help="Model to benchmark (repeat for several; default: the default model; --speed indexes with the first).")
 @click.option("--root", type=click.Path(path_type=Path), default=None,
               help="Folder the set's relative paths start from (default: the CSV's folder; a `source` column adds a subfolder).")
 @click.option("--whole-image", is_flag=True, help="Photos are already head crops: use the whole image, not the largest head.")
@@ -33,6 +33,9 @@ def _far(ctx, param, value):
 @click.option("--plot", type=click.Path(path_type=Path), default=None, help="Write ROC curves (log FAR) of all models to this PNG.")
 @click.option("--calibrate", type=float, default=None, metavar="FAR", callback=_far,
               help="Write <library>/thresholds.json: exact thresholds at this FAR for the library's model.")
+@click.option("--thresholds-out", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="With --calibrate: write the first model's thresholds to this file instead of a library's (thresholds "
+                   "bundled with a model: <model file>.thresholds.json).")
 @library_option
 @click.option("--speed", is_flag=True, help="Benchmark indexing and search speed instead of (or besides) accuracy.")
 @click.option("--video", type=click.Path(path_type=Path), default=None, help="Video for the indexing speed benchmark.")
@@ -43,7 +46,7 @@ def _far(ctx, param, value):
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic vectors.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
 def bench(set_csv: Path | None, models: tuple[str, ...], root: Path | None, whole_image: bool, sample_fps: float, as_json: bool,
-          plot: Path | None, calibrate: float | None, library: Path | None, speed: bool, video: Path | None, only: str | None,
+          plot: Path | None, calibrate: float | None, thresholds_out: Path | None, library: Path | None, speed: bool, video: Path | None, only: str | None,
           sizes: str, dim: int, queries: int, seed: int, quiet: bool) -> None:
     """Benchmark models on a labelled SET: VR at FAR, AUC, ROC; or indexing and search speed (--speed).
 
@@ -58,6 +61,8 @@ def bench(set_csv: Path | None, models: tuple[str, ...], root: Path | None, whol
         raise click.UsageError("give a labelled SET (CSV of path,identity[,appearance_state]) or --speed")
     if calibrate is not None and set_csv is None:
         raise click.UsageError("--calibrate needs a labelled SET")
+    if thresholds_out is not None and calibrate is None:
+        raise click.UsageError("--thresholds-out needs --calibrate FAR")
     if speed and only != "search" and video is None:
         raise click.UsageError("the indexing speed benchmark needs a video: pass --video PATH (or --only search)")
     size_list = None
@@ -72,7 +77,7 @@ def bench(set_csv: Path | None, models: tuple[str, ...], root: Path | None, whol
     settings = IndexSettings(sample_fps=sample_fps)
 
     if set_csv is not None:
-        _accuracy(set_csv, models, root, whole_image, settings, plot, calibrate, library, out, texts, deferred, say, warn)
+        _accuracy(set_csv, models, root, whole_image, settings, plot, (calibrate, thresholds_out), library, out, texts, deferred, say, warn)
     if speed:
         _speed(video, models[0] if models else None, only, size_list, dim, queries, seed, settings, out, texts, say, warn)
 
@@ -86,16 +91,17 @@ def bench(set_csv: Path | None, models: tuple[str, ...], root: Path | None, whol
         sys.exit(EXIT_PARTIAL)  # measured on the others; each failed file had its line
 
 
-def _accuracy(set_csv, models, root, whole_image, settings, plot, calibrate, library, out, texts, deferred, say, warn) -> None:
+def _accuracy(set_csv, models, root, whole_image, settings, plot, calibration, library, out, texts, deferred, say, warn) -> None:
     from bench.accuracy import calibrated_thresholds, calibration_report, run_accuracy
     from bench.report import format_accuracy, plot_roc
     from headsearch.embedders import DEFAULT_MODEL
     from headsearch.labels import read_label_set
     from headsearch.metrics import DEFAULT_FARS
-    from headsearch.thresholds import write_thresholds
+    from headsearch.thresholds import write_thresholds, write_thresholds_file
 
+    calibrate, thresholds_out = calibration
     lib = None
-    if calibrate is not None:
+    if calibrate is not None and thresholds_out is None:
         from headsearch.library import Library
 
         lib = Library.open(library_path(library))  # fail before the long part when there is no library
@@ -128,8 +134,12 @@ def _accuracy(set_csv, models, root, whole_image, settings, plot, calibrate, lib
             warn(f"warning: no ROC curve to plot in {plot}: nothing was measured")
     if calibrate is not None:
         try:
-            thresholds = calibrated_thresholds(calibration_report(lib.model, reports, lib.root), calibrate)
-            path = write_thresholds(lib.root, thresholds)
+            if thresholds_out is not None:
+                thresholds = calibrated_thresholds(reports[0], calibrate)
+                path = write_thresholds_file(thresholds_out, thresholds)
+            else:
+                thresholds = calibrated_thresholds(calibration_report(lib.model, reports, lib.root), calibrate)
+                path = write_thresholds(lib.root, thresholds)
             out["calibration"] = {**thresholds, "path": str(path)}
             texts.append(f"calibrated {path} at FAR {calibrate:g} for {thresholds['model']}: identity > {thresholds['identity']:.4f} "
                          f"(VR {thresholds['vr']['identity']:.3f}), same_look > {thresholds['same_look']:.4f} "

@@ -33,9 +33,10 @@ _share = click.FloatRange(min=0.0, max=1.0)
 @click.argument("videos", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--out", "-o", required=True, type=click.Path(path_type=Path, file_okay=False), help="Dataset folder (created; a rerun finishes it).")
 @click.option("--labels", "labels", multiple=True, type=click.Path(path_type=Path, dir_okay=False),
-              help="Labelled photo set (CSV path,identity[,appearance_state][,source]); repeatable. Each photo's largest head "
-                   "becomes a sample of identity label:<identity>.")
-@click.option("--teacher", default=None, help="Teacher model for identity clustering and distillation targets (default dlib-resnet).")
+              help="Labelled set (CSV path,identity[,appearance_state][,source]); repeatable. Each photo's largest head "
+                   "becomes a sample of identity label:<identity>; a labelled one-person video gives its person's segments that "
+                   "identity and look.")
+@click.option("--teacher", default=None, help="Teacher model for identity clustering and distillation targets (default sface).")
 @click.option("--fps", "sample_fps", type=click.FloatRange(min=0.01), default=DEFAULT_FPS, show_default=True, help="Frames sampled per second.")
 @click.option("--min-frames", type=click.IntRange(min=1), default=DEFAULT_MIN_FRAMES, show_default=True,
               help="A segment has at least this many sampled frames.")

@@ -132,7 +132,9 @@ def main(ctx: click.Context, verbose: bool) -> None:
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @library_option
-@click.option("--model", "-m", default=None, help="Embedding model: dlib-resnet (default), an ArcFace .onnx, an insightface pack folder.")
+@click.option("--model", "-m", default=None, help="Embedding model: default (= sface), sface, dlib-resnet, sface+hsv, "
+              "a head-similarity .safetensors, an ArcFace .onnx, an insightface pack folder (default: the library's "
+              "model, or the default model for a new library).")
 @click.option("--fps", "sample_fps", type=click.FloatRange(min=0.01), default=IndexSettings.sample_fps, show_default=True, help="Frames sampled per second.")
 @progress_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars (same as --no-progress).")
@@ -146,7 +148,7 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
     any time: the next run finishes the work.
     """
     from headsearch.embedders import load_embedder
-    from headsearch.library import MANIFEST, Library
+    from headsearch.library import MANIFEST, Library, existing_model
     from indexer.pipeline import Indexer, discover
 
     root = library_path(library)
@@ -156,7 +158,8 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
         for problem in problems:
             click.echo(f"error: {problem}", err=True)
         raise HeadsearchError("nothing to index" + ("" if problems else f" (no videos or photos in {', '.join(map(str, paths))})"))
-    embedder = load_embedder(model)
+    existing = existing_model(root) if model is None else None  # an existing library keeps its model
+    embedder = load_embedder(model or (existing.source if existing else None))
     folder_existed = root.exists()
     lib = Library.create(root, embedder.describe())
     settings = IndexSettings(sample_fps=sample_fps)
@@ -191,15 +194,19 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
               help="Write each video hit's time range as a playable clip into this folder.")
 @click.option("--pictures/--no-pictures", default=True, show_default=True,
               help="Render each hit's picture: the matched moment with the head boxed.")
+@click.option("--rank", "ranking", type=click.Choice(["appearance", "identity"]), default="appearance", show_default=True,
+              help="appearance: the same person first, same look before other look (by head score); identity: by identity score.")
 def query(image: Path | None, library: Path | None, k: int, all_heads: bool, whole_image: bool, as_json: bool, model: str | None,
           person: str | None = None, min_score: float | None = None, show_weak: bool = False, videos_only: bool = False,
           photos_only: bool = False, under: tuple[Path, ...] = (), per_video: bool = False, export_clips: Path | None = None,
-          pictures: bool = True) -> None:
+          pictures: bool = True, ranking: str = "appearance") -> None:
     """Find the moments where the person in IMAGE (or --person NAME) appears.
 
     With thresholds (bundled with the model, or from `bench --calibrate`), only confident hits
     (above the identity threshold) are shown; times are h:mm:ss.mmm on the file's timeline, as
-    players show them (seconds in JSON). The query photo itself is never a hit.
+    players show them (seconds in JSON). The query photo itself is never a hit. Hits carry their
+    tier (same_look, other_look, other_person) and, ranked by appearance, come the same person first,
+    same look before other look.
     """
     from headsearch.clips import export_hit_clips
     from headsearch.detect import FaceDetector
@@ -221,7 +228,7 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
     from headsearch.library import Library
     from headsearch.pictures import render_hit_pictures
     from headsearch.query import QueryEngine
-    from headsearch.thresholds import read_thresholds
+    from headsearch.thresholds import thresholds_for
 
     if (image is None) == (person is None):
         raise click.UsageError("give a photo or --person NAME (one of them)")
@@ -236,13 +243,14 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
     else:
         embedder = load_embedder(model or lib.model.source)
         lib.check_model(embedder.describe())
-        thresholds = read_thresholds(lib.root, lib.model)
+        thresholds = thresholds_for(lib.root, lib.model)
         confidence = confidence_for(thresholds, min_score, show_weak)
         if not confidence.calibrated:
             click.echo(uncalibrated_note(lib.model.name), err=True)
         with file_failures(image, lib.root):  # an unexpected error is one line, its traceback in the library's log
             heads = query_heads(image, FaceDetector(), embedder, all_heads, whole_image)
-            results = search_heads(QueryEngine(lib, embedder, thresholds), heads, k, scope.with_query_file(lib, image), confidence)
+            engine = QueryEngine(lib, embedder, thresholds, ranking)
+            results = search_heads(engine, heads, k, scope.with_query_file(lib, image), confidence)
     shown = [h for r in results for h in r.hits]
     if pictures:
         render_hit_pictures(lib.root, shown)

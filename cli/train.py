@@ -18,7 +18,18 @@ from trainer.dataset_format import MANIFEST, TEACHER_VECTORS
     """)
 @click.argument("dataset", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Run folder: checkpoints, log.jsonl, state.pt.")
-@click.option("--config", type=click.Choice(["small", "tiny", "paper"]), default="small", show_default=True, help="Model size preset.")
+@click.option("--config", type=click.Choice(["small", "tiny", "paper", "hybrid"]), default="small", show_default=True,
+              help="Model size preset (hybrid: a pretrained CNN stem, 14x14 tokens, 4 blocks).")
+@click.option("--stem", type=click.Choice(["sface", "efficientnet_lite0"]), default=None,
+              help="CNN stem of --config hybrid (default sface: the teacher's face trunk; efficientnet_lite0: ImageNet).")
+@click.option("--freeze-stem", type=click.Choice(["all", "early", "none"]), default="all", show_default=True,
+              help="Pretrained stem layers kept fixed during training.")
+@click.option("--face-token", is_flag=True,
+              help="Feed the teacher's vector of the aligned face as one more input token (the embedder computes it at run time).")
+@click.option("--face-token-drop", type=click.FloatRange(min=0, max=1), default=0.3, show_default=True,
+              help="Share of training samples whose face token is hidden, so identity is learned from the head too.")
+@click.option("--stem-views", type=click.IntRange(min=0), default=4, show_default=True,
+              help="With --freeze-stem all: stem features computed once for this many views per sample (0: every step).")
 @click.option("--variant", type=click.Choice(["dual_cls", "shared", "dual_head_split", "dual_head_both"]), default="dual_cls",
               show_default=True, help="Architecture ablation.")
 @click.option("--epochs", type=click.IntRange(min=1), default=30, show_default=True)
@@ -38,20 +49,25 @@ from trainer.dataset_format import MANIFEST, TEACHER_VECTORS
 @click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True, help="Decoding worker processes.")
 @click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Stop (resumably) after this many steps.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
-def train(dataset: Path, out: Path, config: str, variant: str, epochs: int, batch_size: int, lr: float, weight_decay: float,
+def train(dataset: Path, out: Path, config: str, stem: str | None, freeze_stem: str, face_token: bool, face_token_drop: float,
+          stem_views: int, variant: str, epochs: int, batch_size: int, lr: float, weight_decay: float,
           warmup_epochs: float, grad_clip: float, lambda_align: float, samples_per_state: int, val_identities: float,
           seed: int, resume: bool, device: str, workers: int, max_steps: int | None, quiet: bool) -> None:
     from trainer.train import TrainOptions
     from trainer.train import train as run_training
 
     options = TrainOptions(
-        config=config, variant=variant, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
+        config=config, stem=stem, freeze_stem=freeze_stem, stem_views=stem_views, face_token=face_token,
+        face_token_drop=face_token_drop, variant=variant, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
         warmup_epochs=warmup_epochs, grad_clip=grad_clip, lambda_align=lambda_align, samples_per_state=samples_per_state,
         val_identities=val_identities, seed=seed, resume=resume, device=device, workers=workers, max_steps=max_steps,
         progress=show_progress(quiet=quiet), command_line=shlex.join(["headsearch", *sys.argv[1:]]) if sys.argv else None,
     )
     result = run_training(dataset, out, options, report=lambda m: click.echo(m, err=True))
-    resume_cmd = shlex.join(["headsearch", "train", str(dataset), "--out", str(out), "--config", config, "--variant", variant,
+    resume_cmd = shlex.join(["headsearch", "train", str(dataset), "--out", str(out), "--config", config,
+                             *(["--stem", stem] if stem else []), "--freeze-stem", freeze_stem, "--stem-views", str(stem_views),
+                             *(["--face-token", "--face-token-drop", str(face_token_drop)] if face_token else []),
+                             "--variant", variant,
                              "--epochs", str(epochs), "--batch-size", str(batch_size), "--seed", str(seed),
                              "--val-identities", str(val_identities), "--samples-per-state", str(samples_per_state), "--resume"])
     if result["interrupted"]:

@@ -109,7 +109,7 @@ class Scope:
 
 @dataclass(frozen=True)
 class Confidence:
-    """Which scores are shown: above the identity threshold (calibrated), at least --min-score,
+    """Which identity scores are shown: above the identity threshold (calibrated), at least --min-score,
     or all of them (uncalibrated, or --show-weak)."""
 
     bar: float | None = None  # scores must pass this to be confident
@@ -207,16 +207,16 @@ def scoped_search_vectors(engine: QueryEngine, query: dict[VectorKind, object], 
         with library.reading() as reader:
             sightings = reader.sightings([h.observation_id for h in hits if h.observation_id is not None])
         admitted = [h for h in hits if scope.admits(h.video, _kind(sightings, h))]
-        shown = [h for h in admitted if confidence.shows(h.score)]
+        shown = [h for h in admitted if confidence.shows(h.identity_score)]
         exhausted = len(hits) < want or want >= total
-        below = confidence.bar is not None and not confidence.show_weak and hits and confidence.confident(min(h.score for h in hits)) is False
+        below = confidence.bar is not None and not confidence.show_weak and hits and confidence.confident(min(h.identity_score for h in hits)) is False
         if len(shown) >= k or exhausted or below:
             break
         want *= 4
     shown = shown[:k]
-    weak = [h for h in admitted if not confidence.shows(h.score)]
-    result = HeadResult(None, [ShownHit(h, sightings.get(h.observation_id), confidence.confident(h.score)) for h in shown],
-                        len(weak), max((h.score for h in weak), default=None))
+    weak = [h for h in admitted if not confidence.shows(h.identity_score)]
+    result = HeadResult(None, [ShownHit(h, sightings.get(h.observation_id), confidence.confident(h.identity_score)) for h in shown],
+                        len(weak), max((h.identity_score for h in weak), default=None))
     log.info("query: %d tracks looked at, %d in scope, %d shown, %d below the bar (%s)", len(hits), len(admitted), len(shown),
              len(weak), confidence.source or "uncalibrated")
     return result
@@ -327,16 +327,24 @@ def results_text(results: list[HeadResult], confidence: Confidence, all_heads: b
             for rank, h in enumerate(r.hits, 1):
                 lines.append(hit_line(rank, h, indent))
                 lines.extend(x for x in [clip_line(h, indent)] if x)
-        if r.hidden_weak and not confidence.show_weak:
-            lines.append(f"{indent}({r.hidden_weak} more below the {confidence.source}, best {r.best_hidden:.3f}: --show-weak lists them)")
+        hidden = hidden_line(r, confidence)
+        if hidden:
+            lines.append(f"{indent}({hidden})")
     return lines
 
 
-def no_match_line(result: HeadResult, confidence: Confidence) -> str:
+def hidden_line(result: HeadResult, confidence: Confidence, hint: str = "--show-weak lists them") -> str | None:
+    """What was left out below the confidence bar, when something was."""
+    if not result.hidden_weak or confidence.show_weak:
+        return None
+    return f"{result.hidden_weak} more below the {confidence.source}, best {result.best_hidden:.3f}: {hint}"
+
+
+def no_match_line(result: HeadResult, confidence: Confidence, hint: str = "--show-weak lists the closest") -> str:
     """The clear line said when nothing qualifies."""
     if confidence.calibrated and result.best_hidden is not None:
         return (f"no confident match: the best score, {result.best_hidden:.3f}, is not above the {confidence.source} "
-                "(--show-weak lists the closest)")
+                f"({hint})")
     if confidence.calibrated:
         return "no confident match"
     return "no matches (nothing in the library, or nothing inside the scope)"

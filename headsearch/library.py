@@ -173,6 +173,14 @@ class LibraryReader:
         return None if emb is None else np.frombuffer(emb, "<f4")
 
 
+def existing_model(root: Path) -> ModelInfo | None:
+    """The model named by the manifest of the library at `root` (None when there is none or it is unreadable)."""
+    try:
+        return ModelInfo.from_dict(json.loads((Path(root) / MANIFEST).read_text())["model"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 class Library:
     """One library folder. Open with `Library.create(...)` for indexing or `Library.open(...)` to read."""
 

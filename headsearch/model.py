@@ -50,10 +50,19 @@ class HeadModelConfig:
     mlp_ratio: float = 3.0  # MLP hidden width = mlp_ratio * D (ReLU6 activation)
     out_dim: int = 512  # dimension of the L2-normalised embeddings z_id and z_head
     variant: str = "dual_cls"  # ablation, one of VARIANTS (see their comments)
+    stem: str = "patch"  # "patch": the ViT's own patch embedding; else a pretrained CNN stem (headsearch.stems.STEMS)
+    face_dim: int = 0  # > 0: one more input token, the face teacher's vector of the aligned face (a learned token without a face)
 
     def __post_init__(self) -> None:
+        from headsearch.stems import STEM_INPUT, STEM_STRIDE, STEMS
+
         if self.variant not in VARIANTS:
             raise ValueError(f"unknown variant {self.variant!r}; expected one of {', '.join(VARIANTS)}")
+        if self.stem not in STEMS:
+            raise ValueError(f"unknown stem {self.stem!r}; expected one of {', '.join(STEMS)}")
+        if self.stem != "patch" and (self.img_size, self.patch_size) != (STEM_INPUT[self.stem], STEM_STRIDE[self.stem]):
+            raise ValueError(f"stem {self.stem} takes img_size {STEM_INPUT[self.stem]} and gives one token per "
+                             f"{STEM_STRIDE[self.stem]} px (patch_size), got {self.img_size} and {self.patch_size}")
         if self.img_size % self.patch_size:
             raise ValueError(f"img_size {self.img_size} is not a multiple of patch_size {self.patch_size}")
         if self.embed_dim % self.num_heads:
@@ -79,6 +88,18 @@ class HeadModelConfig:
     def small(cls, **overrides: Any) -> HeadModelConfig:
         """CPU-friendly (ViT-Tiny width) with the paper's 196-patch layout."""
         kw = dict(img_size=112, patch_size=8, embed_dim=192, depth=6, num_heads=3, mlp_ratio=3.0, out_dim=512)
+        kw.update(overrides)
+        return cls(**kw)
+
+    @classmethod
+    def hybrid(cls, **overrides: Any) -> HeadModelConfig:
+        """CPU-trainable hybrid: a pretrained CNN stem (default SFace's face trunk, 14x14 tokens) and 4 blocks of
+        ViT-Tiny width; 128-d outputs like the SFace teacher."""
+        from headsearch.stems import STEM_INPUT, STEM_STRIDE
+
+        stem = overrides.get("stem", "sface")
+        kw = dict(img_size=STEM_INPUT[stem], patch_size=STEM_STRIDE[stem], embed_dim=192, depth=4, num_heads=3,
+                  mlp_ratio=3.0, out_dim=128, stem=stem)
         kw.update(overrides)
         return cls(**kw)
 
@@ -118,6 +139,15 @@ class HeadSimilarityModel(VisionTransformer):
     """
 
     def __init__(self, cfg: HeadModelConfig):
+        embed: dict[str, Any] = {}
+        if cfg.stem != "patch":
+            from timm.layers import HybridEmbed
+
+            from headsearch.stems import make_stem
+
+            backbone = make_stem(cfg.stem)
+            # One token per stem output position (14x14); timm's hybrid embedding projects them to the width.
+            embed["embed_layer"] = lambda **kw: HybridEmbed(backbone=backbone, **{**kw, "patch_size": 1})
         super().__init__(
             img_size=cfg.img_size,
             patch_size=cfg.patch_size,
@@ -134,6 +164,7 @@ class HeadSimilarityModel(VisionTransformer):
             no_embed_class=True,
             norm_layer=partial(nn.LayerNorm, eps=1e-5),
             act_layer=nn.ReLU6,
+            **embed,
         )
         self.cfg = cfg
         d = cfg.embed_dim
@@ -142,13 +173,68 @@ class HeadSimilarityModel(VisionTransformer):
         nn.init.trunc_normal_(self.cls_token, std=0.02)
         if self.reg_token is not None:
             nn.init.trunc_normal_(self.reg_token, std=0.02)
+        if cfg.face_dim:
+            # The face token: the teacher's vector of the aligned face, projected to the width, plus a learned type
+            # embedding; a learned "no face" token where no face was seen (a back of a head, a profile).
+            self.face_embed = nn.Linear(cfg.face_dim, d)
+            self.face_type = nn.Parameter(torch.zeros(1, 1, d))
+            self.face_missing = nn.Parameter(torch.zeros(1, 1, d))
+            nn.init.trunc_normal_(self.face_type, std=0.02)
+            nn.init.trunc_normal_(self.face_missing, std=0.02)
+            # ...and a skip path: where a face was seen, z = normalize(face + beta * g(f)), the learned part starting
+            # small, so the student starts as its teacher and learns what the whole head adds (cfg.face_dim == out_dim).
+            self.face_beta = nn.Parameter(torch.tensor([0.1, 0.5]))  # (z_id, z_head)
         in_dim = d // 2 if cfg.variant == "dual_head_split" else d
         self.g_id = _projection(in_dim, d, cfg.out_dim, relu=False)
         self.g_head = None if cfg.variant == "shared" else _projection(in_dim, d, cfg.out_dim, relu=True)
 
-    def prefix_features(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """The normed prefix-token features (f_id, f_head) that feed g_id and g_head."""
-        tokens = self.forward_features(x)  # (N, prefix + patches, D) after the final norm
+    @property
+    def stem(self) -> nn.Module | None:
+        """The pretrained CNN stem of a hybrid model (None for the pure ViT)."""
+        return self.patch_embed.backbone if self.cfg.stem != "patch" else None
+
+    def train(self, mode: bool = True) -> HeadSimilarityModel:
+        super().train(mode)
+        if self.stem is not None:  # a pretrained stem keeps its BatchNorm statistics
+            from headsearch.stems import freeze_batchnorm
+
+            freeze_batchnorm(self.stem)
+        return self
+
+    def stem_features(self, x: Tensor) -> Tensor:
+        """The stem's feature map (N, C, 14, 14) of a hybrid model."""
+        return self.stem(x)
+
+    def forward_tokens(self, tokens: Tensor, face: Tensor | None = None, face_mask: Tensor | None = None) -> Tensor:
+        """Patch tokens (N, 196, D) -> all tokens after the blocks and the final norm, as timm's forward_features;
+        with a face token (cfg.face_dim) after the two prefix tokens."""
+        x = self._pos_embed(tokens)
+        if self.cfg.face_dim:
+            n = x.shape[0]
+            missing = self.face_missing.expand(n, 1, -1)
+            if face is None:
+                token = missing
+            else:
+                token = self.face_embed(face.to(x.dtype))[:, None] + self.face_type
+                if face_mask is not None:
+                    token = torch.where(face_mask.reshape(n, 1, 1).to(torch.bool), token, missing)
+            p = self.num_prefix_tokens
+            x = torch.cat([x[:, :p], token, x[:, p:]], dim=1)
+        x = self.patch_drop(x)
+        x = self.norm_pre(x)
+        x = self.blocks(x)
+        return self.norm(x)
+
+    def prefix_features(self, x: Tensor, from_stem: bool = False, face: Tensor | None = None,
+                        face_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The normed prefix-token features (f_id, f_head) that feed g_id and g_head (`from_stem`: x is the
+        stem's feature map, e.g. cached while the stem is frozen; `face`, `face_mask`: the face token's input)."""
+        if from_stem:
+            tokens = self.forward_tokens(self.patch_embed.proj(x).flatten(2).transpose(1, 2), face, face_mask)
+        elif self.cfg.face_dim:
+            tokens = self.forward_tokens(self.patch_embed(x), face, face_mask)
+        else:
+            tokens = self.forward_features(x)  # (N, prefix + patches, D) after the final norm
         variant = self.cfg.variant
         if variant == "dual_cls":
             return tokens[:, 0], tokens[:, 1]
@@ -158,22 +244,28 @@ class HeadSimilarityModel(VisionTransformer):
             return cls[:, :half], cls[:, half:]
         return cls, cls
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
-        f_id, f_head = self.prefix_features(x)
+    def forward(self, x: Tensor, from_stem: bool = False, face: Tensor | None = None,  # type: ignore[override]
+                face_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        f_id, f_head = self.prefix_features(x, from_stem, face, face_mask)
         z_id = F.normalize(self.g_id(f_id), dim=-1)
-        if self.g_head is None:
-            return z_id, z_id
-        return z_id, F.normalize(self.g_head(f_head), dim=-1)
+        z_head = z_id if self.g_head is None else F.normalize(self.g_head(f_head), dim=-1)
+        if self.cfg.face_dim and face is not None and self.cfg.face_dim == z_id.shape[-1]:
+            f = F.normalize(face.to(z_id.dtype), dim=-1)
+            m = torch.ones(len(f), 1, dtype=torch.bool, device=f.device) if face_mask is None else face_mask.reshape(-1, 1).to(torch.bool)
+            z_id = torch.where(m, F.normalize(f + self.face_beta[0] * z_id, dim=-1), z_id)
+            z_head = torch.where(m, F.normalize(f + self.face_beta[1] * z_head, dim=-1), z_head)
+        return z_id, z_head
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
         names = {n for n, _ in self.named_parameters()}
-        return {n for n in ("pos_embed", "cls_token", "reg_token") if n in names}
+        return {n for n in ("pos_embed", "cls_token", "reg_token", "face_type", "face_missing", "face_beta") if n in names}
 
     # --- key bookkeeping for the loaders -------------------------------------------------------------
     def new_keys(self) -> set[str]:
         """State-dict keys a face-recognition ViT checkpoint does not have: prefix tokens and projection heads."""
-        return {k for k in self.state_dict() if k in ("cls_token", "reg_token") or k.startswith(("g_id.", "g_head."))}
+        return {k for k in self.state_dict()
+                if k in ("cls_token", "reg_token", "face_type", "face_missing", "face_beta") or k.startswith(("g_id.", "g_head.", "face_embed."))}
 
     def backbone_keys(self) -> set[str]:
         return set(self.state_dict()) - self.new_keys()

@@ -25,7 +25,7 @@ import numpy as np
 from headsearch.clustering import average_linkage
 from headsearch.errors import HeadsearchError
 from headsearch.library import Library, PeopleStore
-from headsearch.thresholds import read_thresholds
+from headsearch.thresholds import thresholds_for
 from schemas.records import Box, SearchHit, VectorKind
 
 # Used only when a library's model has no calibrated thresholds (`headsearch bench --calibrate`):
@@ -57,7 +57,7 @@ class PeopleThresholds:
 def people_thresholds(library: Library) -> PeopleThresholds:
     """The identity (and same-look) thresholds people clustering uses for this library's model."""
     model = library.model
-    calibrated = read_thresholds(library.root, model)
+    calibrated = thresholds_for(library.root, model)
     if calibrated is not None:
         return PeopleThresholds(calibrated.identity, calibrated.same_look, f"calibrated at FAR {calibrated.far:g}")
     identity = UNCALIBRATED_IDENTITY_THRESHOLDS.get(model.name, UNCALIBRATED_IDENTITY_FALLBACK)

@@ -12,6 +12,7 @@ from headsearch.embedders import Embedder
 from headsearch.errors import NoHeadFound
 from headsearch.images import read_image_rgb
 from headsearch.library import Library, LibraryReader
+from headsearch.ranking import rank_hits
 from headsearch.thresholds import Thresholds
 from schemas.records import SearchHit, VectorKind
 
@@ -40,10 +41,11 @@ def image_crops(rgb: np.ndarray, path: Path | str, detector: FaceDetector, all_h
 class QueryEngine:
     """Searches one library with the embedder that made it."""
 
-    def __init__(self, library: Library, embedder: Embedder, thresholds: Thresholds | None = None):
+    def __init__(self, library: Library, embedder: Embedder, thresholds: Thresholds | None = None, ranking: str = "appearance"):
         self.library = library
         self.embedder = embedder
         self.thresholds = thresholds
+        self.ranking = ranking  # headsearch.ranking: appearance (tiers, then head score) or identity
 
     def search(self, crop: HeadCrop, k: int) -> list[SearchHit]:
         """The k best distinct tracks for one head crop."""
@@ -55,16 +57,19 @@ class QueryEngine:
         total = len(index)
         if total == 0 or k <= 0:
             return []
-        fetch = min(total, max(64, 32 * k))
+        # Appearance ranking re-orders the best tracks by identity: consider more of them than k.
+        wanted = k if self.ranking == "identity" or self.thresholds is None else max(4 * k, 32)
+        fetch = min(total, max(64, 32 * wanted))
         with self.library.reading() as reader:
             while True:
                 scores, ids = index.search(query[VectorKind.ID], fetch)
                 best = self._best_per_track(reader, scores[0], ids[0])
-                if len(best) >= k or fetch >= total:
+                if len(best) >= wanted or fetch >= total:
                     break
                 fetch = min(total, fetch * 4)
-            ranked = sorted(best.items(), key=lambda kv: -kv[1][0])[:k]
-            return [self._hit(reader, track_id, score, obs_id, query) for track_id, (score, obs_id) in ranked]
+            ranked = sorted(best.items(), key=lambda kv: -kv[1][0])[:wanted]
+            hits = [self._hit(reader, track_id, score, obs_id, query) for track_id, (score, obs_id) in ranked]
+        return rank_hits(hits, self.ranking)[:k]
 
     @staticmethod
     def _best_per_track(reader: LibraryReader, scores: np.ndarray, ids: np.ndarray) -> dict[int, tuple[float, int]]:
@@ -89,4 +94,4 @@ class QueryEngine:
         tier = self.thresholds.tier(score, head_score) if self.thresholds else None
         return SearchHit(track_id=track_id, video=row.path, start=row.start, end=row.end, time=row.time,
                          score=score, thumbnail=str((self.library.root / row.thumbnail).resolve()), tier=tier, head_score=head_score,
-                         observation_id=obs_id)
+                         observation_id=obs_id, id_score=score)

@@ -1,9 +1,17 @@
-"""Score thresholds: calibrated by `headsearch bench --calibrate` at one false-accept rate, written
-as `thresholds.json` in a library folder, read by `query` to label every hit with its tier."""
+"""Score thresholds: calibrated by `headsearch bench --calibrate` at one false-accept rate, read by `query` to
+label every hit with its tier.
+
+Two homes, the first found wins:
+* a library's own `thresholds.json` (`bench --calibrate FAR --library L`), calibrated on the user's data;
+* thresholds bundled with the model: `<model file>.thresholds.json` beside a checkpoint (the bundled default model
+  ships one, calibrated on held-out identities; `bench --calibrate FAR --thresholds-out FILE` writes one), so a
+  fresh install labels every hit without calibrating.
+"""
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +27,7 @@ from schemas.records import ModelInfo, Tier
 log = logging.getLogger(__name__)
 
 THRESHOLDS_FILE = "thresholds.json"
+BUNDLED_DIR = Path(__file__).resolve().parent / "models"  # thresholds shipped with registered models
 RULE = ("accept when score > threshold (exact VR@FAR: threshold = (k+1)-th highest impostor score, "
         "k = floor(FAR x impostors))")
 
@@ -47,9 +56,44 @@ def thresholds_path(folder: Path) -> Path:
     return Path(folder) / THRESHOLDS_FILE
 
 
+def model_thresholds_path(model_file: Path) -> Path:
+    """Where thresholds bundled with a model file live: `<model file>.thresholds.json`."""
+    return Path(model_file).with_name(Path(model_file).name + ".thresholds.json")
+
+
 def read_thresholds(folder: Path, model: ModelInfo | None = None) -> Thresholds | None:
-    """The thresholds stored in a folder (None when absent, unreadable, or made for another model)."""
-    path = thresholds_path(folder)
+    """The thresholds stored in a library folder (None when absent, unreadable, or made for another model)."""
+    return read_thresholds_file(thresholds_path(folder), model)
+
+
+def bundled_thresholds_path(model_name: str) -> Path:
+    """Thresholds shipped inside the package for a registered model (`headsearch/models/<name>.thresholds.json`)."""
+    safe = re.sub(r"[^A-Za-z0-9_.+-]+", "_", model_name)
+    return BUNDLED_DIR / f"{safe}.thresholds.json"
+
+
+def thresholds_for(library_root: Path, model: ModelInfo) -> Thresholds | None:
+    """The thresholds a library's queries use: its own (`bench --calibrate`), else those shipped with
+    its model (beside a model file it was loaded from, or in the package for a registered model);
+    None when the scores are uncalibrated. Each must name the model's exact version."""
+    own = read_thresholds(library_root, model)
+    if own is not None:
+        return own
+    candidates = []
+    source = Path(model.source).expanduser() if model.source else None
+    if source is not None and source.is_file():
+        candidates.append(model_thresholds_path(source))
+    candidates.append(bundled_thresholds_path(model.name))
+    for path in candidates:
+        found = read_thresholds_file(path, model)
+        if found is not None:
+            return found
+    return None
+
+
+def read_thresholds_file(path: Path, model: ModelInfo | None = None) -> Thresholds | None:
+    """Thresholds from a file (None when absent, unreadable, or made for another model)."""
+    path = Path(path)
     if not path.is_file():
         return None
     try:
@@ -97,6 +141,10 @@ def calibrate(evaluation: EvaluationReport, far: float, model: ModelInfo) -> dic
 
 def write_thresholds(folder: Path, record: dict) -> Path:
     """Write `<folder>/thresholds.json` atomically."""
-    path = thresholds_path(folder)
-    write_json_atomic(path, record)
-    return path
+    return write_thresholds_file(thresholds_path(folder), record)
+
+
+def write_thresholds_file(path: Path, record: dict) -> Path:
+    """Write a thresholds record to `path` atomically."""
+    write_json_atomic(Path(path), record)
+    return Path(path)

@@ -220,6 +220,11 @@ class SearchHit:
     tier: Tier | None = None  # None when the scores are uncalibrated
     head_score: float | None = None
     observation_id: int | None = None  # the sighting that matched best
+    id_score: float | None = None  # the identity score (`score` is what the hit was ranked by; see headsearch.ranking)
+
+    @property
+    def identity_score(self) -> float:
+        return self.score if self.id_score is None else self.id_score
 
     def to_dict(self) -> dict:
         return {
@@ -232,4 +237,5 @@ class SearchHit:
             "thumbnail": self.thumbnail,
             "tier": None if self.tier is None else str(self.tier),
             "head_score": None if self.head_score is None else round(self.head_score, 4),
+            "id_score": round(self.identity_score, 4),
         }

@@ -15,13 +15,27 @@ import numpy as np
 from headsearch.detect import FaceDetector
 from headsearch.embedders import Embedder, load_embedder
 from headsearch.errors import HeadsearchError
-from headsearch.hits import HeadResult, Scope, ShownHit, confidence_for, found_hits, hit_json, photo_heads, results_json, search_heads
+from headsearch.hits import (
+    Confidence,
+    HeadResult,
+    Scope,
+    ShownHit,
+    confidence_for,
+    found_hits,
+    hidden_line,
+    hit_json,
+    no_match_line,
+    photo_heads,
+    results_json,
+    search_heads,
+    uncalibrated_note,
+)
 from headsearch.images import decode_image_rgb, encode_jpeg
 from headsearch.library import Library
 from headsearch.people import list_people, people_thresholds, person_looks, person_moments
 from headsearch.pictures import pictures_folder, render_hit_pictures, render_picture
 from headsearch.query import QueryEngine
-from headsearch.thresholds import read_thresholds
+from headsearch.thresholds import thresholds_for
 from schemas.records import SearchHit, VectorKind
 from serve.media import PREVIEW_PAD_S, MediaCache, Playback, cache_folder, decoding, probe_playback
 
@@ -52,10 +66,10 @@ class Site:
             self.library.check_model(embedder.describe())
             self._embedder, self._detector = embedder, FaceDetector()
         self.library.refresh_indexes()
-        return QueryEngine(self.library, self._embedder, read_thresholds(self.root, self.library.model))
+        return QueryEngine(self.library, self._embedder, thresholds_for(self.root, self.library.model))
 
     def search(self, data: bytes, name: str, k: int, all_heads: bool, whole_image: bool,
-               show_weak: bool = False) -> tuple[list[HeadResult], list[str]]:
+               show_weak: bool = False) -> tuple[list[HeadResult], list[str], Confidence]:
         """The answer `headsearch query` gives for a photo (confident hits only unless `show_weak`; never
         the photo itself), and each head's crop as a data URL."""
         rgb = decode_image_rgb(data, name)
@@ -63,24 +77,28 @@ class Site:
             engine = self._engine()
             heads = photo_heads(rgb, name, self._detector, engine.embedder, all_heads, whole_image)
             scope = Scope().with_query_bytes(self.library, data)
-            results = search_heads(engine, heads, k, scope, confidence_for(engine.thresholds, None, show_weak))
+            confidence = confidence_for(engine.thresholds, None, show_weak)
+            results = search_heads(engine, heads, k, scope, confidence)
         with decoding():
             render_hit_pictures(self.root, [h for r in results for h in r.hits])
         crops = ["data:image/jpeg;base64," + base64.b64encode(encode_jpeg(h.crop.image[::2, ::2], 85)).decode() for h in heads]
-        return results, crops
+        return results, crops, confidence
 
     def similar(self, vectors: dict[VectorKind, np.ndarray], k: int, exclude: int) -> list[SearchHit]:
         with self._search_lock:
             self.library.vector_index(VectorKind.ID)
             self.library.refresh_indexes()
-            engine = QueryEngine(self.library, None, read_thresholds(self.root, self.library.model))  # type: ignore[arg-type]
+            engine = QueryEngine(self.library, None, thresholds_for(self.root, self.library.model))  # type: ignore[arg-type]
             hits = engine.search_vectors(vectors, k + 1)
         return [h for h in hits if h.track_id != exclude][:k]
 
     # ----- pages ------------------------------------------------------------------------------------
-    def query_page(self, results: list[HeadResult], heads: list[str], all_heads: bool) -> dict:
-        return {"heads": [{"crop": crop, "cards": self.cards(r.hits)} for crop, r in zip(heads, results, strict=True)],
-                "hits": results_json(results, all_heads)}
+    def query_page(self, results: list[HeadResult], heads: list[str], all_heads: bool, confidence: Confidence) -> dict:
+        hint = 'tick "weak matches too" to see them'
+        return {"heads": [{"crop": crop, "cards": self.cards(r.hits),
+                           "note": no_match_line(r, confidence, hint) if not r.hits else hidden_line(r, confidence, hint)}
+                          for crop, r in zip(heads, results, strict=True)],
+                "hits": results_json(results, all_heads), "uncalibrated": None if confidence.calibrated else uncalibrated_note(self.library.model.name)}
 
     def cards(self, shown: list[ShownHit]) -> list[dict]:
         """Hits with what a card needs: the matched sighting to show boxed, the file's id, the player's address."""

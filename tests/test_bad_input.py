@@ -12,6 +12,8 @@ import numpy as np
 from conftest import AMY_DIR, DATA, EXAMPLES, HAMILTON, library_db, make_arcface_like_onnx, needs_data, pixel_copy, query_json, run
 from test_index_query import assert_consistent, table_counts
 
+from headsearch.embedders import DEFAULT_MODEL
+
 pytestmark = needs_data
 
 
@@ -91,9 +93,9 @@ def test_other_model_and_missing_model(tmp_path):
     before = table_counts(lib)
     onnx = make_arcface_like_onnx(tmp_path / "w600k_r50.onnx")
     result = run("index", AMY_DIR / "amy2.png", "--library", lib, "--model", onnx, "-q", ok=False)
-    one_line_error(result, "made by dlib-resnet", "re-embedding")
+    one_line_error(result, f"made by {DEFAULT_MODEL}", "re-embedding")
     result = run("query", AMY_DIR / "amy2.png", "--library", lib, "--model", onnx, ok=False)
-    one_line_error(result, "made by dlib-resnet")
+    one_line_error(result, f"made by {DEFAULT_MODEL}")
     one_line_error(run("index", AMY_DIR, "--library", lib, "--model", tmp_path / "absent.onnx", ok=False), "missing model file")
     (tmp_path / "broken.onnx").write_bytes(b"not onnx")
     one_line_error(run("index", AMY_DIR, "--library", lib, "--model", tmp_path / "broken.onnx", ok=False), "broken.onnx")

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from conftest import DATA, FACES, LABELS, needs_data, run
 
+from headsearch.embedders import DEFAULT_MODEL
+
 pytestmark = needs_data
 
 # Glasses states as LABELS.csv gives them: Leonard wears glasses in 1, 4, 5; Amy only in 4.
@@ -93,7 +95,7 @@ def test_labels_layout_unreadable_file_and_video(tmp_path):
     assert "skipped 2 of 9 rows" in res.stderr
     assert "broken.png" in res.stderr and "no_such_raj.png" in res.stderr
     assert sum("broken.png" in line for line in res.stderr.splitlines()) == 1  # one line per problem
-    assert "dlib-resnet" in res.stdout and "VR@1e-2" in res.stdout and "insightface convention" in res.stdout
+    assert DEFAULT_MODEL in res.stdout and "VR@1e-2" in res.stdout and "insightface convention" in res.stdout
     assert "5 samples (4 photos, 1 video tracks)" in res.stdout
     # Without --root the paths start from the CSV's folder: every file is missing, nothing to measure.
     res = bench(csv_path, "--json", "-q", ok=False)
@@ -105,7 +107,7 @@ def test_one_identity_set(tmp_path):
     leonard = rows_of({"leonard": range(1, 6)})
     res = bench(write_set(tmp_path / "leonard.csv", leonard), "--json", "-q")
     assert "no impostor pairs" in res.stderr
-    model = json.loads(res.stdout)["models"]["dlib-resnet"]
+    model = json.loads(res.stdout)["models"][DEFAULT_MODEL]
     assert model["protocols"]["identity"]["auc"] is None and model["protocols"]["identity"]["n_impostor"] == 0
     assert model["protocols"]["head"]["n_impostor"] == brute_pairs(leonard)["R2"] == 6
     assert 0.0 <= model["protocols"]["head"]["auc"] <= 1.0
@@ -120,7 +122,7 @@ def _exact_scores(rows):
     from headsearch.embedders import load_embedder
     from headsearch.query import query_crops
 
-    detector, embedder = FaceDetector(), load_embedder(None)
+    detector, embedder = FaceDetector(), load_embedder("dlib-resnet")
     v = embedder.embed([query_crops(Path(p), detector, False, False)[0] for p, _, _ in rows])["id"].astype(np.float64)
     gen = {"head": [], "identity": []}
     imp = {"head": [], "identity": []}
@@ -137,8 +139,8 @@ def test_calibrate_writes_exact_thresholds(tmp_path):
 
     from headsearch.metrics import vr_at_far
 
-    lib = tmp_path / "lib"
-    run("index", FACES / "raj" / "raj1.png", FACES / "amy" / "amy1.png", "--library", lib, "-q")
+    lib = tmp_path / "lib"  # a face model's library (one score for identity and look), compared with brute force
+    run("index", FACES / "raj" / "raj1.png", FACES / "amy" / "amy1.png", "--library", lib, "-q", "--model", "dlib-resnet")
     csv_path = write_set(tmp_path / "set.csv", FOUR)
     out = json.loads(bench(csv_path, "--calibrate", "1e-2", "--library", lib, "--json", "-q").stdout)
     written = json.loads((lib / "thresholds.json").read_text())

@@ -73,7 +73,8 @@ def test_search_cards_and_player_at_the_hit(server, page):
     _images_loaded(page)
     page.screenshot(path=str(ARTEFACTS / "search.png"), full_page=True)
     cards = page.locator(".card")
-    assert cards.count() == 5
+    assert 1 <= cards.count() <= 5  # confident hits only (the default model ships thresholds); the rest are counted
+    assert "below the identity threshold" in page.inner_text("body")
     first = page.locator(".card-main").first
     assert HAMILTON.name in first.inner_text()
     href = first.get_attribute("href")

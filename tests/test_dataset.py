@@ -110,6 +110,7 @@ def dataset(tmp_path_factory):
                         ("leonard4.png", "glasses")):
         rows.append(f"{LEONARD / name},bbt_leonard,{state}")
     rows.append(f"{LEONARD / 'leonard5.png'},bbt_leonard;someone_else,glasses")  # several people: skipped
+    rows.append(f"{RETALKING / '2.mp4'},vr_person2,studio")  # a labelled one-person video (also given as a video)
     labels.write_text("\n".join(rows) + "\n")
     bad = tmp / "broken.mp4"
     bad.write_bytes(np.random.default_rng(0).bytes(20_000))
@@ -146,7 +147,7 @@ def test_manifest_columns_and_files(dataset):
     assert teacher.dtype == np.float32 and teacher.shape == (sum(r["teacher_index"] >= 0 for r in rows), 128)
     assert np.allclose(np.linalg.norm(teacher, axis=1), 1.0, atol=1e-4)
     assert sorted(r["teacher_index"] for r in rows if r["teacher_index"] >= 0) == list(range(len(teacher)))
-    assert json.loads((out / "teacher.json").read_text())["name"] == "dlib-resnet"
+    assert json.loads((out / "teacher.json").read_text())["name"] == "sface"  # the default teacher
     for r in rows:
         assert r["source"] in ("video", "photo")
         assert (out / r["head_crop"]).is_file()
@@ -194,6 +195,9 @@ def test_segments_states_identities(dataset):
     # The two talking-head clips are two different people.
     ids = {Path(r["video"]).name: r["identity"] for r in video_rows if Path(r["video"]).name in ("1.mp4", "2.mp4")}
     assert ids["1.mp4"] != ids["2.mp4"]
+    # The labelled video: its person's segments take the label's identity and look, not a cluster's.
+    labelled = [r for r in video_rows if Path(r["video"]).name == "2.mp4"]
+    assert labelled and {(r["identity"], r["state"]) for r in labelled} == {("label:vr_person2", "label:vr_person2/studio")}
     # Labelled photos: their own identity, one state per appearance, the ';' row skipped.
     photos = [r for r in rows if r["source"] == "photo"]
     assert {r["identity"] for r in photos} == {"label:bbt_leonard"}
@@ -209,6 +213,7 @@ def test_segments_states_identities(dataset):
     assert sum(summary["pairs"].values()) == len(rows) * (len(rows) - 1) // 2
     assert summary["pairs"]["R1"] > 0 and summary["pairs"]["R2"] > 0 and summary["pairs"]["R3"] > 0
     assert summary["videos_failed"] == 1 and summary["photos"] == 4
+    assert summary["labelled_video_segments"] == len({r["segment"] for r in labelled})
 
 
 @needs_data

@@ -16,6 +16,8 @@ from conftest import AMY_DIR, DATA, library_db, needs_data, query_json, run
 from hostile_media import CASES, SIDE_FILES, make_corpus
 from test_index_query import assert_consistent, table_counts
 
+from headsearch.embedders import DEFAULT_MODEL
+
 pytestmark = needs_data
 
 FACE = DATA / "face_recognition" / "examples" / "obama_small.jpg"
@@ -202,7 +204,7 @@ def test_bench_and_build_dataset_isolate_bad_inputs(corpus, tmp_path):
     assert result.exit_code == 2 and "Traceback" not in result.output
     for name in bad:
         assert sum(f"/{name}:" in line for line in result.stderr.splitlines()) == 1, (name, result.stderr)
-    model = json.loads(result.stdout)["models"]["dlib-resnet"]
+    model = json.loads(result.stdout)["models"][DEFAULT_MODEL]
     assert model["samples"] == 5 and len(model["failed_files"]) == len(bad)
     # build-dataset: hostile videos among a real one are one line each; the dataset is built from the rest.
     videos = ["tiny-2x2.mp4", "audio-only.mp4", "truncated-10.mp4", "absurd-duration.mkv", "huge-frames-16000.avi", "pipe.mp4"]

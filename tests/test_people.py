@@ -65,7 +65,7 @@ def test_every_track_in_one_person_and_same_frame_tracks_apart(people_library):
         owners = {p["id"] for p in people if str(clip) in p["videos"]}
         assert len(owners) == 1, clip
     result = run("people", "--library", people_library)
-    assert "tracks" in result.stdout and "uncalibrated default for dlib-resnet" in result.stderr
+    assert "tracks" in result.stdout and "calibrated at FAR 0.001" in result.stderr  # the default model's own thresholds
 
 
 def test_new_files_join_known_people(people_library):

@@ -12,6 +12,7 @@ import pytest
 from conftest import AMY_DIR, EXAMPLES, HAMILTON, needs_data, query_json, run
 
 from headsearch.detect import FaceDetector
+from headsearch.library import Library
 from headsearch.thresholds import write_thresholds
 
 pytestmark = needs_data
@@ -32,22 +33,28 @@ def frame_at(path, t: float) -> np.ndarray:
 
 
 def with_thresholds(src, dst, identity: float):
+    """A copy of a library with its own thresholds.json (for the library's model), which wins over the model's."""
     shutil.copytree(src, dst)
-    write_thresholds(dst, {"far": 1e-3, "identity": identity, "same_look": identity + 0.02, "model": "dlib-resnet",
-                           "version": "dlib_face_recognition_resnet_model_v1"})
+    model = Library.open(dst).model
+    write_thresholds(dst, {"far": 1e-3, "identity": identity, "same_look": identity + 0.02, "model": model.name,
+                           "version": model.version})
     return dst
 
 
 def test_confident_only_by_default(hamilton_library, tmp_path):
-    weak = query_json(hamilton_library, LIN, "-k", "5")
-    assert len(weak) == 5 and weak[0]["score"] > 0.95 and weak[1]["score"] < 0.95
-    uncalibrated = run("query", LIN, "--library", hamilton_library, "-k", "2")
-    assert "uncalibrated" in uncalibrated.stderr and len(uncalibrated.stderr.strip().splitlines()) == 1
-    lib = with_thresholds(hamilton_library, tmp_path / "lib", identity=0.95)
+    # The default model ships thresholds: only hits above the identity threshold are shown, the rest counted.
+    weak = query_json(hamilton_library, LIN, "-k", "5", "--show-weak")
+    shown = query_json(hamilton_library, LIN, "-k", "5")
+    assert len(weak) == 5 and 1 <= len(shown) < 5
+    assert all(h["confident"] is True for h in shown) and weak[len(shown)]["confident"] is False
+    assert [h["track_id"] for h in shown] == [h["track_id"] for h in weak[: len(shown)]]
+    text = run("query", LIN, "--library", hamilton_library, "-k", "5")
+    assert text.stdout.count(str(HAMILTON)) == len(shown) and "--show-weak lists them" in text.stdout
+    assert "uncalibrated" not in text.stderr
+    # A library's own thresholds win: a stricter bar keeps the best hit only.
+    lib = with_thresholds(hamilton_library, tmp_path / "lib", identity=(weak[0]["score"] + weak[1]["score"]) / 2)
     hits = query_json(lib, LIN, "-k", "5")
     assert [h["track_id"] for h in hits] == [weak[0]["track_id"]] and hits[0]["confident"] is True
-    text = run("query", LIN, "--library", lib, "-k", "5")
-    assert text.stdout.count(str(HAMILTON)) == 1 and "--show-weak lists them" in text.stdout and "uncalibrated" not in text.stderr
     # A stranger: a clear line, exit 0.
     stranger = run("query", AMY_DIR / "amy1.png", "--library", lib)
     assert stranger.exit_code == 0 and stranger.stdout.startswith("no confident match") and len(stranger.stdout.splitlines()) == 1
@@ -56,8 +63,15 @@ def test_confident_only_by_default(hamilton_library, tmp_path):
     shown = query_json(lib, AMY_DIR / "amy1.png", "--show-weak", "-k", "3")
     assert len(shown) == 3 and all(h["confident"] is False for h in shown)
     assert "below the confidence bar" in run("query", AMY_DIR / "amy1.png", "--library", lib, "--show-weak", "-k", "1").stdout
-    some = query_json(lib, LIN, "--min-score", "0.9", "-k", "10")
-    assert len(some) >= 3 and all(h["score"] >= 0.9 for h in some)
+    bar = weak[2]["score"]
+    some = query_json(lib, LIN, "--min-score", f"{bar}", "-k", "10")
+    assert len(some) >= 3 and all(h["score"] >= bar for h in some)
+    # A model without thresholds: one line says the scores are uncalibrated, and every best hit is shown.
+    uncal = tmp_path / "dlib"
+    run("index", AMY_DIR, "--library", uncal, "--model", "dlib-resnet", "-q")
+    uncalibrated = run("query", AMY_DIR / "amy1.png", "--library", uncal, "-k", "2")
+    assert "uncalibrated" in uncalibrated.stderr and len(uncalibrated.stderr.strip().splitlines()) == 1
+    assert len(query_json(uncal, AMY_DIR / "amy1.png", "-k", "2")) == 2
 
 
 @pytest.fixture(scope="module")
@@ -80,21 +94,21 @@ def test_query_file_is_never_a_hit_and_scope(mixed_library, tmp_path):
     indexed_lin = str(media / "photos" / "lin.png")
     # The indexed copy itself, and the same photo at another path (same fingerprint): never a hit.
     for q in (media / "photos" / "lin.png", LIN):
-        hits = query_json(lib, q, "-k", "10")
+        hits = query_json(lib, q, "-k", "10", "--show-weak")
         assert hits and indexed_lin not in {h["video"] for h in hits}
-    videos = query_json(lib, OBAMA_DIR / "obama.jpg", "--videos-only", "-k", "10")
+    videos = query_json(lib, OBAMA_DIR / "obama.jpg", "--videos-only", "-k", "10", "--show-weak")
     assert videos and {h["kind"] for h in videos} == {"video"}
-    photos = query_json(lib, OBAMA_DIR / "obama.jpg", "--photos-only", "-k", "10")
+    photos = query_json(lib, OBAMA_DIR / "obama.jpg", "--photos-only", "-k", "10", "--show-weak")
     assert photos and {h["kind"] for h in photos} == {"image"}
     assert str(media / "photos" / "obama.jpg") not in {h["video"] for h in photos}
-    under = query_json(lib, LIN, "--under", media / "photos", "-k", "10")
+    under = query_json(lib, LIN, "--under", media / "photos", "-k", "10", "--show-weak")
     assert under and all(h["video"].startswith(str(media / "photos")) for h in under)
-    flat = query_json(lib, LIN, "-k", "6")
-    grouped = query_json(lib, LIN, "--per-video", "-k", "6")
+    flat = query_json(lib, OBAMA_DIR / "obama.jpg", "-k", "6", "--show-weak")  # his other photos, and the clip
+    grouped = query_json(lib, OBAMA_DIR / "obama.jpg", "--per-video", "-k", "6", "--show-weak")
     assert len({h["video"] for h in flat}) == len(grouped) >= 2 and sum(len(g["hits"]) for g in grouped) == 6
     assert all(g["hits"] and all(h["video"] == g["video"] for h in g["hits"]) for g in grouped)
     assert sorted(h["track_id"] for g in grouped for h in g["hits"]) == sorted(h["track_id"] for h in flat)
-    text = run("query", LIN, "--library", lib, "--per-video", "-k", "1").stdout.splitlines()
+    text = run("query", LIN, "--library", lib, "--per-video", "-k", "1", "--show-weak").stdout.splitlines()  # Lin: the clip
     assert text[0].startswith(str(media / "hamilton.mp4")) and all(l.startswith("   ") for l in text[1:])
     assert run("query", LIN, "--library", lib, "--videos-only", "--photos-only", ok=False).exit_code == 1
 

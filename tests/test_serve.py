@@ -78,10 +78,14 @@ def test_api_query_is_query_json(client, library):
 
 
 def test_search_page_shows_cards_and_heads(client, library):
-    r = client.post("/", files={"photo": ("two.jpg", TWO_PEOPLE.read_bytes(), "image/jpeg")}, data={"k": "4", "all": "1"})
+    weak = {"k": "4", "all": "1", "show_weak": "1"}
+    r = client.post("/", files={"photo": ("two.jpg", TWO_PEOPLE.read_bytes(), "image/jpeg")}, data=weak)
     assert r.status_code == 200
-    assert r.text.count('class="head') >= 2 and r.text.count('class="card"') == 8  # two heads, four cards each
-    assert "/watch/" in r.text and "/frames/" in r.text and "uncalibrated" in r.text
+    assert r.text.count('class="head') >= 2 and r.text.count('class="card"') == 8  # two heads, four cards each (weak ones too)
+    assert "/watch/" in r.text and "/frames/" in r.text and "uncalibrated" not in r.text  # the default model's thresholds
+    # Confident-only by default, as `query`: what is left out is said, never "the library is empty".
+    r = client.post("/", files={"photo": ("two.jpg", TWO_PEOPLE.read_bytes(), "image/jpeg")}, data={"k": "4", "all": "1"})
+    assert r.text.count('class="card"') < 8 and "below the identity threshold" in r.text and "weak matches too" in r.text
     r = client.post("/", files={"photo": ("lmm.png", MIRANDA.read_bytes(), "image/png")}, data={"k": "2"})
     assert r.text.count('class="card"') == 2 and "short_hamilton_clip.mp4" in r.text and "0:00:0" in r.text
 

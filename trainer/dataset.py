@@ -25,9 +25,12 @@ Steps (`build_dataset` runs them in this order)
    identity (R3).
 5. The dataset folder (`assemble`): crops, teacher vectors, manifest, videos.json, contact sheets.
 
-Labelled photo sets (``--labels``, CSV files read by ``headsearch.labels.read_label_set``) add one
+Labelled sets (``--labels``, CSV files read by ``headsearch.labels.read_label_set``) add one
 sample per photo: its largest head, identity ``label:<identity>``, state
-``label:<identity>/<appearance_state or default>``. They are never merged with video identities.
+``label:<identity>/<appearance_state or default>``. A labelled video is a one-person video: its
+person's segments (the longest and those whose best face matches it) take its identity and state,
+so clips of one person in one look are one state across clips (R1), and other people in it are
+left out. Labelled samples are never merged with video identities.
 
 Resumable: each input file is analysed into ``DIR/parts/<key>/`` (written to ``<key>.tmp`` and
 renamed when complete; a rerun skips files whose part exists and matches the file and the
@@ -111,7 +114,10 @@ DEFAULT_BEST_FACE_RATIO = 0.22
 # 0.955-0.965. 0.92 merged those different people, so 0.95: dlib scores faces of one ethnicity and of
 # low resolution high, and a false merge (R3 pairs labelled R2) hurts training more than a false split.
 # ArcFace (insightface) 0.45: its usual verification range (same ~0.5+, different < 0.3), not measured here.
-DEFAULT_CLUSTER_THRESHOLDS = {"dlib-resnet": 0.95, "arcface-onnx": 0.45}
+# sface 0.45: on the 340 photos of shared/data LABELS.csv + more/LABELS.csv the highest of 56,000 impostor pairs
+# scores 0.454 (99.99th percentile 0.431), the median genuine pair 0.569.
+DEFAULT_CLUSTER_THRESHOLDS = {"dlib-resnet": 0.95, "arcface-onnx": 0.45, "sface": 0.45}
+DEFAULT_TEACHER = "sface"  # the face model whose vectors cluster identities and are the distillation targets
 FALLBACK_CLUSTER_THRESHOLD = 0.5
 
 REJECT_REASONS = ("too_few_frames", "too_few_face_visible", "too_few_face_invisible", "no_best_face")
@@ -364,6 +370,7 @@ class Inputs:
     videos: list[Path]
     photos: list[LabelPhoto]
     unreadable: int  # paths that could not be read at all
+    labelled_videos: dict[Path, LabelPhoto] = field(default_factory=dict)  # one-person videos with a label
 
     def items(self) -> list[tuple[Path, str]]:
         """(file, source) for every input, videos first; source is "video" or "photo"."""
@@ -422,6 +429,8 @@ class BuildSummary:
     cannot_link_pairs: int = 0
     cannot_link_blocked: int = 0
     cluster_threshold: float = 0.0
+    labelled_video_segments: int = 0  # segments of labelled one-person videos that took the label
+    labelled_video_segments_dropped: int = 0  # other people's segments in labelled videos, left out
     label_rows_skipped: dict = field(default_factory=dict)
     options: dict = field(default_factory=dict)
     teacher: dict = field(default_factory=dict)
@@ -445,29 +454,31 @@ class BuildSummary:
         report(f"error: {message}")
 
 
-def collect_label_photos(csvs: Sequence[Path], summary: BuildSummary, report: Report) -> list[LabelPhoto]:
-    photos, seen = [], set()
+def collect_labels(csvs: Sequence[Path], summary: BuildSummary, report: Report) -> tuple[list[LabelPhoto], dict[Path, LabelPhoto]]:
+    """The labelled photos, and the labelled one-person videos by path (their person's segments take the label)."""
+    photos, videos, seen = [], {}, set()
     skipped = Counter()
     for csv_path in csvs:
         ls = read_label_set(Path(csv_path))
         for reason, k in ls.skipped.items():
             skipped[reason] += k
         for f in ls.files:
-            if f.kind != MediaKind.IMAGE:
-                skipped["video rows (not used as labels)"] += 1
-                continue
             p = f.path.resolve()
             if p in seen:
-                skipped["duplicate photo"] += 1
+                skipped["duplicate file"] += 1
                 continue
             seen.add(p)
             identity = f"label:{f.identity}"
-            photos.append(LabelPhoto(p, identity, f"{identity}/{f.state or 'default'}"))
+            entry = LabelPhoto(p, identity, f"{identity}/{f.state or 'default'}")
+            if f.kind == MediaKind.IMAGE:
+                photos.append(entry)
+            else:
+                videos[p] = entry
         line = ls.skipped_line()
         if line:
             report(f"note: {line}")
     summary.label_rows_skipped = dict(skipped)
-    return photos
+    return photos, videos
 
 
 def gather_inputs(videos: Sequence[Path], labels: Sequence[Path], summary: BuildSummary, report: Report) -> Inputs:
@@ -482,12 +493,13 @@ def gather_inputs(videos: Sequence[Path], labels: Sequence[Path], summary: Build
     ignored = len(files) - len(video_files)
     if ignored:
         report(f"note: {ignored} photos among the videos ignored (give photos through --labels)")
-    photos = collect_label_photos(labels, summary, report)
+    photos, labelled_videos = collect_labels(labels, summary, report)
+    video_files = list(dict.fromkeys(video_files + list(labelled_videos)))
     summary.videos = len(video_files)
     summary.videos_failed = len(problems)
     if not video_files and not photos:
         raise DatasetError("nothing to build from: no readable videos or labelled photos were given")
-    return Inputs(video_files, photos, len(problems))
+    return Inputs(video_files, photos, len(problems), labelled_videos)
 
 
 def _analysed_part(analyser: Analyser, path: Path, source: str, part_dir: Path, summary: BuildSummary, report: Report,
@@ -580,6 +592,28 @@ def photo_segments(photos: Sequence[LabelPhoto], parts: dict[Path, Part], summar
     return segments
 
 
+def label_video_segments(segments: list[Segment], labelled: dict[Path, LabelPhoto], threshold: float,
+                         summary: BuildSummary) -> list[Segment]:
+    """Give the labelled person's segments of each labelled one-person video its identity and look; return the
+    other segments (unlabelled videos) for clustering. The labelled person is the longest segment and those whose
+    best face matches it (cosine >= threshold); other people in a labelled video are left out."""
+    rest, by_video = [], defaultdict(list)
+    for seg in segments:
+        (by_video[Path(seg.video)] if Path(seg.video) in labelled else rest).append(seg)
+    for path, segs in by_video.items():
+        label = labelled[path]
+        main = max(segs, key=lambda x: len(x.obs))
+        ref = main.best_teacher_vector / max(float(np.linalg.norm(main.best_teacher_vector)), 1e-12)
+        for seg in segs:
+            v = seg.best_teacher_vector
+            if seg is main or float(np.dot(ref, v / max(float(np.linalg.norm(v)), 1e-12))) >= threshold:
+                seg.identity, seg.state = label.identity, label.state
+            else:
+                summary.labelled_video_segments_dropped += 1
+    summary.labelled_video_segments = sum(1 for segs in by_video.values() for x in segs if x.identity)
+    return rest
+
+
 def cannot_link_pairs(segments: Sequence[Segment]) -> list[tuple[int, int]]:
     """Pairs of segments seen in one sampled frame of one shot: two people, however alike."""
     cannot = []
@@ -620,7 +654,7 @@ def build_dataset(videos: Sequence[Path], out: Path, labels: Sequence[Path] = ()
     out = Path(out).expanduser()
     inputs = gather_inputs(videos, labels, summary, report)
 
-    embedder = load_embedder(teacher)
+    embedder = load_embedder(teacher or DEFAULT_TEACHER)
     model = embedder.describe()
     threshold = opts.cluster_threshold if opts.cluster_threshold is not None else default_cluster_threshold(embedder.name)
     summary.cluster_threshold = threshold
@@ -643,7 +677,9 @@ def build_dataset(videos: Sequence[Path], out: Path, labels: Sequence[Path] = ()
         raise DatasetError("no usable segments or photos: every track was rejected by the filters "
                            f"({', '.join(f'{k} {v}' for k, v in summary.segments_rejected.items() if v) or 'no tracks'}); "
                            "try --min-invisible 0, a lower --min-frames or a higher --fps")
-    cluster_identities(segments, threshold, embedder.dim, summary)
+    unlabelled = label_video_segments(segments, inputs.labelled_videos, threshold, summary)
+    cluster_identities(unlabelled, threshold, embedder.dim, summary)
+    segments = [x for x in segments if x.identity]
     assemble(out, segments + photos, parts, summary.teacher, embedder.dim, summary)
     summary.wall_seconds = time.perf_counter() - start
     write_summary(out, asdict(summary))

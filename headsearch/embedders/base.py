@@ -60,11 +60,34 @@ class Embedder(ABC):
         return {k: np.zeros((0, self.dim), np.float32) for k in self.kinds}
 
 
-def align_face(crop: HeadCrop, size: int = 112) -> np.ndarray:
-    """Five-point similarity alignment to ArcFace's template; a face-box warp when no landmarks."""
+def similarity_transform(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """The least-squares similarity transform (Umeyama) taking points `src` onto `dst`, as a 2x3 matrix
+    (what insightface's and OpenCV's FaceRecognizerSF alignment compute)."""
+    src, dst = np.asarray(src, np.float64), np.asarray(dst, np.float64)
+    mu_s, mu_d = src.mean(0), dst.mean(0)
+    s0, d0 = src - mu_s, dst - mu_d
+    u, sv, vt = np.linalg.svd(d0.T @ s0 / len(src))
+    d = np.eye(2)
+    if np.linalg.det(u) * np.linalg.det(vt) < 0:
+        d[1, 1] = -1
+    r = u @ d @ vt
+    var = (s0 ** 2).sum() / len(src)
+    c = (sv * np.diag(d)).sum() / max(var, 1e-12)
+    t = mu_d - c * r @ mu_s
+    return np.hstack([c * r, t[:, None]]).astype(np.float32)
+
+
+def align_face(crop: HeadCrop, size: int = 112, exact: bool = False) -> np.ndarray:
+    """Five-point similarity alignment to ArcFace's template; a face-box warp when no landmarks.
+
+    `exact`: the least-squares similarity of all five points (`similarity_transform`) instead of
+    OpenCV's robust LMEDS fit."""
     template = ARCFACE_TEMPLATE * (size / 112.0)
     if crop.landmarks is not None:
-        m, _ = cv2.estimateAffinePartial2D(crop.landmarks, template, method=cv2.LMEDS)
+        if exact:
+            m = similarity_transform(crop.landmarks, template)
+        else:
+            m, _ = cv2.estimateAffinePartial2D(crop.landmarks, template, method=cv2.LMEDS)
         if m is not None:
             return cv2.warpAffine(crop.image, m, (size, size), borderMode=cv2.BORDER_REPLICATE)
     # No landmarks: map the (estimated) face box onto the template's face region.

@@ -20,7 +20,7 @@ class HeadSimilarityEmbedder(Embedder):
     kinds = (VectorKind.ID, VectorKind.HEAD)
     sees_whole_head = True  # trained on whole-head crops, faces visible or not
 
-    def __init__(self, path: Path, batch_size: int = 64):
+    def __init__(self, path: Path, batch_size: int = 64, name: str | None = None, source: str | None = None):
         import torch
 
         from headsearch.model import load_checkpoint, read_checkpoint_card
@@ -33,10 +33,18 @@ class HeadSimilarityEmbedder(Embedder):
         self.size = self.model.cfg.img_size
         self.dim = self.model.cfg.out_dim
         self.batch_size = batch_size
-        self.name = self.card.get("card", {}).get("name") or f"headsim:{self.path.stem}"
+        self.name = name or self.card.get("card", {}).get("name") or f"headsim:{self.path.stem}"
         self.version = file_digest(self.path)
-        self.source = str(self.path.resolve())
+        self.source = source or str(self.path.resolve())
         self.kinds = (VectorKind.ID, VectorKind.HEAD) if self.model.cfg.variant != "shared" else (VectorKind.ID,)
+        self._face_model = None
+        if self.model.cfg.face_dim:  # the face token: the teacher's vector of each aligned face, computed here
+            teacher = (self.card.get("card", {}).get("teacher") or {}).get("name")
+            if teacher != "sface":
+                raise ModelError(f"{self.path}: its face token needs the teacher it was trained with (sface), the card names {teacher!r}")
+            from headsearch.embedders.sface import SFaceEmbedder
+
+            self._face_model = SFaceEmbedder()
 
     def preprocess(self, crops: Sequence[HeadCrop]) -> np.ndarray:
         """Head crops as an (N, 3, S, S) float32 batch in [-1, 1], exactly as in training's validation."""
@@ -52,9 +60,15 @@ class HeadSimilarityEmbedder(Embedder):
         ids, heads = [], []
         with torch.inference_mode():
             for start in range(0, len(crops), self.batch_size):
-                x = torch.from_numpy(self.preprocess(crops[start : start + self.batch_size])).to(self.device)
+                part = crops[start : start + self.batch_size]
+                x = torch.from_numpy(self.preprocess(part)).to(self.device)
+                face = {}
+                if self._face_model is not None:
+                    mask = torch.tensor([c.landmarks is not None for c in part], device=self.device)
+                    vectors = self._face_model.embed(part)[VectorKind.ID]
+                    face = {"face": torch.from_numpy(vectors).to(self.device), "face_mask": mask}
                 with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
-                    z_id, z_head = self.model(x)
+                    z_id, z_head = self.model(x, **face)
                 ids.append(z_id.float().cpu().numpy())
                 heads.append(z_head.float().cpu().numpy())
         out = {VectorKind.ID: l2_normalise(np.concatenate(ids))}

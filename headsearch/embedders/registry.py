@@ -16,10 +16,12 @@ from headsearch.errors import ModelError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "dlib-resnet"  # what `--model default` (or no --model) loads
+DEFAULT_MODEL = "sface"  # what `--model default` (or no --model) loads; its thresholds ship in headsearch/models/
 ENTRY_POINT_GROUP = "headsearch.models"
 BUILTIN_MODULES = (
     "headsearch.embedders.dlib_resnet",
+    "headsearch.embedders.sface",
+    "headsearch.embedders.sface_hsv",
     "headsearch.embedders.arcface_onnx",
     "headsearch.embedders.head_similarity",
 )
@@ -76,7 +78,7 @@ def available_models() -> list[str]:
 
 
 def load_embedder(spec: str | None) -> Embedder:
-    """An embedder by registered name (`default` is the bundled default) or by a local path."""
+    """An embedder by registered name (`default` names DEFAULT_MODEL) or by a local path."""
     _load_modules()
     spec = DEFAULT_MODEL if spec in (None, "", "default") else str(spec)
     if spec in _named:
