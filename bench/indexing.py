@@ -58,9 +58,13 @@ def indexing_speed(video: Path, model: str | None = None, settings: IndexSetting
     seconds = {**result.stage_seconds, "store": end - stored}
     units = {"decode": ("frames", result.frames_decoded), "shots": ("frames", result.frames_decoded),
              "detect": ("sampled frames", result.frames_sampled), "track": ("sampled frames", result.frames_sampled),
-             "embed": ("head crops", result.sightings), "store": ("sightings", result.sightings)}
+             "embed": ("head crops", result.embedded), "store": ("sightings", result.sightings),
+             "wait": ("sampled frames", result.frames_sampled)}
     stages = {}
-    for stage in STAGES:
+    # Busy seconds per stage: decoding and shots run in their own thread, ahead of detection and
+    # embedding (settings.decode_ahead), so the stages can add up to more than the wall time;
+    # "wait" is the time detection waited for decoded frames.
+    for stage in (*STAGES, "wait"):
         s = float(seconds.get(stage, 0.0))
         unit, count = units[stage]
         stages[stage] = {"seconds": s, "share": s / wall if wall else None, "items": int(count), "unit": unit,
@@ -69,7 +73,8 @@ def indexing_speed(video: Path, model: str | None = None, settings: IndexSetting
         "video": str(video), "model": embedder.describe().to_dict(), "video_seconds": result.duration, "width": result.width,
         "height": result.height, "fps": result.fps, "decoder": result.decoder, "sample_fps": settings.sample_fps,
         "frames_decoded": result.frames_decoded, "frames_sampled": result.frames_sampled,
-        "tracks": len(result.tracks), "sightings": result.sightings, "startup_s": startup,
+        "tracks": len(result.tracks), "sightings": result.sightings, "embedded": result.embedded, "startup_s": startup,
+        "overlapped": settings.decode_ahead > 0,
         "stages": stages, "wall_s": wall, "realtime": result.duration / wall if wall > 0 else 0.0,
         "decode_only": decode_only(video, settings), "warnings": [result.warning] if result.warning else [],
     }

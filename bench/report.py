@@ -160,4 +160,8 @@ def format_indexing(r: dict) -> str:
     lines += format_table(rows, "<>>>>")
     lines.append(f"(decode-only: every frame decoded and histogrammed, no detection; model load and detector start-up "
                  f"{r['startup_s']:.1f} s not counted)")
+    if r.get("overlapped"):
+        lines.append(f"(stages are busy seconds: decoding and shots run ahead in their own thread while detection, tracking and "
+                     f"embedding run, so they add up to more than the wall time; wait: detection waiting for frames; "
+                     f"{r.get('embedded', 0)} of {r['sightings']} sightings embedded)")
     return "\n".join(lines)

@@ -452,24 +452,43 @@ class Library:
         """Commit one analysed file's rows and vectors in one transaction, replacing an older version
         of the same path; returns its id. Thumbnails are written before the commit (an orphan
         thumbnail is harmless and cleaned up later)."""
-        removed: dict[VectorKind, np.ndarray] = {}
+        return self.store_many([result])[0]
+
+    def store_many(self, results: list[FileResult]) -> list[int]:
+        """Commit several analysed files in one transaction (all of them or none), each replacing an
+        older version of its path; returns their ids. One commit per batch of small files (photos)
+        instead of one per file: opening, committing and checkpointing the database is most of what
+        storing a photo costs."""
+        removed: dict[VectorKind, list[np.ndarray]] = {}
         old_thumbs: list[str] = []
+        added: list[dict[VectorKind, tuple[np.ndarray, np.ndarray]]] = []
+        ids = []
         with self.transaction() as conn:
-            old = conn.execute(sa.select(t.videos.c.id).where(t.videos.c.path == result.path)).scalar()
-            if old is not None:
-                removed, old_thumbs = self._delete_file(conn, old)
-            rows = _FileRows(result, self._next_ids(conn))
-            self._save_next_ids(conn, rows.next_ids)
-            for track_id, jpeg in rows.thumbnails.items():
-                write_bytes_atomic(self.root / THUMBNAILS / f"{track_id}.jpg", jpeg, fsync=False)
-            conn.execute(sa.delete(t.failed_files).where(t.failed_files.c.path == result.path))
-            conn.execute(sa.insert(t.videos), [rows.video])
-            _bulk_insert(conn, t.shots, rows.shots)
-            _bulk_insert(conn, t.tracks, rows.tracks)
-            _bulk_insert(conn, t.observations, rows.observations)
-            _bulk_insert(conn, t.vectors, rows.vector_rows())
-        self._after_commit(removed, rows.vectors, old_thumbs)
-        return rows.video["id"]
+            next_ids = self._next_ids(conn)
+            for result in results:
+                old = conn.execute(sa.select(t.videos.c.id).where(t.videos.c.path == result.path)).scalar()
+                if old is not None:
+                    gone, thumbs = self._delete_file(conn, old)
+                    for kind, vector_ids in gone.items():
+                        removed.setdefault(kind, []).append(vector_ids)
+                    old_thumbs.extend(thumbs)
+                rows = _FileRows(result, next_ids)
+                next_ids = rows.next_ids
+                for track_id, jpeg in rows.thumbnails.items():
+                    write_bytes_atomic(self.root / THUMBNAILS / f"{track_id}.jpg", jpeg, fsync=False)
+                conn.execute(sa.delete(t.failed_files).where(t.failed_files.c.path == result.path))
+                conn.execute(sa.insert(t.videos), [rows.video])
+                _bulk_insert(conn, t.shots, rows.shots)
+                _bulk_insert(conn, t.tracks, rows.tracks)
+                _bulk_insert(conn, t.observations, rows.observations)
+                _bulk_insert(conn, t.vectors, rows.vector_rows())
+                added.append(rows.vectors)
+                ids.append(rows.video["id"])
+            self._save_next_ids(conn, next_ids)
+        self._after_commit({k: np.concatenate(v) for k, v in removed.items()}, {}, old_thumbs)
+        for vectors in added:
+            self._after_commit({}, vectors, [])
+        return ids
 
     # ----- failed files ----------------------------------------------------------------------
     def failed_files(self) -> dict[str, FailedFile]:

@@ -169,6 +169,7 @@ class FileResult:
     stage_seconds: dict[str, float] = field(default_factory=dict)  # time per pipeline stage
     source_size: tuple[int, int] | None = None  # the file's own (width, height); boxes are in `width` x `height`
     dropped_tracks: list[tuple[HeadTrack, str]] = field(default_factory=list)  # tracks without face evidence, and why
+    embedded: int = 0  # sightings embedded (a bounded, chosen subset of the face-visible ones)
 
     @property
     def path(self) -> str:
