@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -107,28 +108,76 @@ def sane_times(frames: Iterator[DecodedFrame], fps: float, max_seconds: float) -
         yield frame
 
 
+HWDECODE_ENV = "HEADSEARCH_HWDECODE"
+_hw_said: set[str] = set()
+
+
+def hardware_decoding() -> str | None:
+    """The hardware decoder to try first: $HEADSEARCH_HWDECODE = `auto` (the default: CUDA when an
+    NVIDIA device is present and FFmpeg has CUDA), `cuda`, or `off`."""
+    wanted = os.environ.get(HWDECODE_ENV, "auto").strip().lower() or "auto"
+    if wanted not in ("auto", "cuda", "off"):
+        raise MediaError(f"${HWDECODE_ENV}: auto, cuda or off, got {wanted!r}")
+    if wanted == "off":
+        return None
+    if wanted == "auto":
+        if not Path("/dev/nvidia0").exists():
+            return None
+        try:
+            from av.codec.hwaccel import hwdevices_available
+
+            if "cuda" not in hwdevices_available():
+                return None
+        except ImportError:
+            return None
+    return "cuda"
+
+
 class VideoStream:
-    """Frames of one video in order, each exactly once, no larger than `max_side`."""
+    """Frames of one video in order, each exactly once, no larger than `max_side`. On a machine with
+    an NVIDIA GPU, PyAV decodes on it first (`hardware_decoding`); any failure there falls back to the
+    CPU decoders."""
 
     def __init__(self, path: Path, max_side: int = 1280, limits: MediaLimits | None = None,
-                 decoders: tuple[str, ...] = ("decord", "pyav")):
+                 decoders: tuple[str, ...] | None = None):
         self.path = Path(path)
         self.max_side = max_side
         self.limits = limits or MediaLimits.from_env()
         self.truncated_at: int | None = None  # set when decoding stopped early on a damaged stream
         self._file_size = check_video_header(self.path, self.limits)
+        if decoders is None:
+            decoders = ("pyav-cuda", "decord", "pyav") if hardware_decoding() else ("decord", "pyav")
         errors = []
-        openers = {"decord": self._open_decord, "pyav": self._open_pyav}
-        for opener in (openers[d] for d in decoders):
+        openers = {"decord": self._open_decord, "pyav": self._open_pyav, "pyav-cuda": self._open_pyav_cuda}
+        for name in decoders:
             try:
                 with native_stderr_silenced():
-                    self.info = opener()
+                    self.info = openers[name]()
                 if getattr(self, "_timeline_note", None):  # logged here: stderr is silenced while opening
                     log.info("%s: %s", self.path, self._timeline_note)
                 return
             except Exception as e:  # each backend raises its own types for unreadable media
-                errors.append(f"{opener.__name__[6:]}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}")
+                reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                errors.append(f"{name}: {reason}")
+                if name == "pyav-cuda" and reason not in _hw_said:
+                    _hw_said.add(reason)
+                    log.warning("hardware decoding (CUDA) unavailable (%s): decoding on the CPU", reason)
         raise MediaError(f"{self.path}: not a readable video", detail="; ".join(errors))
+
+    def _open_pyav_cuda(self) -> VideoInfo:
+        """PyAV decoding on the GPU (NVDEC through FFmpeg's CUDA device), frames copied back to memory."""
+        import av
+        from av.codec.hwaccel import HWAccel
+
+        av.logging.set_level(None)
+        container = av.open(str(self.path), hwaccel=HWAccel(device_type="cuda", allow_software_fallback=False))
+        try:
+            next(container.decode(video=0))  # fails here when the device or the codec cannot decode
+        finally:
+            container.close()
+        info = self._open_pyav(hwaccel=HWAccel(device_type="cuda", allow_software_fallback=False))
+        info.decoder = "pyav-cuda"
+        return info
 
     def _open_decord(self) -> VideoInfo:
         import decord
@@ -159,11 +208,11 @@ class VideoStream:
         self._backend = "decord"
         return VideoInfo(self.path, dw, dh, fps, n, duration, "decord", float(self._timestamps[0]), (w, h))
 
-    def _open_pyav(self) -> VideoInfo:
+    def _open_pyav(self, hwaccel=None) -> VideoInfo:
         import av
 
         av.logging.set_level(None)  # no Python log callback: FFmpeg threads calling it deadlock with the GIL
-        container = av.open(str(self.path))
+        container = av.open(str(self.path), **({"hwaccel": hwaccel} if hwaccel is not None else {}))
         if not container.streams.video:
             container.close()
             raise MediaError("no video stream")

