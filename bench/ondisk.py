@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.search import SearchSpeed, Synthetic, recall_at_k, single_query_latencies
+from headsearch.errors import HeadsearchError
 from headsearch.files import atomic_write, write_json_atomic
 from headsearch.quiet import native_stderr_silenced, native_stdout_silenced
 
@@ -317,6 +318,8 @@ def ondisk_search_speed(n: int, dim: int = 128, seed: int = 0, n_queries: int = 
                         say=lambda m: None) -> list[SearchSpeed]:
     """The on-disk IVF-PQ index over n synthetic vectors: one result per nprobe of the recipe."""
     recipe = recipe or OnDiskRecipe()
+    if dim % recipe.pq_bytes:
+        raise HeadsearchError(f"--pq-bytes {recipe.pq_bytes} must divide the dimension of the vectors ({dim})")
     keep = work_dir is not None
     root = Path(work_dir) if keep else Path(tempfile.mkdtemp(prefix="headsearch-ondisk-"))
     data = root / f"n{n}-d{dim}-seed{seed}-q{n_queries}"
@@ -327,8 +330,6 @@ def ondisk_search_speed(n: int, dim: int = 128, seed: int = 0, n_queries: int = 
         data.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(data).free / 1e9
         if not (data / "vectors.f32").is_file() and free < needs_gb(n, dim, recipe.pq_bytes):
-            from headsearch.errors import HeadsearchError
-
             raise HeadsearchError(f"{root}: {free:.1f} GB free, the on-disk benchmark at {n:,} vectors needs about "
                                   f"{needs_gb(n, dim, recipe.pq_bytes):.1f} GB (choose another --work-dir)")
         say(f"  {n:,} vectors of {dim} floats in {data} ({n * dim * 4 / 1e9:.1f} GB)")
@@ -367,8 +368,6 @@ def ondisk_search_speed(n: int, dim: int = 128, seed: int = 0, n_queries: int = 
 
 
 def _in_fresh_process(index_path: Path, vectors: Path, queries: Path, nprobe: int, rerank: int, k: int, latency_queries: int) -> dict:
-    from headsearch.errors import HeadsearchError
-
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
     process = context.Process(target=_search_process, args=(str(index_path), str(vectors), str(queries), nprobe, rerank, k,

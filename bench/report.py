@@ -129,8 +129,9 @@ def format_search(results: Sequence[SearchSpeed], seed: int) -> str:
         return ""
     r0 = results[0]
     lines = [f"search: {r0.dim}-d synthetic unit vectors (seed {seed}; clusters of {SYNTHETIC_PER_CLUSTER}, in-cluster cosine "
-             f"~{1 / (1 + SYNTHETIC_SPREAD ** 2):.2f}), {r0.queries} queries, k={r0.k}, latency of single queries, "
-             f"{r0.threads} faiss threads; recall against exact float64 search"]
+             f"~{1 / (1 + SYNTHETIC_SPREAD ** 2):.2f}), {r0.queries} queries, k={r0.k}; latency of "
+             f"single queries on one faiss thread (as the library searches one query), batch q/s on {r0.threads}; recall against "
+             f"exact float64 search"]
     rows = [["vectors", "index", "p50 ms", "p95 ms", "batch q/s", f"recall@{r0.k}", "memory MB", "build s"]]
     for r in results:
         rows.append([f"{r.n:,}", r.label(), f"{r.p50_ms:.3f}", f"{r.p95_ms:.3f}", f"{r.batch_qps:,.0f}", f"{r.recall_at_k:.4f}",

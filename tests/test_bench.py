@@ -184,6 +184,8 @@ def test_speed_search_and_indexing(tmp_path):
     assert "--video" in bench("--speed", ok=False).output
     res = bench("--speed", "--only", "search", "--index", "ivf,annoy", ok=False)
     assert "--index: annoy is not one of flat, ivf, hnsw, ivfpq-ondisk" in res.stderr and "Traceback" not in res.output
+    res = bench("--speed", "--only", "search", "--sizes", "1000", "--dim", "100", "--index", "ivfpq-ondisk", ok=False)
+    assert "--pq-bytes 32 must divide the dimension of the vectors (100)" in res.stderr and "Traceback" not in res.output
     # Indexing speed on a tiny real clip (5 frames): every stage reported, next to the decode-only bound.
     clip = DATA / "face-api.js" / "test" / "media" / "video.mp4"
     out = json.loads(bench("--speed", "--only", "indexing", "--video", clip, "--json", "-q").stdout)["indexing"]

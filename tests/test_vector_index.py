@@ -182,3 +182,16 @@ def test_tiny_ivf(n):
     index.add(np.arange(n, dtype=np.int64), db)
     assert index.make_approximate_if_large(approximate_from=1)
     assert index.search(db[:1], 1)[1][0, 0] == 0
+
+
+def test_single_queries_search_on_one_thread():
+    import faiss
+
+    from headsearch.vector_index import SINGLE_THREAD_BELOW, search_threads
+
+    before = faiss.omp_get_max_threads()
+    with search_threads(1):
+        assert faiss.omp_get_max_threads() == 1
+    with search_threads(SINGLE_THREAD_BELOW):
+        assert faiss.omp_get_max_threads() == before
+    assert faiss.omp_get_max_threads() == before
