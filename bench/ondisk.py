@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import multiprocessing
 import os
 import shutil
@@ -31,37 +30,23 @@ from bench.search import SearchSpeed, Synthetic, recall_at_k, single_query_laten
 from headsearch.errors import HeadsearchError
 from headsearch.files import atomic_write, write_json_atomic
 from headsearch.quiet import native_stderr_silenced, native_stdout_silenced
-
-
-def ondisk_nlist(n: int) -> int:
-    """Inverted lists of the on-disk index: ~20 sqrt(n) rounded to a power of two (65,536 at 1e7),
-    at most n / 20. Finer than the library's ~4 sqrt(n): at 1e7 the coarse lists needed 8% of the
-    lists searched for recall@10 0.89 (see README)."""
-    return max(1, min(n // 20, 2 ** round(math.log2(20 * math.sqrt(n)))))
-
-
-HNSW_QUANTIZER_FROM = 8192  # past this many lists an HNSW graph over the centroids finds the nearest lists
+from headsearch.vector_index import ivf_nlist
 
 
 @dataclass(frozen=True)
 class OnDiskRecipe:
     """The on-disk index's parameters (defaults chosen by measurement at 1e7, see README)."""
 
-    nlist: int | None = None  # None: ondisk_nlist(n)
+    nlist: int | None = None  # None: ~4 sqrt(n), as the library's IVF
     pq_bytes: int = 32  # PQ sub-quantizers of 8 bits: bytes per stored vector (plus an 8-byte id)
-    nprobe: tuple[int, ...] = (256,)
+    nprobe: tuple[int, ...] = (2048,)
     rerank: int = 100  # shortlist re-ranked exactly from the raw vectors (0: PQ scores only)
     shard: int = 1_000_000
-    train_per_list: int = 20
+    train_per_list: int = 30
     kmeans_iterations: int = 10
-    hnsw_ef: int = 64  # efSearch of the HNSW quantizer (assigning vectors to lists and finding a query's lists)
-    hnsw_from: int = HNSW_QUANTIZER_FROM
 
     def lists(self, n: int) -> int:
-        return min(n, self.nlist or ondisk_nlist(n))
-
-    def quantizer(self, n: int) -> str:
-        return "hnsw" if self.lists(n) > self.hnsw_from else "flat"
+        return min(n, self.nlist or ivf_nlist(n))
 
 
 def _progress(total: int, desc: str, unit: str, show: bool):
@@ -201,23 +186,10 @@ def build_ondisk(folder: Path, vectors: Path, n: int, dim: int, recipe: OnDiskRe
         t0 = time.perf_counter()
         rows = np.sort(np.random.default_rng(seed + 1).choice(n, size=min(n, recipe.train_per_list * nlist), replace=False))
         sample = _sample(vectors, n, dim, rows)
-        if recipe.quantizer(n) == "hnsw":
-            # Many lists: two-level spherical k-means (sqrt(nlist) groups, then lists inside each group;
-            # one flat k-means over all lists is too slow on 2 cores), an HNSW graph over the centroids.
-            from faiss.contrib.clustering import two_level_clustering
-
-            with native_stderr_silenced():
-                centroids, _ = two_level_clustering(sample, int(math.sqrt(nlist)), nlist, clustering_niter=recipe.kmeans_iterations,
-                                                    spherical=True, seed=seed)  # faiss's 25 iterations inside groups
-            quantizer = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
-            quantizer.hnsw.efSearch = recipe.hnsw_ef
-            quantizer.add(np.ascontiguousarray(centroids, dtype=np.float32))
-        else:
-            quantizer = faiss.IndexFlatIP(dim)
-        index = faiss.IndexIVFPQ(quantizer, dim, nlist, recipe.pq_bytes, 8, faiss.METRIC_INNER_PRODUCT)
+        index = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, nlist, recipe.pq_bytes, 8, faiss.METRIC_INNER_PRODUCT)
         index.cp.seed, index.cp.spherical, index.cp.niter = seed, True, recipe.kmeans_iterations
         with native_stderr_silenced():  # faiss warns about small training sets on stderr
-            index.train(sample)  # the lists (when not trained above), then the PQ codebooks on residuals
+            index.train(sample)  # the lists by spherical k-means, then the PQ codebooks on residuals
         del sample
         _write_index(index, trained)
         _stage(folder, "train", time.perf_counter() - t0)
@@ -323,9 +295,7 @@ def ondisk_search_speed(n: int, dim: int = 128, seed: int = 0, n_queries: int = 
     keep = work_dir is not None
     root = Path(work_dir) if keep else Path(tempfile.mkdtemp(prefix="headsearch-ondisk-"))
     data = root / f"n{n}-d{dim}-seed{seed}-q{n_queries}"
-    lists = "2level-hnsw" if recipe.quantizer(n) == "hnsw" else "flat"
-    folder = data / (f"ivfpq-nlist{recipe.lists(n)}-{lists}-pq{recipe.pq_bytes}-tpl{recipe.train_per_list}"
-                     f"-it{recipe.kmeans_iterations}" + (f"-ef{recipe.hnsw_ef}" if recipe.quantizer(n) == "hnsw" else ""))
+    folder = data / f"ivfpq-nlist{recipe.lists(n)}-pq{recipe.pq_bytes}-tpl{recipe.train_per_list}-it{recipe.kmeans_iterations}"
     try:
         data.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(data).free / 1e9
@@ -337,8 +307,7 @@ def ondisk_search_speed(n: int, dim: int = 128, seed: int = 0, n_queries: int = 
         queries = np.load(queries_path)
         say("  exact ground truth by chunked brute force")
         truth, kth = ground_truth(data, vectors, n, queries, k, show)
-        say(f"  IVF-PQ: nlist {recipe.lists(n)} ({recipe.quantizer(n)} quantizer), {recipe.pq_bytes}-byte codes, "
-            f"shards of {recipe.shard:,}")
+        say(f"  IVF-PQ: nlist {recipe.lists(n)}, {recipe.pq_bytes}-byte codes, shards of {recipe.shard:,}")
         index_path = build_ondisk(folder, vectors, n, dim, recipe, seed, show)
         build = json.loads((folder / "build.json").read_text())
         disk = (index_path.stat().st_size + index_path.with_suffix(".ivfdata").stat().st_size) / 1e6
@@ -348,8 +317,7 @@ def ondisk_search_speed(n: int, dim: int = 128, seed: int = 0, n_queries: int = 
             got = _in_fresh_process(index_path, vectors, queries_path, nprobe, recipe.rerank, k, latency_queries)
             recall = recall_at_k(got["found"], truth, RowFile(vectors, n, dim), queries, kth)
             memory, cold, first, again = got["memory"], got["cold"], got["first"], got["again"]
-            params = {"nlist": recipe.lists(n), "quantizer": recipe.quantizer(n), "nprobe": nprobe, "pq_bytes": recipe.pq_bytes,
-                      "rerank": recipe.rerank,
+            params = {"nlist": recipe.lists(n), "nprobe": nprobe, "pq_bytes": recipe.pq_bytes, "rerank": recipe.rerank,
                       "train_per_list": recipe.train_per_list, "kmeans_iterations": recipe.kmeans_iterations, "shard": recipe.shard}
             extra = {"cold_p50_ms": float(np.percentile(cold, 50) * 1e3), "cold_queries": len(cold),
                      "cached_p50_ms": float(np.percentile(again, 50) * 1e3), "cached_p95_ms": float(np.percentile(again, 95) * 1e3),

@@ -42,11 +42,11 @@ def _far(ctx, param, value):
               help="Folder for ivfpq-ondisk's vectors, ground truth and index (5.1 GB at 1e7 x 128-d), kept so a rerun "
                    "resumes; default: a temporary folder removed afterwards.")
 @click.option("--nlist", type=click.IntRange(min=1), default=None,
-              help="ivfpq-ondisk: inverted lists (default ~20 sqrt(n) as a power of two; an HNSW quantizer past 8192).")
+              help="ivfpq-ondisk: inverted lists (default ~4 sqrt(n), as the library's IVF).")
 @click.option("--nprobe", "ondisk_nprobe", default=None, metavar="N[,N...]",
-              help="ivfpq-ondisk: inverted lists searched per query (one result per value).")
-@click.option("--rerank", type=click.IntRange(min=0), default=None, help="ivfpq-ondisk: shortlist re-ranked exactly from the raw vectors (0: none).")
-@click.option("--pq-bytes", type=click.Choice(["8", "16", "32", "64"]), default=None, help="ivfpq-ondisk: bytes per PQ code.")
+              help="ivfpq-ondisk: inverted lists searched per query, one result per value (default 2048).")
+@click.option("--rerank", type=click.IntRange(min=0), default=None, help="ivfpq-ondisk: shortlist re-ranked exactly from the raw vectors (0: none; default 100).")
+@click.option("--pq-bytes", type=click.Choice(["8", "16", "32", "64"]), default=None, help="ivfpq-ondisk: bytes per PQ code (default 32).")
 @click.option("--dim", type=click.IntRange(min=2), default=128, show_default=True, help="Dimension of the synthetic vectors.")
 @click.option("--queries", type=click.IntRange(min=10), default=1000, show_default=True, help="Queries per size (latency over the first 200).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic vectors.")
