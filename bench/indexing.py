@@ -68,12 +68,16 @@ def indexing_speed(video: Path, model: str | None = None, settings: IndexSetting
         unit, count = units[stage]
         stages[stage] = {"seconds": s, "share": s / wall if wall else None, "items": int(count), "unit": unit,
                          "per_second": count / s if s > 0 else None, "realtime": result.duration / s if s > 0 else None}
+    realtime = result.duration / wall if wall > 0 else 0.0
+    bound = decode_only(video, settings)
     return {
+        "x_real_time": realtime, "decode_only_x_real_time": bound["realtime"],
+        "ratio": realtime / bound["realtime"] if bound["realtime"] else None,
         "video": str(video), "model": embedder.describe().to_dict(), "video_seconds": result.duration, "width": result.width,
         "height": result.height, "fps": result.fps, "decoder": result.decoder, "sample_fps": settings.sample_fps,
         "frames_decoded": result.frames_decoded, "frames_sampled": result.frames_sampled,
         "tracks": len(result.tracks), "sightings": result.sightings, "embedded": result.embedded, "startup_s": startup,
         "overlapped": settings.decode_ahead > 0, "wait_s": float(result.stage_seconds.get("wait", 0.0)),
-        "stages": stages, "wall_s": wall, "realtime": result.duration / wall if wall > 0 else 0.0,
-        "decode_only": decode_only(video, settings), "warnings": [result.warning] if result.warning else [],
+        "stages": stages, "wall_s": wall, "realtime": realtime,
+        "decode_only": bound, "warnings": [result.warning] if result.warning else [],
     }

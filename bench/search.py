@@ -1,16 +1,17 @@
 """Search speed: synthetic, seeded, clustered unit vectors searched with an exact FAISS index
-(IndexFlatIP) and the library's approximate one (IndexIVFFlat), measured against exact float64 search."""
+(IndexFlatIP), the library's approximate one (IndexIVFFlat with its tuned nprobe), HNSW, and an
+IVF-PQ index with on-disk inverted lists (`bench.ondisk`), measured against exact float64 search."""
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from headsearch.embedders import l2_normalise
 from headsearch.errors import HeadsearchError
-from headsearch.vector_index import NPROBE, build_ivf, ivf_nlist
+from headsearch.vector_index import build_approximate, float32_dot_error, search_threads
 
 SYNTHETIC_PER_CLUSTER = 100  # vectors per synthetic person
 # Noise norm relative to the centre: same-cluster pairs at cosine ~ 1/(1+1^2) = 0.5 and other pairs at
@@ -19,28 +20,45 @@ SYNTHETIC_PER_CLUSTER = 100  # vectors per synthetic person
 SYNTHETIC_SPREAD = 1.0
 
 
-def synthetic_vectors(n: int, n_queries: int, dim: int = 128, seed: int = 0, per_cluster: int = SYNTHETIC_PER_CLUSTER,
-                      spread: float = SYNTHETIC_SPREAD) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded, clustered unit vectors and queries drawn from the same clusters.
+class Synthetic:
+    """Seeded, clustered unit vectors, drawn in chunks (a library of people).
 
-    Like a library of people: ``n // per_cluster`` random unit centres, each vector a centre plus
-    isotropic noise of expected norm ``spread`` (cosine to its centre ~ 1/sqrt(1+spread^2), two
-    vectors of one cluster ~ 1/(1+spread^2)).
+    ``n // per_cluster`` random unit centres, each vector a centre plus isotropic noise of expected
+    norm ``spread`` (cosine to its centre ~ 1/sqrt(1+spread^2), two vectors of one cluster
+    ~ 1/(1+spread^2)). Draw the stored vectors first, then the queries, from the same clusters.
     """
-    rng = np.random.default_rng(seed)
-    n_clusters = max(1, n // per_cluster)
-    centres = l2_normalise(rng.standard_normal((n_clusters, dim), dtype=np.float32))
-    sigma = np.float32(spread / math.sqrt(dim))
 
-    def draw(count: int) -> np.ndarray:
-        out = np.empty((count, dim), np.float32)
-        for start in range(0, count, 1 << 16):
-            stop = min(count, start + (1 << 16))
-            labels = rng.integers(0, n_clusters, stop - start)
-            out[start:stop] = l2_normalise(centres[labels] + sigma * rng.standard_normal((stop - start, dim), dtype=np.float32))
+    CHUNK = 1 << 16
+
+    def __init__(self, n: int, dim: int = 128, seed: int = 0, per_cluster: int = SYNTHETIC_PER_CLUSTER,
+                 spread: float = SYNTHETIC_SPREAD):
+        self.rng = np.random.default_rng(seed)
+        self.n_clusters = max(1, n // per_cluster)
+        self.dim = dim
+        self.centres = l2_normalise(self.rng.standard_normal((self.n_clusters, dim), dtype=np.float32))
+        self.sigma = np.float32(spread / math.sqrt(dim))
+
+    def chunks(self, count: int):
+        """`count` vectors, in chunks of at most CHUNK rows."""
+        for start in range(0, count, self.CHUNK):
+            size = min(count, start + self.CHUNK) - start
+            labels = self.rng.integers(0, self.n_clusters, size)
+            yield l2_normalise(self.centres[labels] + self.sigma * self.rng.standard_normal((size, self.dim), dtype=np.float32))
+
+    def draw(self, count: int) -> np.ndarray:
+        out = np.empty((count, self.dim), np.float32)
+        start = 0
+        for chunk in self.chunks(count):
+            out[start:start + len(chunk)] = chunk
+            start += len(chunk)
         return out
 
-    return draw(n), draw(n_queries)
+
+def synthetic_vectors(n: int, n_queries: int, dim: int = 128, seed: int = 0, per_cluster: int = SYNTHETIC_PER_CLUSTER,
+                      spread: float = SYNTHETIC_SPREAD) -> tuple[np.ndarray, np.ndarray]:
+    """n stored vectors and n_queries queries of `Synthetic`."""
+    synthetic = Synthetic(n, dim, seed, per_cluster, spread)
+    return synthetic.draw(n), synthetic.draw(n_queries)
 
 
 def exact_top_k(db: np.ndarray, queries: np.ndarray, k: int, chunk: int = 64) -> tuple[np.ndarray, np.ndarray]:
@@ -58,12 +76,6 @@ def exact_top_k(db: np.ndarray, queries: np.ndarray, k: int, chunk: int = 64) ->
         ids[start:start + chunk] = np.take_along_axis(cand, order, axis=1)
         kth[start:start + chunk] = np.take_along_axis(exact, order[:, -1:], axis=1)[:, 0]
     return ids, kth
-
-
-def float32_dot_error(dim: int) -> float:
-    """Worst-case rounding error of a float32 dot product of two unit vectors: gamma_d = d u / (1 - d u), u = 2^-24."""
-    du = dim * 2.0 ** -24
-    return du / (1.0 - du)
 
 
 def recall_at_k(found: np.ndarray, truth: np.ndarray, db: np.ndarray, queries: np.ndarray, kth: np.ndarray) -> float:
@@ -103,58 +115,97 @@ class SearchSpeed:
     memory_bytes: int
     queries: int
     threads: int
+    extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"index": self.index, "n": self.n, "dim": self.dim, "params": self.params, "build_s": self.build_s,
-                "p50_ms": self.p50_ms, "p95_ms": self.p95_ms, "batch_qps": self.batch_qps,
-                f"recall@{self.k}": self.recall_at_k, "memory_bytes": self.memory_bytes,
-                "queries": self.queries, "threads": self.threads}
+        return {"vectors": self.n, "index": self.index, "p50_ms": self.p50_ms, "p95_ms": self.p95_ms,
+                f"recall_at_{self.k}": self.recall_at_k, "memory_mb": self.memory_bytes / 1e6, "dim": self.dim,
+                "params": self.params, "build_s": self.build_s, "batch_qps": self.batch_qps, "k": self.k,
+                "queries": self.queries, "threads": self.threads, **self.extra}
+
+    def label(self) -> str:
+        """The index and its parameters, for a table."""
+        p = self.params
+        if self.index == "flat":
+            return "flat (exact)"
+        if self.index == "ivf":
+            return f"ivf (nlist {p['nlist']}, nprobe {p['nprobe']} tuned)"
+        if self.index == "hnsw":
+            return f"hnsw (M {p['M']}, efSearch {p['efSearch']})"
+        rerank = f", re-rank {p['rerank']}" if p.get("rerank") else ""
+        return f"{self.index} (nlist {p['nlist']}, nprobe {p['nprobe']}, PQ {p['pq_bytes']} B{rerank})"
 
 
-def _index_bytes(index) -> int:
+def index_bytes(index) -> int:
+    """Size of a faiss index in memory, taken as the size of its serialisation."""
     import faiss
 
     return int(faiss.serialize_index(index).nbytes)
+
+
+def single_query_latencies(search, queries: np.ndarray) -> list[float]:
+    """Seconds per query, one query at a time, on the threads the library searches one query with."""
+    latencies = []
+    with search_threads(1):
+        for q in queries:
+            t0 = time.perf_counter()
+            search(q[None, :])
+            latencies.append(time.perf_counter() - t0)
+    return latencies
 
 
 def _measure(name: str, index, params: dict, build_s: float, db: np.ndarray, queries: np.ndarray, truth: np.ndarray,
              kth: np.ndarray, k: int, latency_queries: int) -> SearchSpeed:
     import faiss
 
-    latencies = []
-    for q in queries[:latency_queries]:
-        t0 = time.perf_counter()
-        index.search(q[None, :], k)
-        latencies.append(time.perf_counter() - t0)
+    latencies = single_query_latencies(lambda q: index.search(q, k), queries[:latency_queries])
     t0 = time.perf_counter()
     _, found = index.search(queries, k)
     batch_s = time.perf_counter() - t0
     return SearchSpeed(name, int(index.ntotal), int(index.d), params, build_s,
                        float(np.percentile(latencies, 50) * 1e3), float(np.percentile(latencies, 95) * 1e3),
                        len(queries) / batch_s if batch_s > 0 else float("inf"),
-                       recall_at_k(found, truth, db, queries, kth), k, _index_bytes(index), len(queries),
+                       recall_at_k(found, truth, db, queries, kth), k, index_bytes(index), len(queries),
                        faiss.omp_get_max_threads())
 
 
+IN_MEMORY = ("flat", "ivf", "hnsw")
+ON_DISK = ("ivfpq-ondisk",)
+INDEXES = IN_MEMORY + ON_DISK
+HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 40, 64
+
+
 def search_speed(n: int, dim: int = 128, seed: int = 0, n_queries: int = 1000, latency_queries: int = 200, k: int = 10,
-                 nprobe: int = NPROBE, train_per_list: int = 40) -> list[SearchSpeed]:
-    """Exact (IndexFlatIP) and approximate (IndexIVFFlat) search over n synthetic clustered vectors."""
+                 indexes: tuple[str, ...] = ("flat", "ivf")) -> list[SearchSpeed]:
+    """In-memory indexes over n synthetic clustered vectors: exact (IndexFlatIP), the library's
+    approximate recipe (`headsearch.vector_index.build_approximate`), HNSW (not used by the library:
+    it cannot remove vectors)."""
     import faiss
 
     db, queries = synthetic_vectors(n, n_queries, dim, seed)
     truth, kth = exact_top_k(db, queries, k)
     results = []
-    t0 = time.perf_counter()
-    flat = faiss.IndexFlatIP(dim)
-    flat.add(db)
-    results.append(_measure("flat", flat, {}, time.perf_counter() - t0, db, queries, truth, kth, k, latency_queries))
-    del flat
-    nlist = ivf_nlist(n)
-    t0 = time.perf_counter()
-    ivf = build_ivf(db, nlist, nprobe, seed, train_per_list)  # the library's own IVF recipe
-    ivf.add(db)
-    params = {"nlist": nlist, "nprobe": int(ivf.nprobe), "trained_on": int(min(n, train_per_list * nlist))}
-    results.append(_measure("ivf", ivf, params, time.perf_counter() - t0, db, queries, truth, kth, k, latency_queries))
+    if "flat" in indexes:
+        t0 = time.perf_counter()
+        flat = faiss.IndexFlatIP(dim)
+        flat.add(db)
+        results.append(_measure("flat", flat, {}, time.perf_counter() - t0, db, queries, truth, kth, k, latency_queries))
+        del flat
+    if "ivf" in indexes:
+        t0 = time.perf_counter()
+        ivf, tuning = build_approximate(db, np.arange(n, dtype=np.int64), seed)  # the library's own recipe
+        params = {"nlist": int(ivf.nlist), "nprobe": int(ivf.nprobe), "tuned_recall": tuning.recall,
+                  "tuned_on": tuning.queries, "tried": {str(p): r for p, r in tuning.tried.items()}}
+        results.append(_measure("ivf", ivf, params, time.perf_counter() - t0, db, queries, truth, kth, k, latency_queries))
+        del ivf
+    if "hnsw" in indexes:
+        t0 = time.perf_counter()
+        hnsw = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        hnsw.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+        hnsw.add(db)
+        hnsw.hnsw.efSearch = HNSW_EF_SEARCH
+        params = {"M": HNSW_M, "efConstruction": HNSW_EF_CONSTRUCTION, "efSearch": HNSW_EF_SEARCH}
+        results.append(_measure("hnsw", hnsw, params, time.perf_counter() - t0, db, queries, truth, kth, k, latency_queries))
     return results
 
 
@@ -175,3 +226,26 @@ def parse_sizes(text: str) -> list[int]:
     if not sizes:
         raise HeadsearchError("--sizes: give at least one size (e.g. --sizes 1e4,1e5)")
     return sizes
+
+
+def check_memory(n: int, dim: int, indexes: tuple[str, ...]) -> None:
+    """Refuse sizes whose in-memory benchmark would not fit in the memory available now."""
+    try:
+        with open("/proc/meminfo") as f:
+            available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return
+    # the vectors, the index's copy, exact-search scores and serialising the index to measure it
+    need = n * dim * 4 * (2 + len(indexes)) + n * 8 * len(indexes)
+    if need > available:
+        raise HeadsearchError(f"search at {n:,} vectors in memory ({', '.join(indexes)}) needs about {need / 1e9:.1f} GB, "
+                              f"{available / 1e9:.1f} GB is available: measure that size with --index ivfpq-ondisk")
+
+
+def parse_indexes(text: str) -> tuple[str, ...]:
+    """'flat,ivf' -> ('flat', 'ivf'), each checked."""
+    names = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    unknown = [name for name in names if name not in INDEXES]
+    if unknown or not names:
+        raise HeadsearchError(f"--index: {', '.join(unknown) or 'nothing'} is not one of {', '.join(INDEXES)}")
+    return names
