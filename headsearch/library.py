@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from headsearch import migrations
-from headsearch.errors import LibraryError, ModelMismatch
+from headsearch.errors import LibraryError, ModelMismatch, is_interruption
 from headsearch.files import write_bytes_atomic, write_json_atomic
 from headsearch.vector_index import VectorIndex
 from schemas import tables as t
@@ -316,6 +316,10 @@ class Library:
                     yield conn
             else:
                 yield conn
+        except Exception as e:
+            if is_interruption(e):  # Ctrl-C while DuckDB ran a query: rolled back, and an interruption
+                raise KeyboardInterrupt from e
+            raise
         finally:
             conn.close()
             engine.dispose()
@@ -333,8 +337,6 @@ class Library:
                                          "WHERE key = 'generation'"))
         except sa.exc.DBAPIError as e:  # disk full, I/O error...: the transaction was rolled back
             reason = str(getattr(e, "orig", e)).splitlines()[0]
-            if "interrupt" in reason.lower():  # Ctrl-C while DuckDB was working: an interruption, not a failure
-                raise KeyboardInterrupt from e
             raise LibraryError(f"{self.root}: could not commit ({reason}); the library keeps its last committed state") from e
 
     @contextlib.contextmanager
