@@ -1,4 +1,9 @@
-"""Streaming video decoding: decord first, PyAV for what decord cannot open (AV1, odd containers)."""
+"""Streaming video decoding: PyAV first, decord for what PyAV cannot open.
+
+PyAV pulls one frame at a time, so memory stays bounded however slowly frames are consumed. decord
+decodes ahead in its own threads without bound while its reader waits: indexing the 10-minute 720p
+benchmark video (slower than decoding) held 3.3-5.9 GB with decord against 0.8 GB with PyAV, which
+decodes about 30% slower here (17x against 24x real time at 720p on 2 cores)."""
 from __future__ import annotations
 
 import logging
@@ -146,7 +151,7 @@ class VideoStream:
         self.truncated_at: int | None = None  # set when decoding stopped early on a damaged stream
         self._file_size = check_video_header(self.path, self.limits)
         if decoders is None:
-            decoders = ("pyav-cuda", "decord", "pyav") if hardware_decoding() else ("decord", "pyav")
+            decoders = ("pyav-cuda", "pyav", "decord") if hardware_decoding() else ("pyav", "decord")
         errors = []
         openers = {"decord": self._open_decord, "pyav": self._open_pyav, "pyav-cuda": self._open_pyav_cuda}
         for name in decoders:

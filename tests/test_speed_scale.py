@@ -335,7 +335,7 @@ def test_hardware_decoding_asked_for_without_a_gpu_falls_back(monkeypatch, caplo
     monkeypatch.setenv("HEADSEARCH_HWDECODE", "cuda")
     with caplog.at_level("WARNING", logger="indexer.decode"):
         stream = VideoStream(HAMILTON)
-    assert stream.info.decoder == "decord"
+    assert stream.info.decoder == "pyav"
     assert any("decoding on the CPU" in r.message for r in caplog.records)
     monkeypatch.setenv("HEADSEARCH_HWDECODE", "off")
     plain = VideoStream(HAMILTON)
