@@ -58,8 +58,11 @@ def indexing_speed(video: Path, model: str | None = None, settings: IndexSetting
     seconds = {**result.stage_seconds, "store": end - stored}
     units = {"decode": ("frames", result.frames_decoded), "shots": ("frames", result.frames_decoded),
              "detect": ("sampled frames", result.frames_sampled), "track": ("sampled frames", result.frames_sampled),
-             "embed": ("head crops", result.sightings), "store": ("sightings", result.sightings)}
+             "embed": ("head crops", result.embedded), "store": ("sightings", result.sightings)}
     stages = {}
+    # Busy seconds per stage: decoding and shots run in their own thread, ahead of detection and
+    # embedding (settings.decode_ahead), so the stages can add up to more than the wall time;
+    # wait_s is the time detection waited for decoded frames.
     for stage in STAGES:
         s = float(seconds.get(stage, 0.0))
         unit, count = units[stage]
@@ -73,7 +76,8 @@ def indexing_speed(video: Path, model: str | None = None, settings: IndexSetting
         "video": str(video), "model": embedder.describe().to_dict(), "video_seconds": result.duration, "width": result.width,
         "height": result.height, "fps": result.fps, "decoder": result.decoder, "sample_fps": settings.sample_fps,
         "frames_decoded": result.frames_decoded, "frames_sampled": result.frames_sampled,
-        "tracks": len(result.tracks), "sightings": result.sightings, "startup_s": startup,
+        "tracks": len(result.tracks), "sightings": result.sightings, "embedded": result.embedded, "startup_s": startup,
+        "overlapped": settings.decode_ahead > 0, "wait_s": float(result.stage_seconds.get("wait", 0.0)),
         "stages": stages, "wall_s": wall, "realtime": realtime,
         "decode_only": bound, "warnings": [result.warning] if result.warning else [],
     }

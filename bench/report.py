@@ -179,4 +179,8 @@ def format_indexing(r: dict) -> str:
         lines.append(f"end to end at {r['ratio']:.3f} of the decode-only rate")
     lines.append(f"(decode-only: every frame decoded and histogrammed, no detection; model load and detector start-up "
                  f"{r['startup_s']:.1f} s not counted)")
+    if r.get("overlapped"):
+        lines.append(f"(stages are busy seconds: decoding and shots run ahead in their own thread while detection, tracking and "
+                     f"embedding run, so they add up to more than the wall time; detection waited {r.get('wait_s', 0.0):.2f} s for "
+                     f"frames; {r.get('embedded', 0)} of {r['sightings']} sightings embedded)")
     return "\n".join(lines)

@@ -88,7 +88,7 @@ def bench(set_csv: Path | None, models: tuple[str, ...], root: Path | None, whol
     out: dict = {}
     texts: list[str] = []
     deferred: list[HeadsearchError] = []  # errors raised after the results are printed
-    settings = IndexSettings(sample_fps=sample_fps)
+    settings = IndexSettings.from_env(sample_fps=sample_fps)
 
     if set_csv is not None:
         _accuracy(set_csv, models, root, whole_image, settings, plot, (calibrate, thresholds_out), library, out, texts, deferred, say, warn)

@@ -139,18 +139,26 @@ def main(ctx: click.Context, verbose: bool) -> None:
 @progress_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars (same as --no-progress).")
 @click.option("--retry-failed", is_flag=True, help="Try again the files that failed before, even unchanged.")
+@click.option("--workers", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Processes analysing files at once (this process alone stores them); with --engine ray, the number of actors.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: this machine; ray: Ray actors on a cluster (pip install 'headsearch[ray]').")
+@click.option("--address", default=None, help="With --engine ray: the cluster to join (ray://host:10001, host:6379 or auto); "
+              "default: a Ray instance started on this machine.")
 def index(paths: tuple[Path, ...], library: Path | None, model: str | None, sample_fps: float, progress: bool | None, quiet: bool,
-          retry_failed: bool = False) -> None:
+          retry_failed: bool = False, workers: int = 1, engine: str = "local", address: str | None = None) -> None:
     """Index videos and photos (files or folders, recursively) into the library.
 
     Unchanged files are skipped, changed ones re-indexed, and files that vanished from the given
     folders removed. Files that failed are remembered and skipped until they change. Interrupt at
-    any time: the next run finishes the work.
+    any time: the next run finishes the work. --workers N analyses N files at once.
     """
     from headsearch.embedders import load_embedder
     from headsearch.library import MANIFEST, Library, existing_model
     from indexer.pipeline import Indexer, discover
 
+    if address and engine != "ray":
+        raise click.UsageError("--address needs --engine ray")
     root = library_path(library)
     new_library = not (root / MANIFEST).exists()
     files, problems, _ = discover(paths)
@@ -162,11 +170,11 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
     embedder = load_embedder(model or (existing.source if existing else None))
     folder_existed = root.exists()
     lib = Library.create(root, embedder.describe())
-    settings = IndexSettings(sample_fps=sample_fps)
+    settings = IndexSettings.from_env(sample_fps=sample_fps)
     summary = None
     try:
-        summary = Indexer(lib, embedder, settings, progress=show_progress(progress, quiet), retry_failed=retry_failed).run(
-            paths, report=lambda m: click.echo(m, err=True))
+        summary = Indexer(lib, embedder, settings, progress=show_progress(progress, quiet), retry_failed=retry_failed,
+                          workers=workers, engine=engine, address=address).run(paths, report=lambda m: click.echo(m, err=True))
     finally:
         if new_library and (summary is None or not summary.indexed):
             lib.discard_if_empty(remove_folder=not folder_existed)  # nothing was indexed: leave nothing behind

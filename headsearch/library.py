@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from headsearch import migrations
-from headsearch.errors import LibraryError, ModelMismatch
+from headsearch.errors import LibraryError, ModelMismatch, is_interruption
 from headsearch.files import write_bytes_atomic, write_json_atomic
 from headsearch.vector_index import VectorIndex
 from schemas import tables as t
@@ -316,6 +316,10 @@ class Library:
                     yield conn
             else:
                 yield conn
+        except Exception as e:
+            if is_interruption(e):  # Ctrl-C while DuckDB ran a query: rolled back, and an interruption
+                raise KeyboardInterrupt from e
+            raise
         finally:
             conn.close()
             engine.dispose()
@@ -333,8 +337,6 @@ class Library:
                                          "WHERE key = 'generation'"))
         except sa.exc.DBAPIError as e:  # disk full, I/O error...: the transaction was rolled back
             reason = str(getattr(e, "orig", e)).splitlines()[0]
-            if "interrupt" in reason.lower():  # Ctrl-C while DuckDB was working: an interruption, not a failure
-                raise KeyboardInterrupt from e
             raise LibraryError(f"{self.root}: could not commit ({reason}); the library keeps its last committed state") from e
 
     @contextlib.contextmanager
@@ -452,24 +454,43 @@ class Library:
         """Commit one analysed file's rows and vectors in one transaction, replacing an older version
         of the same path; returns its id. Thumbnails are written before the commit (an orphan
         thumbnail is harmless and cleaned up later)."""
-        removed: dict[VectorKind, np.ndarray] = {}
+        return self.store_many([result])[0]
+
+    def store_many(self, results: list[FileResult]) -> list[int]:
+        """Commit several analysed files in one transaction (all of them or none), each replacing an
+        older version of its path; returns their ids. One commit per batch of small files (photos)
+        instead of one per file: opening, committing and checkpointing the database is most of what
+        storing a photo costs."""
+        removed: dict[VectorKind, list[np.ndarray]] = {}
         old_thumbs: list[str] = []
+        added: list[dict[VectorKind, tuple[np.ndarray, np.ndarray]]] = []
+        ids = []
         with self.transaction() as conn:
-            old = conn.execute(sa.select(t.videos.c.id).where(t.videos.c.path == result.path)).scalar()
-            if old is not None:
-                removed, old_thumbs = self._delete_file(conn, old)
-            rows = _FileRows(result, self._next_ids(conn))
-            self._save_next_ids(conn, rows.next_ids)
-            for track_id, jpeg in rows.thumbnails.items():
-                write_bytes_atomic(self.root / THUMBNAILS / f"{track_id}.jpg", jpeg, fsync=False)
-            conn.execute(sa.delete(t.failed_files).where(t.failed_files.c.path == result.path))
-            conn.execute(sa.insert(t.videos), [rows.video])
-            _bulk_insert(conn, t.shots, rows.shots)
-            _bulk_insert(conn, t.tracks, rows.tracks)
-            _bulk_insert(conn, t.observations, rows.observations)
-            _bulk_insert(conn, t.vectors, rows.vector_rows())
-        self._after_commit(removed, rows.vectors, old_thumbs)
-        return rows.video["id"]
+            next_ids = self._next_ids(conn)
+            for result in results:
+                old = conn.execute(sa.select(t.videos.c.id).where(t.videos.c.path == result.path)).scalar()
+                if old is not None:
+                    gone, thumbs = self._delete_file(conn, old)
+                    for kind, vector_ids in gone.items():
+                        removed.setdefault(kind, []).append(vector_ids)
+                    old_thumbs.extend(thumbs)
+                rows = _FileRows(result, next_ids)
+                next_ids = rows.next_ids
+                for track_id, jpeg in rows.thumbnails.items():
+                    write_bytes_atomic(self.root / THUMBNAILS / f"{track_id}.jpg", jpeg, fsync=False)
+                conn.execute(sa.delete(t.failed_files).where(t.failed_files.c.path == result.path))
+                conn.execute(sa.insert(t.videos), [rows.video])
+                _bulk_insert(conn, t.shots, rows.shots)
+                _bulk_insert(conn, t.tracks, rows.tracks)
+                _bulk_insert(conn, t.observations, rows.observations)
+                _bulk_insert(conn, t.vectors, rows.vector_rows())
+                added.append(rows.vectors)
+                ids.append(rows.video["id"])
+            self._save_next_ids(conn, next_ids)
+        self._after_commit({k: np.concatenate(v) for k, v in removed.items()}, {}, old_thumbs)
+        for vectors in added:
+            self._after_commit({}, vectors, [])
+        return ids
 
     # ----- failed files ----------------------------------------------------------------------
     def failed_files(self) -> dict[str, FailedFile]:

@@ -29,8 +29,26 @@ class IndexSettings:
     track_max_gap_s: float = 3.0  # a track follows its head region this long without a face
     follow_min_score: float = 0.55  # template-match score needed to follow a head without a face
     embed_batch: int = 32
+    embed_every_s: float = 1.0  # each track embeds its best sighting per this many seconds (0: every sighting)
+    detect_coarse_side: int = 320  # while a shot's faces are large, detect on a copy this small (0: never)
+    coarse_min_face_px: float = 64.0  # ...large: every face at least this tall at the detector's full scale
+    full_detect_every: int = 4  # ...and every this many samples of a shot, detect at full scale again
+    decode_ahead: int = 8  # frames decoded ahead of detection in a thread (0: decode in the same thread)
     thumbnail_px: int = 160
     crop_px: int = 256  # head crops are resized to this square size before embedding
+
+    @classmethod
+    def from_env(cls, **values) -> IndexSettings:
+        """The defaults, overridden by $HEADSEARCH_<SETTING> where set (e.g. HEADSEARCH_EMBED_EVERY_S=0
+        embeds every sighting, HEADSEARCH_DECODE_AHEAD=0 decodes in the detector's thread), then by `values`."""
+        for f in fields(cls):
+            raw = os.environ.get(f"HEADSEARCH_{f.name.upper()}")
+            if raw and f.name not in values:
+                try:
+                    values[f.name] = type(getattr(cls, f.name))(float(raw))
+                except ValueError:
+                    raise HeadsearchError(f"$HEADSEARCH_{f.name.upper()}: a number is expected, got {raw!r}") from None
+        return cls(**values)
 
 
 @dataclass(frozen=True)

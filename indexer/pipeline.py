@@ -9,7 +9,7 @@ import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,11 +20,12 @@ from headsearch.embedders import Embedder
 from headsearch.errors import HeadsearchError, LibraryError, MediaError, is_disk_full
 from headsearch.failures import unexpected_error_line
 from headsearch.library import FailedFile, Library, StoredFile
-from headsearch.media import fingerprint, is_media_name
+from headsearch.media import fingerprint, is_media_name, media_kind
 from headsearch.people import update_people
 from headsearch.settings import IndexSettings
-from indexer.analysis import STAGES, FrameProgress, analyse_file
-from schemas.records import FileStamp
+from indexer.analysis import STAGES
+from indexer.engines import Failure, Job, make_engine
+from schemas.records import FileResult, FileStamp, MediaKind
 
 log = logging.getLogger(__name__)
 
@@ -101,18 +102,53 @@ def _add_walked_file(path: Path, files: list[Path], problems: list[str]) -> None
         problems.append(f"{path}: not a regular file")
 
 
+class _Batch:
+    """Analysed files waiting for one commit."""
+
+    def __init__(self):
+        self.results: list[FileResult] = []
+        self.sightings = 0
+        self.since = 0.0
+
+    def add(self, result: FileResult) -> None:
+        if not self.results:
+            self.since = time.monotonic()
+        self.results.append(result)
+        self.sightings += result.sightings
+
+    def due(self, files: int, seconds: float) -> bool:
+        return bool(self.results) and (len(self.results) >= files or self.sightings >= MAX_BATCH_SIGHTINGS
+                                       or time.monotonic() - self.since >= seconds)
+
+
+MAX_BATCH_SIGHTINGS = 50_000
+
+
 class Indexer:
-    """Indexes files into one library with one detector and one embedder."""
+    """Indexes files into one library with one detector and one embedder.
+
+    Files are analysed by an engine (`indexer.engines`: this process, `workers` processes, or Ray
+    actors) and stored by this one writer in the order they were found. Small files commit in
+    batches (at most `batch_files` files, `batch_seconds` old): one transaction each, all or
+    nothing, so a killed run loses at most the batch it was about to commit and the next run
+    analyses those files again. A batch commits before a video is analysed, and at the end."""
 
     def __init__(self, library: Library, embedder: Embedder, settings: IndexSettings | None = None, progress: bool = True,
-                 retry_failed: bool = False):
+                 retry_failed: bool = False, workers: int = 1, engine: str = "local", address: str | None = None,
+                 batch_files: int = 64, batch_seconds: float = 5.0):
         self.library = library
         self.embedder = embedder
         self.settings = settings or IndexSettings()
         self.detector = FaceDetector.from_settings(self.settings)
         self.progress = progress
         self.retry_failed = retry_failed  # try again files that failed before, even unchanged
+        self.workers = max(1, workers)
+        self.engine = engine
+        self.address = address
+        self.batch_files = max(1, batch_files)
+        self.batch_seconds = batch_seconds
         self._failed: dict[str, FailedFile] = {}
+        self._batch = _Batch()
 
     def run(self, paths: Iterable[Path], report: Report = print) -> IndexSummary:
         """Index files and folders; unchanged files are skipped, vanished ones under the folders removed."""
@@ -133,36 +169,33 @@ class Indexer:
                     summary.removed += 1
             self._failed = self.library.failed_files()
             self.library.forget_failures([p for p in self._failed if any(Path(p).is_relative_to(f) for f in folders) and not Path(p).exists()])
-            overall = tqdm(files, desc="files", unit="file", disable=not self.progress, position=0)
-            frame_bar = tqdm(desc="frames", unit="frame", disable=not self.progress, position=1, leave=False)
+            overall = tqdm(total=len(files), desc="files", unit="file", disable=not self.progress, position=0)
+            frame_bar = tqdm(desc="frames", unit="frame", disable=not self.progress or self.workers > 1 or self.engine != "local",
+                             position=1, leave=False)
+            engine = make_engine(self.engine, self.workers, self.settings, self.detector, self.embedder, self.library.root,
+                                 frame_bar, self.address)
+            self._batch = _Batch()
             last_save = time.monotonic()
-            for path in overall:
-                overall.set_postfix_str(path.name[-40:])
-                try:
-                    self._index_one(path, stored.get(str(path)), summary, frame_bar, report)
-                except LibraryError:
-                    raise  # the library cannot take more (disk full, I/O error): stop, nothing is lost
-                except HeadsearchError as e:
-                    summary.failed.append(str(e))
-                    report(f"error: {e}")
-                    self._remember_failure(path, str(e))
-                    if getattr(e, "detail", None):
-                        log.info("%s: %s", path, e.detail)
-                except OSError as e:
-                    if is_disk_full(e):
-                        raise LibraryError(f"{self.library.root}: disk full; the library keeps its last committed state "
-                                           "(free space and run again)") from e
-                    summary.failed.append(f"{path}: {e.strerror or e}")
-                    report(f"error: {path}: {e.strerror or e}")
-                    self._remember_failure(path, f"{path}: {e.strerror or e}")
-                except Exception as e:  # noqa: BLE001 - whatever one file does, the run goes on (isolation)
-                    line = unexpected_error_line(path, e, self.library.root)
-                    summary.failed.append(line)
-                    report(f"error: {line}")
-                    self._remember_failure(path, line)
-                if time.monotonic() - last_save > 60:
-                    self.library.save_indexes()
-                    last_save = time.monotonic()
+            try:
+                for job, outcome in engine.run(self._jobs(files, stored, summary, report, overall)):
+                    if isinstance(outcome, Failure):
+                        self._failed_file(job.path, outcome, summary, report)
+                    else:
+                        if outcome.warning:
+                            summary.warnings.append(outcome.warning)
+                            report(f"warning: {outcome.warning}")
+                        self._batch.add(outcome)
+                        if self._batch.due(self.batch_files, self.batch_seconds):
+                            self._flush(summary, report)
+                    overall.update(1)
+                    overall.set_postfix_str(job.path.name[-40:])
+                    if time.monotonic() - last_save > 60:
+                        self._flush(summary, report)
+                        self.library.save_indexes()
+                        last_save = time.monotonic()
+                self._flush(summary, report)
+            finally:
+                engine.close()
             frame_bar.close()
             overall.close()
             self.library.save_indexes()
@@ -170,6 +203,85 @@ class Indexer:
                 update_people(self.library)  # new tracks join known people or start new ones
         summary.wall_seconds = time.perf_counter() - start
         return summary
+
+    def _jobs(self, files: list[Path], stored: dict[str, StoredFile], summary: IndexSummary, report: Report,
+              overall: tqdm) -> Iterator[Job]:
+        """The files to analyse, in order; unchanged files and files that failed before are counted and skipped here."""
+        for path in files:
+            try:
+                stamp = self._changed(path, stored.get(str(path)), summary)
+            except HeadsearchError as e:
+                self._failed_file(path, Failure(str(e), getattr(e, "detail", None)), summary, report)
+                stamp = None
+            except OSError as e:
+                self._failed_file(path, Failure(f"{path}: {e.strerror or e}", disk_full=is_disk_full(e)), summary, report)
+                stamp = None
+            if stamp is None:
+                overall.update(1)
+                continue
+            if media_kind(path) == MediaKind.VIDEO:  # photos waiting commit before a video is analysed
+                self._flush(summary, report)
+            yield Job(path, stamp)
+
+    def _flush(self, summary: IndexSummary, report: Report) -> None:
+        """Commit the waiting analysed files in one transaction (one at a time when that fails for
+        an unexpected reason, so that one bad file costs only itself)."""
+        results, self._batch = self._batch.results, _Batch()
+        if not results:
+            return
+        t0 = time.perf_counter()
+        try:
+            self.library.store_many(results)
+        except LibraryError:
+            raise  # the library cannot take more (disk full, I/O error): stop, nothing is lost
+        except OSError as e:
+            if is_disk_full(e):
+                raise LibraryError(f"{self.library.root}: disk full; the library keeps its last committed state "
+                                   "(free space and run again)") from e
+            if len(results) == 1:
+                self._failed_file(Path(results[0].path), Failure(f"{results[0].path}: {e.strerror or e}"), summary, report)
+                return
+            self._store_one_by_one(results, summary, report)
+            return
+        except Exception as e:  # noqa: BLE001 - one file's rows that cannot be stored must not stop the others
+            if len(results) == 1:
+                line = unexpected_error_line(results[0].path, e, self.library.root)
+                self._failed_file(Path(results[0].path), Failure(line), summary, report)
+                return
+            self._store_one_by_one(results, summary, report)
+            return
+        summary.stage_seconds["store"] += time.perf_counter() - t0
+        for result in results:
+            self._count(result, summary)
+
+    def _store_one_by_one(self, results: list[FileResult], summary: IndexSummary, report: Report) -> None:
+        for result in results:
+            self._batch.add(result)
+            self._flush(summary, report)
+
+    @staticmethod
+    def _count(result: FileResult, summary: IndexSummary) -> None:
+        for stage, seconds in result.stage_seconds.items():
+            summary.stage_seconds[stage] += seconds
+        summary.indexed += 1
+        summary.frames += result.frames_decoded
+        summary.shots += len(result.shots)
+        summary.tracks += len(result.tracks)
+        summary.dropped_tracks += len(result.dropped_tracks)
+        summary.video_seconds += result.duration
+        log.info("%s: %d shots, %d tracks kept, %d dropped without face evidence, %d sightings (%d embedded), decoded by %s",
+                 result.path, len(result.shots), len(result.tracks), len(result.dropped_tracks), result.sightings,
+                 result.embedded, result.decoder)
+
+    def _failed_file(self, path: Path, failure: Failure, summary: IndexSummary, report: Report) -> None:
+        if failure.disk_full:
+            raise LibraryError(f"{self.library.root}: disk full; the library keeps its last committed state "
+                               "(free space and run again)")
+        summary.failed.append(failure.line)
+        report(f"error: {failure.line}")
+        self._remember_failure(path, failure.line)
+        if failure.detail:
+            log.info("%s: %s", path, failure.detail)
 
     def _remember_failure(self, path: Path, error: str) -> None:
         """Record the version of a file that failed, so the next runs skip it until it changes."""
@@ -189,7 +301,8 @@ class Indexer:
             return failed
         return None
 
-    def _index_one(self, path: Path, stored: StoredFile | None, summary: IndexSummary, bar: FrameProgress, report: Report) -> None:
+    def _changed(self, path: Path, stored: StoredFile | None, summary: IndexSummary) -> FileStamp | None:
+        """The version of a file to analyse, or None when it is unchanged or failed before unchanged (counted)."""
         try:
             stat = path.stat()
         except OSError as e:
@@ -199,32 +312,16 @@ class Indexer:
         if stored is not None and stored.size == stat.st_size and stored.mtime == stat.st_mtime:
             summary.skipped += 1
             log.info("%s: unchanged (same size and modification time), skipped", path)
-            return
+            return None
         failed = self._failed_before(path, stat)
         if failed is not None:
             summary.failed_before += 1
             log.info("%s: skipped, failed before and unchanged (%s)", path, failed.error)
-            return
+            return None
         stamp = FileStamp(str(path), stat.st_size, stat.st_mtime, fingerprint(path, stat.st_size))
         if stored is not None and stored.fingerprint == stamp.fingerprint:
             summary.skipped += 1
             log.info("%s: unchanged (same content fingerprint), skipped", path)
-            return
+            return None
         log.info("%s: %s", path, "changed since it was indexed, indexing it again" if stored is not None else "new, indexing")
-        result = analyse_file(path, self.settings, self.detector, self.embedder, stamp=stamp, progress=bar)
-        if result.warning:
-            summary.warnings.append(result.warning)
-            report(f"warning: {result.warning}")
-        t0 = time.perf_counter()
-        self.library.store(result)
-        for stage, seconds in result.stage_seconds.items():
-            summary.stage_seconds[stage] += seconds
-        summary.stage_seconds["store"] += time.perf_counter() - t0
-        summary.indexed += 1
-        summary.frames += result.frames_decoded
-        summary.shots += len(result.shots)
-        summary.tracks += len(result.tracks)
-        summary.dropped_tracks += len(result.dropped_tracks)
-        summary.video_seconds += result.duration
-        log.info("%s: %d shots, %d tracks kept, %d dropped without face evidence, %d sightings, decoded by %s", path,
-                 len(result.shots), len(result.tracks), len(result.dropped_tracks), result.sightings, result.decoder)
+        return stamp

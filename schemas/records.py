@@ -169,6 +169,7 @@ class FileResult:
     stage_seconds: dict[str, float] = field(default_factory=dict)  # time per pipeline stage
     source_size: tuple[int, int] | None = None  # the file's own (width, height); boxes are in `width` x `height`
     dropped_tracks: list[tuple[HeadTrack, str]] = field(default_factory=list)  # tracks without face evidence, and why
+    embedded: int = 0  # sightings embedded (a bounded, chosen subset of the face-visible ones)
 
     @property
     def path(self) -> str:
@@ -206,6 +207,9 @@ class ModelInfo:
                    tuple(VectorKind(k) for k in d.get("kinds") or ("id",)), str(d.get("source") or d["name"]))
 
 
+SCORE_DIGITS = 4  # scores are shown (text and JSON) to this many decimals
+
+
 @dataclass(frozen=True)
 class SearchHit:
     """One distinct track returned by a query."""
@@ -232,10 +236,10 @@ class SearchHit:
             "start": round(self.start, 3),
             "end": round(self.end, 3),
             "time": round(self.time, 3),
-            "score": round(self.score, 4),
+            "score": round(self.score, SCORE_DIGITS),
             "track_id": self.track_id,
             "thumbnail": self.thumbnail,
             "tier": None if self.tier is None else str(self.tier),
-            "head_score": None if self.head_score is None else round(self.head_score, 4),
-            "id_score": round(self.identity_score, 4),
+            "head_score": None if self.head_score is None else round(self.head_score, SCORE_DIGITS),
+            "id_score": round(self.identity_score, SCORE_DIGITS),
         }

@@ -12,7 +12,7 @@ if [ ! -f "$venv/.complete" ]; then
     rm -rf "$venv"
     "$PYTHON" -m venv "$venv"
     "$venv/bin/pip" install --quiet --upgrade pip
-    "$venv/bin/pip" install --quiet -e '.[test]'
+    "$venv/bin/pip" install --quiet -e '.[test,train,ray]'
     touch "$venv/.complete"
     # Each environment is several GB: drop those of other setup.cfg versions unused for two days.
     find "$cache" -maxdepth 2 -name .complete -path "$cache/venv-*" -mtime +2 -printf '%h\n' | xargs -r rm -rf

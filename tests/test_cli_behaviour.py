@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from conftest import AMY_DIR, DATA, needs_data, run
+from conftest import AMY_DIR, DATA, library_db, needs_data, run
 from test_index_query import assert_consistent, table_counts
 
 from cli.main import INTERRUPTED
@@ -78,6 +78,32 @@ def test_ctrl_c_is_exit_130_with_one_line(tmp_path):
     # The next run finishes the work.
     assert "0 failed" in run("index", media, "--library", lib, "-q").stdout
     assert table_counts(lib)["videos"] == 5
+
+
+def test_ctrl_c_inside_a_database_query_is_an_interruption(tmp_path):
+    """DuckDB stops a query on SIGINT with its own error ("Query interrupted"); inside a library
+    transaction that is a Ctrl-C (exit 130), rolled back, never a failed file."""
+    import threading
+
+    import sqlalchemy as sa
+
+    from headsearch.library import Library
+
+    lib = tmp_path / "lib"
+    run("index", AMY_DIR / "amy1.png", "--library", lib, "-q")
+    library = Library.open(lib, read_only=False)
+    try:
+        with library.transaction() as conn:
+            conn.execute(sa.text("create table scratch (n bigint)"))
+            threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()  # Ctrl-C
+            conn.execute(sa.text("select count(*) from range(100000000000) a"))  # minutes, unless interrupted
+    except KeyboardInterrupt as e:
+        assert "interrupt" in str(e.__cause__).lower()
+    else:
+        raise AssertionError("the interrupted query ended normally")
+    with library_db(lib) as con:
+        assert "scratch" not in {r[0] for r in con.execute("select table_name from information_schema.tables").fetchall()}
+    assert_consistent(lib)
 
 
 def test_verbose_anywhere_shows_decisions_not_noise(tmp_path):

@@ -30,7 +30,9 @@ def test_ghost_track_of_a_weak_false_face_is_dropped(tmp_path):
     out = run("index", S18, "--library", lib, "-q").stdout
     assert "2 tracks (1 without face evidence dropped)" in out
     kept = tracks(lib, S18)
-    assert len(kept) == 2 and all(share > 0.2 for *_, share in kept)
+    # The woman, a face in every sighting; and a second, weaker detection inside her face from 6 s on
+    # (0.83-0.87 at full scale, followed without a face after it), kept: it holds a confident face.
+    assert len(kept) == 2 and kept[0][-1] == 1.0 and all(n * share >= 1 for *_, n, share in kept)
     assert not any(abs(start - 4.0) < 0.1 for start, *_ in kept)
 
 
@@ -88,7 +90,10 @@ def test_face_less_sightings_embedded_only_by_whole_head_models(hamilton_library
                                           where not o.face_visible""").fetchone()[0]
         face_obs = con.execute("select count(*) from observations where face_visible").fetchone()[0]
         vectors = con.execute("select count(*) from vectors").fetchone()[0]
-    assert faceless > 0 and faceless_vectors == 0 and vectors == face_obs  # dlib's ResNet sees faces only
+        tracks_without = con.execute("select count(*) from tracks t where not exists "
+                                     "(select 1 from vectors x where x.track_id = t.id)").fetchone()[0]
+    # The face model sees faces only; of them, each track embeds one per second (every track some).
+    assert faceless > 0 and faceless_vectors == 0 and 0 < vectors <= face_obs and tracks_without == 0
     # A head-similarity checkpoint sees whole heads: its face-less sightings are embedded.
     from headsearch.model import HeadModelConfig, HeadSimilarityModel, save_checkpoint
 
@@ -100,7 +105,7 @@ def test_face_less_sightings_embedded_only_by_whole_head_models(hamilton_library
         faceless_vectors = con.execute("""select count(*) from vectors x join observations o on x.observation_id = o.id
                                           where not o.face_visible and x.kind = 'id'""").fetchone()[0]
         faceless = con.execute("select count(*) from observations where not face_visible").fetchone()[0]
-    assert faceless > 0 and faceless_vectors == faceless
+    assert faceless > 0 and 0 < faceless_vectors <= faceless  # candidates like any sighting (one per second embedded)
     # --whole-image: a photo without a face works with a whole-head model...
     wall = tmp_path / "wall.png"
     cv2.imwrite(str(wall), np.full((200, 300, 3), 128, np.uint8))

