@@ -67,6 +67,10 @@ def _quiet_exit(code: int) -> None:
 
 
 def _interrupted() -> None:
+    # Leaving with 130 now: a second SIGINT (pressed again, or re-raised by a native library on its
+    # way out) must not kill the process by signal while it tears down (seen in CI as exit -2).
+    with contextlib.suppress(ValueError):  # ValueError: not the main thread
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(OSError, ValueError):
         click.echo(INTERRUPTED, err=True)
     _quiet_exit(EXIT_INTERRUPTED)

@@ -3,6 +3,7 @@ one line, -v anywhere showing the pipeline's decisions, nothing created when not
 short media errors, failed files remembered until they change, `list`, and `demo`'s next steps."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -46,13 +47,17 @@ def test_broken_pipe_ends_quietly(tmp_path):
         assert err.read_text() == "", command
 
 
-def _interrupt(cmd: list[str], wait_for, timeout: float = 120) -> subprocess.CompletedProcess:
+def _interrupt(cmd: list[str], wait_for, timeout: float = 120, again_after: float | None = None) -> subprocess.CompletedProcess:
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
     while not wait_for() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGINT)
+    if again_after is not None:  # Ctrl-C pressed twice
+        time.sleep(again_after)
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
@@ -75,6 +80,11 @@ def test_ctrl_c_is_exit_130_with_one_line(tmp_path):
     started = time.monotonic()
     early = _interrupt([*CLI, "stats", "--library", str(lib)], lambda: time.monotonic() - started > 0.3)
     assert early.returncode == 130 and len(early.stderr.strip().splitlines()) == 1 and "Traceback" not in early.stderr
+    # Pressed twice: still one line and 130 (not killed by the second signal while tearing down).
+    thumbs = len(list((lib / "thumbnails").iterdir()))
+    twice = _interrupt(cmd, lambda: len(list((lib / "thumbnails").iterdir())) > thumbs, again_after=0.05)
+    assert twice.returncode == 130 and twice.stderr.strip().splitlines() == [INTERRUPTED], (twice.returncode, twice.stderr)
+    assert_consistent(lib)
     # The next run finishes the work.
     assert "0 failed" in run("index", media, "--library", lib, "-q").stdout
     assert table_counts(lib)["videos"] == 5
