@@ -176,12 +176,10 @@ class VideoStream:
         from av.codec.hwaccel import HWAccel
 
         av.logging.set_level(None)
-        container = av.open(str(self.path), hwaccel=HWAccel(device_type="cuda", allow_software_fallback=False))
-        try:
-            next(container.decode(video=0))  # fails here when the device or the codec cannot decode
-        finally:
-            container.close()
         info = self._open_pyav(hwaccel=HWAccel(device_type="cuda", allow_software_fallback=False))
+        if self._first_error is not None or not self._first:  # the device or the codec cannot decode: try the CPU
+            self._container.close()
+            raise self._first_error or MediaError("no frame decoded on the GPU")
         info.decoder = "pyav-cuda"
         return info
 

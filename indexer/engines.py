@@ -48,6 +48,13 @@ class Failure:
     detail: str | None = None
     disk_full: bool = False
 
+    @classmethod
+    def from_error(cls, path: Path, e: HeadsearchError | OSError) -> Failure:
+        """The failure of a foreseen error: a domain error's own line, or the file's OS error."""
+        if isinstance(e, HeadsearchError):
+            return cls(str(e), getattr(e, "detail", None))
+        return cls(f"{path}: {e.strerror or e}", disk_full=is_disk_full(e))
+
 
 Outcome = FileResult | Failure
 
@@ -59,10 +66,8 @@ def analyse_job(job: Job, settings: IndexSettings, detector: FaceDetector, embed
         return analyse_file(job.path, settings, detector, embedder, stamp=job.stamp, progress=progress)
     except LibraryError:
         raise
-    except HeadsearchError as e:
-        return Failure(str(e), getattr(e, "detail", None))
-    except OSError as e:
-        return Failure(f"{job.path}: {e.strerror or e}", disk_full=is_disk_full(e))
+    except (HeadsearchError, OSError) as e:
+        return Failure.from_error(job.path, e)
     except Exception as e:  # noqa: BLE001 - whatever one file does, the run goes on (isolation)
         return Failure(unexpected_error_line(job.path, e, log_dir))
 

@@ -210,11 +210,8 @@ class Indexer:
         for path in files:
             try:
                 stamp = self._changed(path, stored.get(str(path)), summary)
-            except HeadsearchError as e:
-                self._failed_file(path, Failure(str(e), getattr(e, "detail", None)), summary, report)
-                stamp = None
-            except OSError as e:
-                self._failed_file(path, Failure(f"{path}: {e.strerror or e}", disk_full=is_disk_full(e)), summary, report)
+            except (HeadsearchError, OSError) as e:
+                self._failed_file(path, Failure.from_error(path, e), summary, report)
                 stamp = None
             if stamp is None:
                 overall.update(1)
@@ -236,10 +233,9 @@ class Indexer:
             raise  # the library cannot take more (disk full, I/O error): stop, nothing is lost
         except OSError as e:
             if is_disk_full(e):
-                raise LibraryError(f"{self.library.root}: disk full; the library keeps its last committed state "
-                                   "(free space and run again)") from e
+                raise self._disk_full() from e
             if len(results) == 1:
-                self._failed_file(Path(results[0].path), Failure(f"{results[0].path}: {e.strerror or e}"), summary, report)
+                self._failed_file(Path(results[0].path), Failure.from_error(Path(results[0].path), e), summary, report)
                 return
             self._store_one_by_one(results, summary, report)
             return
@@ -275,13 +271,15 @@ class Indexer:
 
     def _failed_file(self, path: Path, failure: Failure, summary: IndexSummary, report: Report) -> None:
         if failure.disk_full:
-            raise LibraryError(f"{self.library.root}: disk full; the library keeps its last committed state "
-                               "(free space and run again)")
+            raise self._disk_full()
         summary.failed.append(failure.line)
         report(f"error: {failure.line}")
         self._remember_failure(path, failure.line)
         if failure.detail:
             log.info("%s: %s", path, failure.detail)
+
+    def _disk_full(self) -> LibraryError:
+        return LibraryError(f"{self.library.root}: disk full; the library keeps its last committed state (free space and run again)")
 
     def _remember_failure(self, path: Path, error: str) -> None:
         """Record the version of a file that failed, so the next runs skip it until it changes."""

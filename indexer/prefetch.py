@@ -1,7 +1,7 @@
 """An iterator run ahead in a background thread through a bounded queue.
 
 Indexing decodes and cuts shots in one thread while detection and embedding run in the caller's:
-decord, OpenCV and ONNX Runtime release the GIL while they work, so on two cores the stages
+PyAV, OpenCV and ONNX Runtime release the GIL while they work, so on two cores the stages
 overlap. The queue bounds memory (at most `depth` items wait), an exception in the producer is
 raised in the consumer, and closing the consumer early stops the producer.
 """
