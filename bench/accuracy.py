@@ -2,7 +2,7 @@
 
 A labelled set becomes one sample per usable file (photos: the largest head; one-person videos:
 the labelled person's head track from the indexer's own analysis, as the mean of its vectors);
-all pairs of samples are scored by cosine similarity and evaluated by `headsearch.evaluation` on
+all pairs of samples are scored by cosine similarity and evaluated by `headsearch.evaluation.verification` on
 both protocols plus the hierarchy accuracy.
 """
 from __future__ import annotations
@@ -15,17 +15,17 @@ from pathlib import Path
 
 import numpy as np
 
-from headsearch.crops import HeadCrop
-from headsearch.detect import FaceDetector
-from headsearch.embedders import Embedder, load_embedder, mean_vector
-from headsearch.errors import HeadsearchError, MediaError, ModelMismatch
-from headsearch.evaluation import EvaluationReport, evaluate
-from headsearch.failures import file_failures
-from headsearch.labels import LabeledFile
-from headsearch.metrics import DEFAULT_FARS
-from headsearch.query import query_crops
-from headsearch.settings import IndexSettings
-from headsearch.thresholds import calibrate
+from headsearch.basics.errors import HeadsearchError, MediaError, ModelMismatch
+from headsearch.basics.failures import file_failures
+from headsearch.basics.settings import IndexSettings
+from headsearch.detection.crops import HeadCrop
+from headsearch.detection.faces import FaceDetector
+from headsearch.evaluation.labels import LabeledFile
+from headsearch.evaluation.metrics import DEFAULT_FARS
+from headsearch.evaluation.thresholds import calibrate
+from headsearch.evaluation.verification import EvaluationReport, evaluate
+from headsearch.models import Embedder, load_embedder, mean_vector
+from headsearch.search.engine import query_crops
 from indexer.analysis import analyse_file
 from schemas.records import HeadTrack, MediaKind, ModelInfo, VectorKind
 
@@ -254,7 +254,7 @@ def calibration_report(library_model: ModelInfo, reports: Sequence[ModelReport],
 
 
 def calibrated_thresholds(report: ModelReport, far: float) -> dict:
-    """The thresholds record of one model's report at `far` (see `headsearch.thresholds.calibrate`)."""
+    """The thresholds record of one model's report at `far` (see `headsearch.evaluation.thresholds.calibrate`)."""
     if report.error or report.model is None:
         raise HeadsearchError(f"cannot calibrate {report.spec}: {report.error}")
     return calibrate(report.evaluation, far, report.model)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from headsearch.detect import FaceDetector
-from headsearch.embedders import load_embedder
-from headsearch.errors import MediaError
-from headsearch.library import Library
-from headsearch.settings import IndexSettings
+from headsearch.basics.errors import MediaError
+from headsearch.basics.settings import IndexSettings
+from headsearch.detection.faces import FaceDetector
+from headsearch.models import load_embedder
+from headsearch.store.library import Library
 from indexer.analysis import STAGES, analyse_file
 from indexer.decode import VideoStream
 from indexer.shots import hsv_histogram

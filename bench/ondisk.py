@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from bench.search import SearchSpeed, Synthetic, recall_at_k, single_query_latencies
-from headsearch.errors import HeadsearchError
-from headsearch.files import atomic_write, write_json_atomic
-from headsearch.quiet import native_stderr_silenced, native_stdout_silenced
-from headsearch.vector_index import ivf_nlist
+from headsearch.basics.errors import HeadsearchError
+from headsearch.basics.files import atomic_write, write_json_atomic
+from headsearch.basics.quiet import native_stderr_silenced, native_stdout_silenced
+from headsearch.store.vector_index import ivf_nlist
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,11 @@ from collections import Counter
 from math import comb
 from pathlib import Path
 
-from headsearch.files import write_json_atomic
-from headsearch.labels import read_label_set
-from headsearch.library import Library
-from headsearch.people import list_people, update_people
-from headsearch.thresholds import THRESHOLDS_FILE
+from headsearch.basics.files import write_json_atomic
+from headsearch.evaluation.labels import read_label_set
+from headsearch.evaluation.thresholds import THRESHOLDS_FILE
+from headsearch.people.persons import list_people, update_people
+from headsearch.store.library import Library
 from schemas.records import MediaKind
 
 

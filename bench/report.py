@@ -8,7 +8,7 @@ import numpy as np
 
 from bench.accuracy import ModelReport
 from bench.search import SYNTHETIC_PER_CLUSTER, SYNTHETIC_SPREAD, SearchSpeed
-from headsearch.metrics import DEFAULT_FARS, PROTOCOL_TITLES, PROTOCOLS, far_key, needed_impostors, roc_points
+from headsearch.evaluation.metrics import DEFAULT_FARS, PROTOCOL_TITLES, PROTOCOLS, far_key, needed_impostors, roc_points
 
 
 def format_table(rows: list[list[str]], align: str) -> list[str]:

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from headsearch.embedders import l2_normalise
-from headsearch.errors import HeadsearchError
-from headsearch.vector_index import build_approximate, float32_dot_error, search_threads
+from headsearch.basics.errors import HeadsearchError
+from headsearch.models import l2_normalise
+from headsearch.store.vector_index import build_approximate, float32_dot_error, search_threads
 
 SYNTHETIC_PER_CLUSTER = 100  # vectors per synthetic person
 # Noise norm relative to the centre: same-cluster pairs at cosine ~ 1/(1+1^2) = 0.5 and other pairs at
@@ -178,7 +178,7 @@ HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 40, 64
 def search_speed(n: int, dim: int = 128, seed: int = 0, n_queries: int = 1000, latency_queries: int = 200, k: int = 10,
                  indexes: tuple[str, ...] = ("flat", "ivf")) -> list[SearchSpeed]:
     """In-memory indexes over n synthetic clustered vectors: exact (IndexFlatIP), the library's
-    approximate recipe (`headsearch.vector_index.build_approximate`), HNSW (not used by the library:
+    approximate recipe (`headsearch.store.vector_index.build_approximate`), HNSW (not used by the library:
     it cannot remove vectors)."""
     import faiss
 

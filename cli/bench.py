@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from cli.options import library_option, library_path
-from headsearch.errors import HeadsearchError
-from headsearch.settings import IndexSettings
+from headsearch.basics.errors import HeadsearchError
+from headsearch.basics.settings import IndexSettings
 
 EXIT_PARTIAL = 2  # some files of the set failed, the others were measured
 
@@ -108,15 +108,15 @@ def bench(set_csv: Path | None, models: tuple[str, ...], root: Path | None, whol
 def _accuracy(set_csv, models, root, whole_image, settings, plot, calibration, library, out, texts, deferred, say, warn) -> None:
     from bench.accuracy import calibrated_thresholds, calibration_report, run_accuracy
     from bench.report import format_accuracy, plot_roc
-    from headsearch.embedders import DEFAULT_MODEL
-    from headsearch.labels import read_label_set
-    from headsearch.metrics import DEFAULT_FARS
-    from headsearch.thresholds import write_thresholds, write_thresholds_file
+    from headsearch.evaluation.labels import read_label_set
+    from headsearch.evaluation.metrics import DEFAULT_FARS
+    from headsearch.evaluation.thresholds import write_thresholds, write_thresholds_file
+    from headsearch.models import DEFAULT_MODEL
 
     calibrate, thresholds_out = calibration
     lib = None
     if calibrate is not None and thresholds_out is None:
-        from headsearch.library import Library
+        from headsearch.store.library import Library
 
         lib = Library.open(library_path(library))  # fail before the long part when there is no library
     specs = list(dict.fromkeys(models)) or [lib.model.name if lib is not None else DEFAULT_MODEL]

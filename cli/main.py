@@ -14,8 +14,8 @@ import click
 
 import cli
 from cli.options import library_option, library_path, progress_option, show_progress
-from headsearch.errors import HeadsearchError, is_disk_full
-from headsearch.settings import IndexSettings
+from headsearch.basics.errors import HeadsearchError, is_disk_full
+from headsearch.basics.settings import IndexSettings
 
 EXIT_PARTIAL = 2  # some files failed, the others were indexed
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
@@ -157,8 +157,8 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
     folders removed. Files that failed are remembered and skipped until they change. Interrupt at
     any time: the next run finishes the work. --workers N analyses N files at once.
     """
-    from headsearch.embedders import load_embedder
-    from headsearch.library import MANIFEST, Library, existing_model
+    from headsearch.models import load_embedder
+    from headsearch.store.library import MANIFEST, Library, existing_model
     from indexer.pipeline import Indexer, discover
 
     if address and engine != "ray":
@@ -220,11 +220,13 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
     tier (same_look, other_look, other_person) and, ranked by appearance, come the same person first,
     same look before other look.
     """
-    from headsearch.clips import export_hit_clips
-    from headsearch.detect import FaceDetector
-    from headsearch.embedders import load_embedder
-    from headsearch.failures import file_failures
-    from headsearch.hits import (
+    from headsearch.basics.failures import file_failures
+    from headsearch.detection.faces import FaceDetector
+    from headsearch.evaluation.thresholds import thresholds_for
+    from headsearch.models import load_embedder
+    from headsearch.search.clips import export_hit_clips
+    from headsearch.search.engine import QueryEngine
+    from headsearch.search.hits import (
         Confidence,
         Scope,
         check_scope,
@@ -237,10 +239,8 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
         search_heads,
         uncalibrated_note,
     )
-    from headsearch.library import Library
-    from headsearch.pictures import render_hit_pictures
-    from headsearch.query import QueryEngine
-    from headsearch.thresholds import thresholds_for
+    from headsearch.search.pictures import render_hit_pictures
+    from headsearch.store.library import Library
 
     if (image is None) == (person is None):
         raise click.UsageError("give a photo or --person NAME (one of them)")
@@ -248,7 +248,7 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
     check_scope(scope)
     lib = Library.open(library_path(library))
     if person is not None:
-        from headsearch.people import find_person, person_moments
+        from headsearch.people.persons import find_person, person_moments
 
         confidence = Confidence()  # a person's moments are the tracks people put together: all shown
         results = [found_hits(lib, person_moments(lib, find_person(lib, person)), scope)]
@@ -282,7 +282,7 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
 @library_option
 def remove(paths: tuple[Path, ...], library: Path | None) -> None:
     """Remove files (or everything under folders) from the library."""
-    from headsearch.library import Library
+    from headsearch.store.library import Library
 
     lib = Library.open(library_path(library), read_only=False)
     removed, unmatched = lib.remove_paths([Path(p).expanduser().resolve() for p in paths])
@@ -297,7 +297,7 @@ def remove(paths: tuple[Path, ...], library: Path | None) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def stats(library: Path | None, as_json: bool) -> None:
     """What the library holds."""
-    from headsearch.library import Library
+    from headsearch.store.library import Library
 
     s = Library.open(library_path(library)).stats()
     if as_json:
@@ -318,9 +318,9 @@ def stats(library: Path | None, as_json: bool) -> None:
 def list_files(library: Path | None, as_json: bool, states: tuple[str, ...]) -> None:
     """The files of the library and their state: indexed, changed since (indexed again by the
     next `index`), missing, or failed (skipped until they change; `index --retry-failed`)."""
-    from headsearch.inventory import file_states
-    from headsearch.library import Library
-    from headsearch.timeline import format_time
+    from headsearch.basics.timeline import format_time
+    from headsearch.store.inventory import file_states
+    from headsearch.store.library import Library
 
     rows = [r for r in file_states(Library.open(library_path(library))) if not states or r.state.split(",")[0] in states]
     if as_json:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from headsearch.settings import default_library_path
+from headsearch.basics.settings import default_library_path
 
 library_option = click.option(
     "--library", "-l", type=click.Path(path_type=Path), default=None, envvar="HEADSEARCH_LIBRARY",

@@ -10,7 +10,7 @@ from cli.options import library_option, library_path
 
 
 def _open(library: Path | None):
-    from headsearch.library import Library
+    from headsearch.store.library import Library
 
     return Library.open(library_path(library))
 
@@ -33,7 +33,7 @@ def people(ctx: click.Context, library: Path | None, as_json: bool, include_hidd
     ctx.obj["library"] = library
     if ctx.invoked_subcommand is not None:
         return
-    from headsearch.people import list_people, update_people
+    from headsearch.people.persons import list_people, update_people
 
     lib = _open(library)
     summary = update_people(lib, report=_echo_err)
@@ -61,7 +61,7 @@ def _library(ctx: click.Context, library: Path | None):
 @click.pass_context
 def name_command(ctx: click.Context, person_id: int, name: str, library: Path | None) -> None:
     """Name person PERSON_ID (an empty NAME clears it)."""
-    from headsearch.people import name_person
+    from headsearch.people.persons import name_person
 
     name_person(_library(ctx, library), person_id, name)
     click.echo(f"person {person_id} is {name!r}" if name.strip() else f"person {person_id} has no name")
@@ -74,7 +74,7 @@ def name_command(ctx: click.Context, person_id: int, name: str, library: Path | 
 @click.pass_context
 def merge_command(ctx: click.Context, into: int, other: int, library: Path | None) -> None:
     """Person OTHER is person INTO: merge OTHER into INTO."""
-    from headsearch.people import merge_people
+    from headsearch.people.persons import merge_people
 
     merge_people(_library(ctx, library), into, other)
     click.echo(f"person {other} merged into person {into}")
@@ -87,7 +87,7 @@ def merge_command(ctx: click.Context, into: int, other: int, library: Path | Non
 @click.pass_context
 def split_command(ctx: click.Context, person_id: int, tracks: tuple[int, ...], library: Path | None) -> None:
     """TRACKS are not person PERSON_ID but someone else: they become a new person."""
-    from headsearch.people import split_person
+    from headsearch.people.persons import split_person
 
     new = split_person(_library(ctx, library), person_id, list(tracks))
     click.echo(f"tracks {', '.join(map(str, tracks))} are now person {new}")
@@ -100,7 +100,7 @@ def split_command(ctx: click.Context, person_id: int, tracks: tuple[int, ...], l
 @click.pass_context
 def hide_command(ctx: click.Context, person_id: int, undo: bool, library: Path | None) -> None:
     """Leave person PERSON_ID out of lists (e.g. the audience); --undo shows them again."""
-    from headsearch.people import hide_person
+    from headsearch.people.persons import hide_person
 
     hide_person(_library(ctx, library), person_id, hidden=not undo)
     click.echo(f"person {person_id} {'shown' if undo else 'hidden'}")
@@ -113,7 +113,7 @@ def hide_command(ctx: click.Context, person_id: int, undo: bool, library: Path |
 @click.pass_context
 def not_command(ctx: click.Context, tracks: tuple[int, ...], person_id: int | None, library: Path | None) -> None:
     """"Not this person": TRACKS leave the person they were put in, for good."""
-    from headsearch.people import not_this_person, person_of_track
+    from headsearch.people.persons import not_this_person, person_of_track
 
     lib = _library(ctx, library)
     for track in tracks:

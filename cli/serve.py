@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from cli.options import library_option, library_path
-from headsearch.errors import HeadsearchError
+from headsearch.basics.errors import HeadsearchError
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 

@@ -53,7 +53,7 @@ def train(dataset: Path, out: Path, config: str, stem: str | None, freeze_stem: 
           stem_views: int, variant: str, epochs: int, batch_size: int, lr: float, weight_decay: float,
           warmup_epochs: float, grad_clip: float, lambda_align: float, samples_per_state: int, val_identities: float,
           seed: int, resume: bool, device: str, workers: int, max_steps: int | None, quiet: bool) -> None:
-    from headsearch.extras import require_train
+    from headsearch.basics.extras import require_train
 
     require_train("headsearch train")
     from trainer.train import TrainOptions

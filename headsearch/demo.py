@@ -9,9 +9,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from headsearch.detect import FaceDetector
-from headsearch.errors import HeadsearchError
-from headsearch.images import read_image_rgb
+from headsearch.basics.errors import HeadsearchError
+from headsearch.basics.images import read_image_rgb
+from headsearch.detection.faces import FaceDetector
 
 FPS = 25
 SIZE = (640, 360)

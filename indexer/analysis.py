@@ -18,13 +18,13 @@ from typing import Protocol
 import cv2
 import numpy as np
 
-from headsearch.crops import HeadCrop, crop_head, picture_of
-from headsearch.detect import FaceDetector, detect_heads
-from headsearch.embedders import Embedder
-from headsearch.errors import MediaError
-from headsearch.images import encode_jpeg, read_image_rgb
-from headsearch.media import file_stamp, media_kind
-from headsearch.settings import IndexSettings
+from headsearch.basics.errors import MediaError
+from headsearch.basics.images import encode_jpeg, read_image_rgb
+from headsearch.basics.media import file_stamp, media_kind
+from headsearch.basics.settings import IndexSettings
+from headsearch.detection.crops import HeadCrop, crop_head, picture_of
+from headsearch.detection.faces import FaceDetector, detect_heads
+from headsearch.models import Embedder
 from indexer.decode import DecodedFrame, VideoStream
 from indexer.evidence import EvidenceCollector, judge_photo
 from indexer.prefetch import Prefetched

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from headsearch.errors import MediaError
-from headsearch.quiet import native_stderr_silenced
-from headsearch.settings import MediaLimits
-from headsearch.timeline import decord_offset
+from headsearch.basics.errors import MediaError
+from headsearch.basics.quiet import native_stderr_silenced
+from headsearch.basics.settings import MediaLimits
+from headsearch.basics.timeline import decord_offset
 
 log = logging.getLogger(__name__)
 

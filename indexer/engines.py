@@ -17,12 +17,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from headsearch.detect import FaceDetector
-from headsearch.embedders import Embedder
-from headsearch.errors import HeadsearchError, LibraryError, is_disk_full
-from headsearch.failures import unexpected_error_line
-from headsearch.runtime import THREADS_ENV, usable_cpus
-from headsearch.settings import IndexSettings
+from headsearch.basics.errors import HeadsearchError, LibraryError, is_disk_full
+from headsearch.basics.failures import unexpected_error_line
+from headsearch.basics.runtime import THREADS_ENV, usable_cpus
+from headsearch.basics.settings import IndexSettings
+from headsearch.detection.faces import FaceDetector
+from headsearch.models import Embedder
 from indexer.analysis import FrameProgress, analyse_file
 from schemas.records import FileResult, FileStamp, ModelInfo
 
@@ -105,7 +105,7 @@ def _start_worker(settings: IndexSettings, model_source: str, model: ModelInfo, 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the writer's to handle
     _die_with_parent()
     os.environ.setdefault(THREADS_ENV, str(threads))
-    from headsearch.embedders import load_embedder
+    from headsearch.models import load_embedder
 
     embedder = load_embedder(model_source)
     if embedder.describe() != model:
@@ -203,7 +203,7 @@ class RayAnalyser:
         return _work(job)
 
     def device(self) -> str:
-        from headsearch.runtime import providers
+        from headsearch.basics.runtime import providers
 
         return providers()[0]
 

@@ -15,14 +15,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from headsearch.detect import FaceDetector
-from headsearch.embedders import Embedder
-from headsearch.errors import HeadsearchError, LibraryError, MediaError, is_disk_full
-from headsearch.failures import unexpected_error_line
-from headsearch.library import FailedFile, Library, StoredFile
-from headsearch.media import fingerprint, is_media_name, media_kind
-from headsearch.people import update_people
-from headsearch.settings import IndexSettings
+from headsearch.basics.errors import HeadsearchError, LibraryError, MediaError, is_disk_full
+from headsearch.basics.failures import unexpected_error_line
+from headsearch.basics.media import fingerprint, is_media_name, media_kind
+from headsearch.basics.settings import IndexSettings
+from headsearch.detection.faces import FaceDetector
+from headsearch.models import Embedder
+from headsearch.people.persons import update_people
+from headsearch.store.library import FailedFile, Library, StoredFile
 from indexer.analysis import STAGES
 from indexer.engines import Failure, Job, make_engine
 from schemas.records import FileResult, FileStamp, MediaKind

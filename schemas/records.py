@@ -224,7 +224,7 @@ class SearchHit:
     tier: Tier | None = None  # None when the scores are uncalibrated
     head_score: float | None = None
     observation_id: int | None = None  # the sighting that matched best
-    id_score: float | None = None  # the identity score (`score` is what the hit was ranked by; see headsearch.ranking)
+    id_score: float | None = None  # the identity score (`score` is what the hit was ranked by; see headsearch.search.ranking)
 
     @property
     def identity_score(self) -> float:

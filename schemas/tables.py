@@ -114,7 +114,7 @@ library_state = Table(
     Column("value", String, nullable=False),
 )
 
-# People (format 3): tracks grouped into persons by `headsearch.people`. A person keeps the mean of
+# People (format 3): tracks grouped into persons by `headsearch.people.persons`. A person keeps the mean of
 # its tracks' identity vectors, so a name survives when every one of its files is re-indexed.
 people = Table(
     "people",

@@ -24,11 +24,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from headsearch.crops import HeadCrop  # noqa: E402
-from headsearch.detect import FaceDetector  # noqa: E402
-from headsearch.embedders.base import Embedder  # noqa: E402
-from headsearch.errors import HeadsearchError  # noqa: E402
-from headsearch.settings import IndexSettings  # noqa: E402
+from headsearch.basics.errors import HeadsearchError  # noqa: E402
+from headsearch.basics.settings import IndexSettings  # noqa: E402
+from headsearch.detection.crops import HeadCrop  # noqa: E402
+from headsearch.detection.faces import FaceDetector  # noqa: E402
+from headsearch.models.base import Embedder  # noqa: E402
 from indexer.analysis import analyse_file  # noqa: E402
 from indexer.pipeline import discover  # noqa: E402
 from schemas.records import HeadTrack, VectorKind  # noqa: E402

@@ -47,9 +47,9 @@ def _untuned(session_path: str):
 
 
 def run_one(video: Path, name: str) -> dict:
-    from headsearch.detect import FaceDetector
-    from headsearch.embedders.sface import SFaceEmbedder, converted_sface
-    from headsearch.settings import IndexSettings
+    from headsearch.basics.settings import IndexSettings
+    from headsearch.detection.faces import FaceDetector
+    from headsearch.models.sface import SFaceEmbedder, converted_sface
     from indexer.analysis import analyse_file
 
     graph, overrides = CONFIGS[name]
@@ -75,7 +75,7 @@ def run_one(video: Path, name: str) -> dict:
 
 def decode_bound(video: Path) -> dict:
     from bench.indexing import decode_only
-    from headsearch.settings import IndexSettings
+    from headsearch.basics.settings import IndexSettings
 
     return decode_only(video, IndexSettings())
 

@@ -11,7 +11,7 @@ import argparse
 import csv
 from pathlib import Path
 
-from headsearch.labels import write_label_set
+from headsearch.evaluation.labels import write_label_set
 
 HELD_OUT_SOURCES = ("face-api.js", "openface")  # photo sets with glasses / hair-style states (R2 pairs)
 # People of more/LABELS.csv kept out of training: hair length and sunglasses (halle_berry), beard and long hair

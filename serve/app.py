@@ -22,8 +22,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from headsearch.errors import HeadsearchError, LibraryError, MediaError, NoHeadFound
-from headsearch.people import PersonNotFound, hide_person, merge_people, name_person, not_this_person, split_person, update_people
+from headsearch.basics.errors import HeadsearchError, LibraryError, MediaError, NoHeadFound
+from headsearch.people.persons import PersonNotFound, hide_person, merge_people, name_person, not_this_person, split_person, update_people
 from serve.uploads import MAX_UPLOAD_BYTES, UploadRefused, query_upload
 from serve.views import MAX_K, NotFound, Site
 
@@ -110,7 +110,7 @@ async def search(request: Request) -> Response:
     site = _site(request)
     results, heads, confidence = await run_in_threadpool(site.search, data, name, k, all_heads, whole_image, show_weak)
     if _wants_json(request):
-        from headsearch.hits import results_json
+        from headsearch.search.hits import results_json
 
         return JSONResponse(results_json(results, all_heads))
     page = await run_in_threadpool(site.query_page, results, heads, all_heads, confidence)

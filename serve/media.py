@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from headsearch.errors import MediaError
-from headsearch.files import atomic_write
-from headsearch.quiet import native_stderr_silenced
+from headsearch.basics.errors import MediaError
+from headsearch.basics.files import atomic_write
+from headsearch.basics.quiet import native_stderr_silenced
 
 log = logging.getLogger(__name__)
 

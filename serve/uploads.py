@@ -71,12 +71,12 @@ async def query_upload(request: Request, limit: int = MAX_UPLOAD_BYTES) -> tuple
 
 def check_image(data: bytes) -> tuple[int, int]:
     """Refuse what is not an image, and images too large to decode safely; returns (width, height).
-    Reads the header only (`headsearch.images.image_header`): nothing is decoded here."""
+    Reads the header only (`headsearch.basics.images.image_header`): nothing is decoded here."""
     import numpy as np
 
-    from headsearch.errors import MediaError
-    from headsearch.images import image_header
-    from headsearch.settings import MediaLimits
+    from headsearch.basics.errors import MediaError
+    from headsearch.basics.images import image_header
+    from headsearch.basics.settings import MediaLimits
 
     if not data:
         raise UploadRefused(400, "empty upload: send a photo")

@@ -12,10 +12,14 @@ from pathlib import Path
 
 import numpy as np
 
-from headsearch.detect import FaceDetector
-from headsearch.embedders import Embedder, load_embedder
-from headsearch.errors import HeadsearchError
-from headsearch.hits import (
+from headsearch.basics.errors import HeadsearchError
+from headsearch.basics.images import decode_image_rgb, encode_jpeg
+from headsearch.detection.faces import FaceDetector
+from headsearch.evaluation.thresholds import thresholds_for
+from headsearch.models import Embedder, load_embedder
+from headsearch.people.persons import list_people, people_thresholds, person_looks, person_moments
+from headsearch.search.engine import QueryEngine
+from headsearch.search.hits import (
     Confidence,
     HeadResult,
     Scope,
@@ -30,12 +34,8 @@ from headsearch.hits import (
     search_heads,
     uncalibrated_note,
 )
-from headsearch.images import decode_image_rgb, encode_jpeg
-from headsearch.library import Library
-from headsearch.people import list_people, people_thresholds, person_looks, person_moments
-from headsearch.pictures import pictures_folder, render_hit_pictures, render_picture
-from headsearch.query import QueryEngine
-from headsearch.thresholds import thresholds_for
+from headsearch.search.pictures import pictures_folder, render_hit_pictures, render_picture
+from headsearch.store.library import Library
 from schemas.records import SearchHit, VectorKind
 from serve.media import PREVIEW_PAD_S, MediaCache, Playback, cache_folder, decoding, probe_playback
 

@@ -12,7 +12,7 @@ import numpy as np
 from conftest import AMY_DIR, DATA, EXAMPLES, HAMILTON, library_db, make_arcface_like_onnx, needs_data, pixel_copy, query_json, run
 from test_index_query import assert_consistent, table_counts
 
-from headsearch.embedders import DEFAULT_MODEL
+from headsearch.models import DEFAULT_MODEL
 
 pytestmark = needs_data
 

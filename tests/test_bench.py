@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import DATA, FACES, LABELS, needs_data, run
 
-from headsearch.embedders import DEFAULT_MODEL
+from headsearch.models import DEFAULT_MODEL
 
 pytestmark = needs_data
 
@@ -118,9 +118,9 @@ def test_one_identity_set(tmp_path):
 
 def _exact_scores(rows):
     """The benchmark's scores recomputed independently with the library's own building blocks."""
-    from headsearch.detect import FaceDetector
-    from headsearch.embedders import load_embedder
-    from headsearch.query import query_crops
+    from headsearch.detection.faces import FaceDetector
+    from headsearch.models import load_embedder
+    from headsearch.search.engine import query_crops
 
     detector, embedder = FaceDetector(), load_embedder("dlib-resnet")
     v = embedder.embed([query_crops(Path(p), detector, False, False)[0] for p, _, _ in rows])["id"].astype(np.float64)
@@ -137,7 +137,7 @@ def _exact_scores(rows):
 def test_calibrate_writes_exact_thresholds(tmp_path):
     from conftest import make_arcface_like_onnx
 
-    from headsearch.metrics import vr_at_far
+    from headsearch.evaluation.metrics import vr_at_far
 
     lib = tmp_path / "lib"  # a face model's library (one score for identity and look), compared with brute force
     run("index", FACES / "raj" / "raj1.png", FACES / "amy" / "amy1.png", "--library", lib, "-q", "--model", "dlib-resnet")
@@ -151,7 +151,7 @@ def test_calibrate_writes_exact_thresholds(tmp_path):
     assert written["identity"] == pytest.approx(vr_at_far(np.array(gen["identity"]), np.array(imp["identity"]), 1e-2).threshold, abs=1e-5)
     assert written["same_look"] == pytest.approx(vr_at_far(np.array(gen["head"]), np.array(imp["head"]), 1e-2).threshold, abs=1e-5)
     # The query command reads it back.
-    from headsearch.thresholds import read_thresholds
+    from headsearch.evaluation.thresholds import read_thresholds
 
     assert read_thresholds(lib).identity == written["identity"]
     from conftest import pixel_copy
@@ -236,7 +236,7 @@ def test_speed_ivfpq_on_disk_resumes_from_its_work_folder(tmp_path):
 
 
 def test_labels_csv_rows():
-    from headsearch.labels import read_label_set
+    from headsearch.evaluation.labels import read_label_set
 
     if not LABELS.is_file():
         pytest.skip(f"{LABELS} not found")

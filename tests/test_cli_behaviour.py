@@ -97,7 +97,7 @@ def test_ctrl_c_inside_a_database_query_is_an_interruption(tmp_path):
 
     import sqlalchemy as sa
 
-    from headsearch.library import Library
+    from headsearch.store.library import Library
 
     lib = tmp_path / "lib"
     run("index", AMY_DIR / "amy1.png", "--library", lib, "-q")

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import main
-from headsearch.metrics import relation_counts
+from headsearch.evaluation.metrics import relation_counts
 from schemas.records import Box, FaceDetection, Observation
 from trainer.dataset import DatasetOptions, cluster_with_cannot_link, select_segment
 from trainer.dataset_format import contact_sheet_name

@@ -8,8 +8,8 @@ import json
 import pytest
 from conftest import FACES, needs_data, query_json, run
 
-from headsearch.embedders import DEFAULT_MODEL, load_embedder
-from headsearch.thresholds import BUNDLED_DIR, bundled_thresholds_path, read_thresholds_file
+from headsearch.evaluation.thresholds import BUNDLED_DIR, bundled_thresholds_path, read_thresholds_file
+from headsearch.models import DEFAULT_MODEL, load_embedder
 
 pytestmark = needs_data
 

@@ -8,8 +8,8 @@ import cv2
 import numpy as np
 from conftest import DATA, EXAMPLES, HAMILTON, library_db, needs_data, query_json, run
 
-from headsearch.detect import FaceDetector
-from headsearch.images import read_image_rgb
+from headsearch.basics.images import read_image_rgb
+from headsearch.detection.faces import FaceDetector
 
 pytestmark = needs_data
 
@@ -95,7 +95,7 @@ def test_face_less_sightings_embedded_only_by_whole_head_models(hamilton_library
     # The face model sees faces only; of them, each track embeds one per second (every track some).
     assert faceless > 0 and faceless_vectors == 0 and 0 < vectors <= face_obs and tracks_without == 0
     # A head-similarity checkpoint sees whole heads: its face-less sightings are embedded.
-    from headsearch.model import HeadModelConfig, HeadSimilarityModel, save_checkpoint
+    from headsearch.models.dual_cls import HeadModelConfig, HeadSimilarityModel, save_checkpoint
 
     ckpt = tmp_path / "tiny.safetensors"
     save_checkpoint(HeadSimilarityModel(HeadModelConfig.tiny()).eval(), ckpt, {"name": "headsim-test"})

@@ -13,9 +13,9 @@ from conftest import AMY_DIR, DATA, needs_data
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headsearch.errors import MediaError
-from headsearch.images import image_header, jpeg_header, read_image_rgb
-from headsearch.settings import MediaLimits
+from headsearch.basics.errors import MediaError
+from headsearch.basics.images import image_header, jpeg_header, read_image_rgb
+from headsearch.basics.settings import MediaLimits
 from indexer.decode import VideoStream
 
 pytestmark = needs_data

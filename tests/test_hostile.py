@@ -16,7 +16,7 @@ from conftest import AMY_DIR, DATA, library_db, needs_data, query_json, run
 from hostile_media import CASES, SIDE_FILES, make_corpus
 from test_index_query import assert_consistent, table_counts
 
-from headsearch.embedders import DEFAULT_MODEL
+from headsearch.models import DEFAULT_MODEL
 
 pytestmark = needs_data
 
@@ -220,7 +220,7 @@ def test_bench_and_build_dataset_isolate_bad_inputs(corpus, tmp_path):
 def test_reduced_decoding_bounds_memory(corpus):
     """A large JPEG is decoded at 1/2, 1/4 or 1/8 by libjpeg, never whole: measured in a fresh process."""
     # VmHWM: the peak of this process's own memory since it started (ru_maxrss would carry pytest's over).
-    code = ("import sys; from headsearch.images import read_image_rgb; "
+    code = ("import sys; from headsearch.basics.images import read_image_rgb; "
             "import numpy; a = read_image_rgb(sys.argv[1]); "
             "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:')); "
             "print(a.shape[0], a.shape[1], hwm * 1024)")

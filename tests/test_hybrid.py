@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from test_train import make_dataset
 
 from cli.main import main
-from headsearch.model import HeadModelConfig, HeadSimilarityModel, load_checkpoint
+from headsearch.models.dual_cls import HeadModelConfig, HeadSimilarityModel, load_checkpoint
 
 
 @pytest.mark.parametrize("stem", ["sface", "efficientnet_lite0"])
@@ -61,7 +61,7 @@ def test_train_hybrid_with_frozen_stem_cache_and_face_token(tmp_path):
     cache = np.load(out / "stem_cache.npy", mmap_mode="r")
     assert np.isfinite(cache[:, :, :4]).all() and not np.array_equal(cache[:, 0], cache[:, 1])  # view 1 is mirrored
     # The frozen stem left training as the SFace trunk it started from; the rest was trained.
-    from headsearch.stems import SFaceNet, load_sface_weights
+    from headsearch.models.stems import SFaceNet, load_sface_weights
 
     net = SFaceNet(stages=12, tail=False)
     load_sface_weights(net)

@@ -7,8 +7,8 @@ import shutil
 import numpy as np
 from conftest import DATA, EXAMPLES, HAMILTON, library_db, needs_data, pixel_copy, query_json, run
 
-from headsearch.embedders import DEFAULT_MODEL
-from headsearch.library import Library
+from headsearch.models import DEFAULT_MODEL
+from headsearch.store.library import Library
 from schemas.records import VectorKind
 
 pytestmark = needs_data
@@ -157,7 +157,7 @@ def test_faiss_cache_rebuilt_from_database(tmp_path):
 
 
 def test_dual_cls_checkpoint_stores_id_and_head_vectors(tmp_path):
-    from headsearch.model import HeadModelConfig, HeadSimilarityModel, save_checkpoint
+    from headsearch.models.dual_cls import HeadModelConfig, HeadSimilarityModel, save_checkpoint
 
     ckpt = tmp_path / "tiny.safetensors"
     save_checkpoint(HeadSimilarityModel(HeadModelConfig.tiny()).eval(), ckpt, {"name": "headsim-test"})

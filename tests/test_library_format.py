@@ -11,8 +11,8 @@ import pytest
 from conftest import AMY_DIR, DATA, FIXTURES, library_db, needs_data, query_json, run
 from test_index_query import assert_consistent, table_counts
 
-from headsearch import migrations
-from headsearch.library import Library
+from headsearch.store import migrations
+from headsearch.store.library import Library
 
 pytestmark = needs_data
 

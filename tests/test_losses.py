@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from headsearch.model import HeadModelConfig, HeadSimilarityModel
+from headsearch.models.dual_cls import HeadModelConfig, HeadSimilarityModel
 from trainer.losses import align_loss, head_similarity_loss, hierarchical_similarity_loss, mine_hard
 
 M1, M2, M3 = 0.1, 0.3, 0.2

@@ -1,4 +1,4 @@
-"""Tests for headsearch.metrics against brute-force reference implementations."""
+"""Tests for headsearch.evaluation.metrics against brute-force reference implementations."""
 
 import itertools
 import json
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score, roc_curve
 
-from headsearch.metrics import (
+from headsearch.evaluation.metrics import (
     R1,
     R2,
     R3,

@@ -9,8 +9,8 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from headsearch.errors import ModelError
-from headsearch.model import (
+from headsearch.basics.errors import ModelError
+from headsearch.models.dual_cls import (
     VARIANTS,
     HeadModelConfig,
     HeadSimilarityModel,

@@ -11,8 +11,8 @@ import pytest
 from conftest import AMY_DIR, DATA, EXAMPLES, HAMILTON, library_db, needs_data, run
 from test_library_format import format1_library
 
-from headsearch.clustering import average_linkage
-from headsearch.migrations import FORMAT_VERSION
+from headsearch.people.clustering import average_linkage
+from headsearch.store.migrations import FORMAT_VERSION
 
 pytestmark = needs_data
 
@@ -181,7 +181,7 @@ def test_looks_from_head_vectors(tmp_path):
     """A dual-CLS model's head vectors split a person into looks at the same-look threshold."""
     import torch
 
-    from headsearch.model import HeadModelConfig, HeadSimilarityModel, save_checkpoint
+    from headsearch.models.dual_cls import HeadModelConfig, HeadSimilarityModel, save_checkpoint
 
     torch.manual_seed(0)
     model_path = tmp_path / "tiny.safetensors"

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from conftest import AMY_DIR, EXAMPLES, HAMILTON, needs_data, query_json, run
 
-from headsearch.detect import FaceDetector
-from headsearch.library import Library
-from headsearch.thresholds import write_thresholds
+from headsearch.detection.faces import FaceDetector
+from headsearch.evaluation.thresholds import write_thresholds
+from headsearch.store.library import Library
 
 pytestmark = needs_data
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from headsearch.ranking import rank_hits
-from headsearch.thresholds import Thresholds
+from headsearch.evaluation.thresholds import Thresholds
+from headsearch.search.ranking import rank_hits
 from schemas.records import SearchHit, Tier
 
 THRESHOLDS = Thresholds(far=1e-3, identity=0.5, same_look=0.7, model="m", version="v")

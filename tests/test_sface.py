@@ -10,12 +10,12 @@ import pytest
 import torch
 from conftest import FACES, needs_data, run
 
-from headsearch.crops import HeadCrop
-from headsearch.embedders import load_embedder
-from headsearch.embedders import sface as sface_module
-from headsearch.embedders.sface_hsv import SFACE_WEIGHT, hsv_vector
-from headsearch.images import read_image_rgb
-from headsearch.labels import write_label_set
+from headsearch.basics.images import read_image_rgb
+from headsearch.detection.crops import HeadCrop
+from headsearch.evaluation.labels import write_label_set
+from headsearch.models import load_embedder
+from headsearch.models import sface as sface_module
+from headsearch.models.sface_hsv import SFACE_WEIGHT, hsv_vector
 from schemas.records import Box, VectorKind
 
 
@@ -59,7 +59,7 @@ def test_unwritable_cache_is_one_clear_error(tmp_path, monkeypatch):
 def test_torch_trunk_reproduces_onnxruntime(cache):
     import onnxruntime as ort
 
-    from headsearch.stems import SFaceNet, SFaceStem, load_sface_weights
+    from headsearch.models.stems import SFaceNet, SFaceStem, load_sface_weights
 
     net = SFaceNet()
     load_sface_weights(net)
@@ -76,7 +76,7 @@ def test_torch_trunk_reproduces_onnxruntime(cache):
 
 
 def test_efficientnet_lite0_weights_load_by_key_order():
-    from headsearch.stems import EfficientNetLite0Stem, efficientnet_lite0_file, load_efficientnet_lite0_weights
+    from headsearch.models.stems import EfficientNetLite0Stem, efficientnet_lite0_file, load_efficientnet_lite0_weights
 
     stem = EfficientNetLite0Stem()
     load_efficientnet_lite0_weights(stem)

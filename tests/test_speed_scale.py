@@ -19,9 +19,9 @@ import pytest
 from conftest import AMY_DIR, DATA, EXAMPLES, FACES, HAMILTON, RETALKING, needs_data, pixel_copy, query_json, run
 from test_index_query import assert_consistent, table_counts
 
-from headsearch.detect import FaceDetector
-from headsearch.embedders import load_embedder
-from headsearch.settings import IndexSettings
+from headsearch.basics.settings import IndexSettings
+from headsearch.detection.faces import FaceDetector
+from headsearch.models import load_embedder
 from indexer.analysis import analyse_file
 from indexer.prefetch import Prefetched
 
@@ -241,13 +241,13 @@ def test_address_without_ray_engine_is_a_usage_error(tmp_path):
 def test_gpu_providers_fall_back_to_the_cpu(monkeypatch, caplog):
     from retinaface.weights import WEIGHTS
 
-    from headsearch import runtime
+    from headsearch.basics import runtime
 
     # onnxruntime (CPU build) is told CUDA and TensorRT exist: making the session fails or falls back, and it runs.
     session = runtime.inference_session(WEIGHTS, available=["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"])
     assert session.get_providers() == ["CPUExecutionProvider"]
     monkeypatch.setenv(runtime.DEVICE_ENV, "cuda")
-    with caplog.at_level("WARNING", logger="headsearch.runtime"):
+    with caplog.at_level("WARNING", logger="headsearch.basics.runtime"):
         assert runtime.providers() == ["CPUExecutionProvider"]
     assert any("running on the CPU" in r.message for r in caplog.records)
     monkeypatch.setenv(runtime.DEVICE_ENV, "cpu")
@@ -267,7 +267,7 @@ def test_gpu_asked_for_without_one_still_indexes(tmp_path, monkeypatch):
 
 
 def test_folded_sface_computes_the_shipped_graph():
-    from headsearch.embedders.sface import SFaceEmbedder
+    from headsearch.models.sface import SFaceEmbedder
 
     x = np.random.default_rng(0).uniform(0, 255, (4, 3, 112, 112)).astype(np.float32)
     folded, int8 = SFaceEmbedder(graph="folded"), SFaceEmbedder(graph="int8")

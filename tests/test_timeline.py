@@ -11,7 +11,7 @@ import pytest
 from conftest import EXAMPLES, HAMILTON, RETALKING, library_db, needs_data, query_json, run
 from test_library_format import format1_library
 
-from headsearch.timeline import format_time
+from headsearch.basics.timeline import format_time
 from indexer.decode import VideoStream
 
 pytestmark = needs_data

@@ -4,7 +4,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from headsearch.detect import head_box_from_face
+from headsearch.detection.faces import head_box_from_face
 from indexer.tracker import HeadTracker
 from schemas.records import Box, FaceDetection, HeadDetection
 

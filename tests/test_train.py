@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from safetensors.torch import load_file
 
 from cli.main import main
-from headsearch.errors import HeadsearchError
-from headsearch.model import HeadModelConfig, HeadSimilarityModel, load_checkpoint
+from headsearch.basics.errors import HeadsearchError
+from headsearch.models.dual_cls import HeadModelConfig, HeadSimilarityModel, load_checkpoint
 from trainer.augment import HeadAugment, eval_transform, head_mask
 from trainer.dataset_format import load_dataset
 from trainer.sampler import MixedBatchSampler, encode_labels, partner_report

@@ -10,9 +10,9 @@ Pipeline (``HeadAugment.__call__``), on an RGB uint8 head crop whose head sits i
 3. horizontal flip with probability ``flip_p``;
 4. light colour jitter: brightness, contrast and saturation factors in ``1 +- jitter``.
 
-The output is a float32 tensor (3, size, size) in [-1, 1], scaled by ``headsearch.model.pixels_to_input``
+The output is a float32 tensor (3, size, size) in [-1, 1], scaled by ``headsearch.models.dual_cls.pixels_to_input``
 as the indexer's embedder does. ``eval_transform`` is the embedder's own preprocessing
-(``headsearch.model.image_to_input``) without any randomness.
+(``headsearch.models.dual_cls.image_to_input``) without any randomness.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from headsearch.model import image_to_input, pixels_to_input
+from headsearch.models.dual_cls import image_to_input, pixels_to_input
 
 BACKGROUND_KINDS = ("solid", "noise", "patch")
 

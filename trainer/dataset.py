@@ -12,7 +12,7 @@ Steps (`build_dataset` runs them in this order)
    without (paper: 5, 0.2, 0.1). Its *best-face* frame is the face-visible observation whose face box
    covers the largest share of the head box, and that share must reach ``best_face_ratio``.
    The paper asks for a face covering more than half of the head box; our head boxes are squares
-   of 1.75x the face height (``headsearch.detect.head_box_from_face``), so the share is set by the
+   of 1.75x the face height (``headsearch.detection.faces.head_box_from_face``), so the share is set by the
    face box's aspect ratio alone: at most 1/(1.75^2 * 1.15) = 0.284, about 0.25-0.28 for a frontal
    face, 0.18-0.22 for a strong profile (narrow face box). ``DEFAULT_BEST_FACE_RATIO`` = 0.22 keeps
    near-frontal best faces, the paper's intent, in our geometry.
@@ -25,7 +25,7 @@ Steps (`build_dataset` runs them in this order)
    identity (R3).
 5. The dataset folder (`assemble`): crops, teacher vectors, manifest, videos.json, contact sheets.
 
-Labelled sets (``--labels``, CSV files read by ``headsearch.labels.read_label_set``) add one
+Labelled sets (``--labels``, CSV files read by ``headsearch.evaluation.labels.read_label_set``) add one
 sample per photo: its largest head, identity ``label:<identity>``, state
 ``label:<identity>/<appearance_state or default>``. A labelled video is a one-person video: its
 person's segments (the longest and those whose best face matches it) take its identity and state,
@@ -58,15 +58,15 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
-from headsearch.clustering import average_linkage, blocked_cluster_pairs
-from headsearch.crops import crop_from_image
-from headsearch.errors import HeadsearchError, NoHeadFound, is_disk_full
-from headsearch.failures import unexpected_error_line
-from headsearch.images import encode_jpeg
-from headsearch.labels import read_label_set
-from headsearch.media import VIDEO_EXTENSIONS
-from headsearch.metrics import relation_counts
-from headsearch.settings import IndexSettings
+from headsearch.basics.errors import HeadsearchError, NoHeadFound, is_disk_full
+from headsearch.basics.failures import unexpected_error_line
+from headsearch.basics.images import encode_jpeg
+from headsearch.basics.media import VIDEO_EXTENSIONS
+from headsearch.basics.settings import IndexSettings
+from headsearch.detection.crops import crop_from_image
+from headsearch.evaluation.labels import read_label_set
+from headsearch.evaluation.metrics import relation_counts
+from headsearch.people.clustering import average_linkage, blocked_cluster_pairs
 from schemas.records import HeadTrack, MediaKind, ModelInfo, VectorKind
 from trainer.dataset_format import (
     CONTACT,
@@ -96,8 +96,8 @@ from trainer.dataset_format import (
 )
 
 if TYPE_CHECKING:
-    from headsearch.detect import FaceDetector
-    from headsearch.embedders import Embedder
+    from headsearch.detection.faces import FaceDetector
+    from headsearch.models import Embedder
     from indexer.analysis import FrameProgress
 
 PART_VERSION = 1
@@ -200,7 +200,7 @@ class ClusterResult:
 
 
 def cluster_with_cannot_link(vectors: np.ndarray, threshold: float, cannot_link: Iterable[tuple[int, int]] = ()) -> ClusterResult:
-    """Average-linkage agglomerative clustering on cosine similarity (`headsearch.clustering`), merging
+    """Average-linkage agglomerative clustering on cosine similarity (`headsearch.people.clustering`), merging
     the most similar pair of clusters while their mean pairwise similarity is >= threshold and no
     cannot-link pair joins them. O(n^2) memory, O(n^3) worst-case time: fine for thousands of segments."""
     v = np.asarray(vectors, dtype=np.float64)
@@ -298,8 +298,8 @@ def _used_tracks(path: Path, kind: MediaKind, tracks: list[HeadTrack]) -> list[H
 
 def _write_part_crops(folder: Path, tracks: list[HeadTrack]) -> tuple[list[dict], list[np.ndarray]]:
     """Write the tracks' head crops (and aligned faces) into a part; their rows for meta.json and teacher vectors."""
-    from headsearch.detect import yaw_hint
-    from headsearch.embedders import align_face
+    from headsearch.detection.faces import yaw_hint
+    from headsearch.models import align_face
 
     (folder / PART_HEADS).mkdir(parents=True, exist_ok=True)
     (folder / PART_FACES).mkdir(parents=True, exist_ok=True)
@@ -646,8 +646,8 @@ def cluster_identities(segments: Sequence[Segment], threshold: float, dim: int, 
 def build_dataset(videos: Sequence[Path], out: Path, labels: Sequence[Path] = (), teacher: str | None = None,
                   opts: DatasetOptions = DatasetOptions(), progress: bool = True, report: Report = print) -> BuildSummary:
     """Build (or finish building) the dataset folder `out`; see the module docstring."""
-    from headsearch.detect import FaceDetector
-    from headsearch.embedders import load_embedder
+    from headsearch.detection.faces import FaceDetector
+    from headsearch.models import load_embedder
 
     start = time.perf_counter()
     summary = BuildSummary()

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from headsearch.errors import HeadsearchError
-from headsearch.files import atomic_write
+from headsearch.basics.errors import HeadsearchError
+from headsearch.basics.files import atomic_write
 
 MANIFEST = "manifest.parquet"
 TEACHER_VECTORS = "teacher.npy"
@@ -71,7 +71,7 @@ def manifest_schema():
         ("shot", pa.int64()),  # shot index inside the video (0 for photos)
         ("frame_index", pa.int64()),  # decoded frame number of the sample (0 for photos)
         ("time", pa.float64()),  # seconds from the first frame
-        ("pose_hint", pa.float64()),  # signed yaw hint of the face (headsearch.detect.yaw_hint); NaN without a face
+        ("pose_hint", pa.float64()),  # signed yaw hint of the face (headsearch.detection.faces.yaw_hint); NaN without a face
         ("face_visible", pa.bool_()),  # a face was detected in this sighting
         ("head_crop", pa.string()),  # relative path of the head crop: heads/<sample_id>.jpg
         ("face_crop", pa.string()),  # relative path of the aligned face: faces/<sample_id>.jpg; null without a face

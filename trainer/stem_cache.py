@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from headsearch.files import write_json_atomic
-from headsearch.images import read_image_rgb
+from headsearch.basics.files import write_json_atomic
+from headsearch.basics.images import read_image_rgb
 from trainer.augment import HeadAugment, eval_transform
 
 CACHE = "stem_cache.npy"

@@ -32,11 +32,11 @@ import torch
 from timm.optim import create_optimizer_v2, param_groups_weight_decay
 from torch import Tensor, nn
 
-from headsearch.errors import HeadsearchError
-from headsearch.evaluation import evaluate
-from headsearch.files import atomic_write
-from headsearch.images import read_image_rgb
-from headsearch.model import HeadModelConfig, HeadSimilarityModel, save_checkpoint
+from headsearch.basics.errors import HeadsearchError
+from headsearch.basics.files import atomic_write
+from headsearch.basics.images import read_image_rgb
+from headsearch.evaluation.verification import evaluate
+from headsearch.models.dual_cls import HeadModelConfig, HeadSimilarityModel, save_checkpoint
 from schemas.records import VectorKind
 from trainer.augment import HeadAugment, eval_transform
 from trainer.dataset_format import DatasetError, DatasetInfo, load_dataset
@@ -65,10 +65,10 @@ class TrainingError(HeadsearchError):
 class TrainOptions:
     config: str = "small"  # HeadModelConfig preset: small | tiny | paper | hybrid
     variant: str = "dual_cls"
-    stem: str | None = None  # hybrid CNN stem (headsearch.stems.STEMS); None: the preset's (sface for hybrid)
+    stem: str | None = None  # hybrid CNN stem (headsearch.models.stems.STEMS); None: the preset's (sface for hybrid)
     freeze_stem: str = "all"  # pretrained stem layers kept fixed: none | early | all
     stem_views: int = 4  # frozen stem: cached views per sample (trainer.stem_cache); 0 runs the stem every step
-    face_token: bool = False  # feed the teacher's face vector as one more input token (headsearch.model: face_dim)
+    face_token: bool = False  # feed the teacher's face vector as one more input token (headsearch.models.dual_cls: face_dim)
     face_token_drop: float = 0.3  # share of training samples whose face token is replaced by the "no face" token
     epochs: int = 30
     batch_size: int = 256
@@ -647,7 +647,7 @@ def prepare_stem(model: HeadSimilarityModel, options: TrainOptions) -> None:
         return
     if options.freeze_stem not in FREEZE:
         raise TrainingError(f"unknown --freeze-stem {options.freeze_stem!r}; expected one of {', '.join(FREEZE)}")
-    from headsearch.stems import load_stem_weights
+    from headsearch.models.stems import load_stem_weights
 
     load_stem_weights(model.cfg.stem, model.stem)
     frozen = [model.stem] if options.freeze_stem == "all" else model.stem.early() if options.freeze_stem == "early" else []

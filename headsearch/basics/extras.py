@@ -1,0 +1,30 @@
+"""Optional parts of the install: what each command needs beyond the lean core, and the one line
+that says how to get it. Indexing, querying, benchmarking and serving with the default model run on
+ONNX Runtime alone; training and head-similarity checkpoints need PyTorch (`headsearch[train]`);
+`index --engine ray` needs Ray (`headsearch[ray]`)."""
+from __future__ import annotations
+
+import importlib.util
+
+from headsearch.basics.errors import HeadsearchError
+
+TRAIN = ("torch", "torchvision", "timm", "safetensors")
+
+
+def missing(modules: tuple[str, ...]) -> list[str]:
+    """The modules of `modules` that cannot be imported here (without importing them)."""
+    gone = []
+    for name in modules:
+        try:
+            if importlib.util.find_spec(name) is None:
+                gone.append(name)
+        except (ImportError, ValueError):
+            gone.append(name)
+    return gone
+
+
+def require_train(what: str, modules: tuple[str, ...] = TRAIN) -> None:
+    """HeadsearchError in one line when PyTorch and its friends are not installed."""
+    gone = missing(modules)
+    if gone:
+        raise HeadsearchError(f"{what} needs {', '.join(gone)}, which the lean install leaves out: pip install 'headsearch[train]'")

@@ -1,0 +1,48 @@
+"""Writing files so that readers see the old version or the complete new one, never a part."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+
+def atomic_write(path: Path, write: Callable[[Path], None], fsync: bool = True) -> None:
+    """Call `write(tmp)` on a temporary file beside `path`, then rename it over `path`.
+
+    On any failure (a full disk included) the temporary file is removed and `path` is untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        write(tmp)
+        if fsync:
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_bytes_atomic(path: Path, data: bytes, fsync: bool = True) -> None:
+    """Write bytes atomically."""
+    atomic_write(path, lambda tmp: tmp.write_bytes(data), fsync)
+
+
+def write_json_atomic(path: Path, data: object, indent: int | None = 2) -> None:
+    """Write JSON atomically."""
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(data, indent=indent) + "\n", encoding="utf-8"))
+
+
+def model_cache_dir() -> Path:
+    """Where converted model files live: $HEADSEARCH_CACHE/models, else $XDG_CACHE_HOME/headsearch/models,
+    else ~/.cache/headsearch/models."""
+    if os.environ.get("HEADSEARCH_CACHE"):
+        return Path(os.environ["HEADSEARCH_CACHE"]).expanduser() / "models"
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+    return base / "headsearch" / "models"

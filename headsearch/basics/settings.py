@@ -1,0 +1,82 @@
+"""Settings shared by indexing and querying, with their defaults in one place."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from headsearch.basics.errors import HeadsearchError
+
+DEFAULT_LIBRARY = "headsearch-library"
+
+
+def default_library_path() -> Path:
+    """The library folder: $HEADSEARCH_LIBRARY, else ./headsearch-library."""
+    return Path(os.environ.get("HEADSEARCH_LIBRARY", DEFAULT_LIBRARY))
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """How videos are sampled, detected, tracked and embedded."""
+
+    sample_fps: float = 2.0  # frames per second kept for detection (first frame of each shot always kept)
+    decode_max_side: int = 1280  # frames are decoded no larger than this (long side)
+    detect_max_side: int = 640  # the detector sees a copy scaled to this long side
+    detect_min_side: int = 480  # ...and small frames are upscaled to at least this long side
+    face_score_threshold: float = 0.7
+    min_face_px: float = 16.0  # faces smaller than this (in decoded pixels) are ignored
+    track_iou: float = 0.3  # head boxes of one track overlap at least this much between samples
+    track_max_gap_s: float = 3.0  # a track follows its head region this long without a face
+    follow_min_score: float = 0.55  # template-match score needed to follow a head without a face
+    embed_batch: int = 32
+    embed_every_s: float = 1.0  # each track embeds its best sighting per this many seconds (0: every sighting)
+    detect_coarse_side: int = 320  # while a shot's faces are large, detect on a copy this small (0: never)
+    coarse_min_face_px: float = 64.0  # ...large: every face at least this tall at the detector's full scale
+    full_detect_every: int = 4  # ...and every this many samples of a shot, detect at full scale again
+    decode_ahead: int = 8  # frames decoded ahead of detection in a thread (0: decode in the same thread)
+    thumbnail_px: int = 160
+    crop_px: int = 256  # head crops are resized to this square size before embedding
+
+    @classmethod
+    def from_env(cls, **values) -> IndexSettings:
+        """The defaults, overridden by $HEADSEARCH_<SETTING> where set (e.g. HEADSEARCH_EMBED_EVERY_S=0
+        embeds every sighting, HEADSEARCH_DECODE_AHEAD=0 decodes in the detector's thread), then by `values`."""
+        for f in fields(cls):
+            raw = os.environ.get(f"HEADSEARCH_{f.name.upper()}")
+            if raw and f.name not in values:
+                try:
+                    values[f.name] = type(getattr(cls, f.name))(float(raw))
+                except ValueError:
+                    raise HeadsearchError(f"$HEADSEARCH_{f.name.upper()}: a number is expected, got {raw!r}") from None
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class MediaLimits:
+    """What one input file may cost before it is refused with one line (a damaged or hostile file
+    must not take the machine down). Each limit can be changed through the environment variable
+    named by `env_name`, e.g. HEADSEARCH_MAX_IMAGE_PIXELS=120000000."""
+
+    max_image_pixels: int = 50_000_000  # larger photos are decoded reduced (JPEG: 1/2, 1/4, 1/8) or refused
+    max_image_bytes: int = 512 * 2**20  # a photo file is read whole: larger files are refused
+    min_side: int = 16  # photos and video frames smaller than this (pixels) cannot hold a detectable head
+    max_video_pixels: int = 40_000_000  # frame width x height (8K UHD is 35.4 million)
+    max_video_duration_s: float = 48 * 3600.0  # a longer duration in a header is taken for damage
+    max_video_frames: int = 10_000_000  # a larger frame count in a header is taken for damage
+
+    @staticmethod
+    def env_name(name: str) -> str:
+        return f"HEADSEARCH_{name.upper()}"
+
+    @classmethod
+    def from_env(cls) -> MediaLimits:
+        """The defaults, overridden by $HEADSEARCH_<LIMIT> where set."""
+        values = {}
+        for f in fields(cls):
+            raw = os.environ.get(cls.env_name(f.name))
+            if raw:
+                try:
+                    values[f.name] = type(getattr(cls, f.name))(float(raw))
+                except ValueError:
+                    raise HeadsearchError(f"${cls.env_name(f.name)}: a number is expected, got {raw!r}") from None
+        return cls(**values)

@@ -1,0 +1,77 @@
+"""Times on a file's presentation timeline, as players and PyAV's `frame.time` count them.
+
+decord counts from the first decoded frame (its first timestamp is 0), while a video stream may
+start later on the file's timeline: in short_hamilton_clip.mp4 the video starts at 0.852 s, so a
+time from decord is 0.852 s early in every player. `decord_offset` measures what to add.
+Text shows times as h:mm:ss.mmm; JSON keeps seconds.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class VideoProbe:
+    """Where a video's first frame lies on the file's timeline, and its frame size."""
+
+    first_time: float
+    width: int
+    height: int
+
+
+def probe_video(path: str | Path) -> VideoProbe | None:
+    """PyAV's view of the first video stream: the presentation time of its first decoded frame
+    (`frame.time`; the stream's start time when no frame decodes) and its frame size; None when
+    the file has no readable video."""
+    import av
+
+    from headsearch.basics.quiet import native_stderr_silenced
+
+    try:
+        with native_stderr_silenced(), av.open(str(path)) as container:
+            if not container.streams.video:
+                return None
+            stream = container.streams.video[0]
+            width, height = stream.codec_context.width, stream.codec_context.height
+            first = float(stream.start_time * stream.time_base) if stream.start_time is not None and stream.time_base else 0.0
+            try:
+                for frame in container.decode(stream):
+                    if frame.time is not None:
+                        first = float(frame.time)
+                    width, height = frame.width, frame.height
+                    break
+            except (av.error.FFmpegError, ValueError):
+                pass
+            return VideoProbe(first, int(width), int(height))
+    except (av.error.FFmpegError, OSError, ValueError):
+        return None
+
+
+def first_frame_time(path: str | Path) -> float | None:
+    """Presentation time of the first frame of the first video stream (None: no readable video)."""
+    probe = probe_video(path)
+    return None if probe is None else probe.first_time
+
+
+def decord_offset(path: str | Path, decord_first: float = 0.0) -> float:
+    """Seconds to add to decord's timestamps of `path` (whose first frame decord puts at
+    `decord_first`) to put them on the file's presentation timeline; 0 when PyAV cannot tell."""
+    first = first_frame_time(path)
+    if first is None or not math.isfinite(first):
+        log.info("%s: no presentation time from PyAV; keeping decord's times", path)
+        return 0.0
+    return first - float(decord_first)
+
+
+def format_time(seconds: float) -> str:
+    """h:mm:ss.mmm, as players show a position."""
+    ms = max(0, round(float(seconds) * 1000))
+    h, rest = divmod(ms, 3_600_000)
+    m, rest = divmod(rest, 60_000)
+    s, ms = divmod(rest, 1000)
+    return f"{h}:{m:02d}:{s:02d}.{ms:03d}"

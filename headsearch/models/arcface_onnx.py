@@ -1,0 +1,69 @@
+"""An insightface ArcFace recognition model (.onnx, 112x112 aligned input) from a local path, or the
+recognition model inside an unpacked insightface model pack folder (e.g. buffalo_l)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from headsearch.basics.errors import ModelError
+from headsearch.detection.crops import HeadCrop
+from headsearch.models.base import Embedder, align_face, file_digest, l2_normalise
+from headsearch.models.registry import register_path_loader
+from schemas.records import VectorKind
+
+
+class ArcFaceOnnxEmbedder(Embedder):
+    """ArcFace: RGB faces aligned to its five-point template, scaled to [-1, 1], run by ONNX Runtime."""
+
+    dim = 512
+
+    def __init__(self, path: Path):
+        import onnxruntime as ort
+
+        from headsearch.detection.faces import onnx_providers
+
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ModelError(f"missing model file: {self.path}")
+        try:
+            self._session = ort.InferenceSession(str(self.path), providers=onnx_providers())
+        except Exception as e:  # onnxruntime raises its own exception types for bad files
+            raise ModelError(f"{self.path}: not a loadable ONNX model ({str(e).splitlines()[0]})") from e
+        inp = self._session.get_inputs()[0]
+        if len(inp.shape) != 4 or inp.shape[1] != 3 or inp.shape[2:] != [112, 112]:
+            raise ModelError(f"{self.path}: expected an input of shape (N, 3, 112, 112), got {inp.shape}")
+        self._input = inp.name
+        out = self._session.get_outputs()[0]
+        self.dim = int(out.shape[-1])
+        self.name = f"arcface-onnx:{self.path.name}"
+        self.source = str(self.path.resolve())
+        self.version = file_digest(self.path)
+
+    def embed(self, crops: Sequence[HeadCrop]) -> dict[VectorKind, np.ndarray]:
+        if not crops:
+            return self.empty()
+        faces = np.stack([align_face(c) for c in crops]).astype(np.float32)
+        blob = ((faces - 127.5) / 127.5).transpose(0, 3, 1, 2)  # RGB, as insightface feeds it
+        out = np.concatenate([self._session.run(None, {self._input: blob[i : i + 1]})[0] for i in range(len(blob))])
+        return {VectorKind.ID: l2_normalise(out)}
+
+
+def find_insightface_recognition_model(folder: Path) -> Path:
+    """The recognition ONNX inside an insightface model pack folder (e.g. buffalo_l/w600k_r50.onnx)."""
+    candidates = sorted(p for p in folder.glob("*.onnx")
+                        if p.name.startswith(("w600k", "glint", "ms1m", "arcface")) or "r50" in p.name or "r100" in p.name)
+    if not candidates:
+        raise ModelError(f"{folder}: no insightface recognition model (w600k_*.onnx, glintr100.onnx, ...) in this folder")
+    return candidates[0]
+
+
+@register_path_loader("an ArcFace .onnx file", lambda p: p.suffix == ".onnx")
+def arcface_file(path: Path) -> Embedder:
+    return ArcFaceOnnxEmbedder(path)
+
+
+@register_path_loader("an insightface model folder", lambda p: p.is_dir() and any(p.glob("*.onnx")))
+def insightface_pack(path: Path) -> Embedder:
+    return ArcFaceOnnxEmbedder(find_insightface_recognition_model(path))

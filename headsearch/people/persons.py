@@ -1,0 +1,490 @@
+"""People: every track of a library grouped into persons, with the names and corrections users give.
+
+Clustering is incremental. Tracks not yet in a person are taken in batches, in the order they were
+indexed, and clustered by average linkage on their identity vectors together with the existing
+persons; a person is a fixed cluster (the mean of its tracks' unit vectors, so average linkage
+against it is one dot product) and two persons are never merged by the clustering. Two tracks
+seen in the same frame are never put together, nor a track into a person one of whose tracks
+shares a frame with it. The linkage threshold is the identity threshold calibrated for the
+library's model (`headsearch bench --calibrate`); without one, a named default is used and said.
+
+Users' corrections are verdicts on tracks ("track T is / is not person P"), stored with where the
+track was (file, time, head box) so that they find the track again when its file is re-indexed,
+and a person keeps its mean vector when all its tracks are gone, so its name comes back with them.
+Looks: a person's tracks grouped by their whole-head vectors (dual-CLS models); identity vectors
+alone give one look.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from headsearch.basics.errors import HeadsearchError
+from headsearch.evaluation.thresholds import thresholds_for
+from headsearch.people.clustering import average_linkage
+from headsearch.store.library import Library, PeopleStore
+from schemas.records import Box, SearchHit, VectorKind
+
+# Used only when a library's model has no calibrated thresholds (`headsearch bench --calibrate`):
+# average-linkage thresholds on track vectors, per model name (dlib: best F1 at precision >= 0.99 on
+# ../shared/data, `python -m bench.people --sweep`).
+UNCALIBRATED_IDENTITY_THRESHOLDS = {"dlib-resnet": 0.93}
+UNCALIBRATED_IDENTITY_FALLBACK = 0.5
+UNCALIBRATED_SAME_LOOK_FALLBACK = 0.8
+BATCH = 2000  # new tracks clustered at once (memory grows with its square)
+REBIND_SECONDS = 0.6  # a verdict's track is found again in a re-indexed file within this time...
+REBIND_IOU = 0.5  # ...and this head-box overlap
+
+
+class PersonNotFound(HeadsearchError):
+    """No person has that id or name."""
+
+
+@dataclass(frozen=True)
+class PeopleThresholds:
+    identity: float
+    same_look: float
+    source: str  # where they come from, for the user
+
+    @property
+    def calibrated(self) -> bool:
+        return not self.source.startswith("uncalibrated")
+
+
+def people_thresholds(library: Library) -> PeopleThresholds:
+    """The identity (and same-look) thresholds people clustering uses for this library's model."""
+    model = library.model
+    calibrated = thresholds_for(library.root, model)
+    if calibrated is not None:
+        return PeopleThresholds(calibrated.identity, calibrated.same_look, f"calibrated at FAR {calibrated.far:g}")
+    identity = UNCALIBRATED_IDENTITY_THRESHOLDS.get(model.name, UNCALIBRATED_IDENTITY_FALLBACK)
+    return PeopleThresholds(identity, UNCALIBRATED_SAME_LOOK_FALLBACK,
+                            f"uncalibrated default for {model.name} (identity {identity:g}); no thresholds.json in "
+                            f"{library.root}: run `headsearch bench LABELS.csv --calibrate 1e-3 --library {library.root}`")
+
+
+@dataclass
+class UpdateSummary:
+    """What one update of the people did."""
+
+    new_tracks: int = 0
+    joined: int = 0  # new tracks that joined existing persons
+    new_people: int = 0
+    rebound: int = 0  # re-indexed tracks (and verdicts) that found their places again
+    removed_people: int = 0
+    threshold: float = 0.0
+    source: str = ""
+
+    def line(self) -> str:
+        return (f"{self.new_tracks} new tracks: {self.joined} joined known people, {self.new_people} new people"
+                + (f", {self.rebound} re-indexed tracks found in their places" if self.rebound else "")
+                + f" (identity threshold {self.threshold:.3f}, {self.source.split(';')[0]})")
+
+
+@dataclass
+class _State:
+    """The people tables read at the start of an update, changed in memory, written at its end."""
+
+    persons: dict[int, dict]
+    members: dict[int, int]  # track -> person
+    pins: dict[int, int] = field(default_factory=dict)  # track -> person a user put it in
+    nots: dict[int, set[int]] = field(default_factory=dict)  # track -> persons a user took it out of
+    changed: set[int] = field(default_factory=set)  # persons whose row changed
+    inherited: dict[int, int] = field(default_factory=dict)  # new track -> person of the old track at its place
+
+    def centroid(self, pid: int) -> np.ndarray:
+        return np.frombuffer(self.persons[pid]["centroid"], "<f4").astype(np.float64)
+
+    def move(self, pid: int, vectors: list[np.ndarray], sign: int = 1) -> None:
+        """Add (sign 1) or take out (-1) unit track vectors from a person's mean."""
+        if not vectors:
+            return
+        p = self.persons[pid]
+        total = self.centroid(pid) * p["weight"] + sign * np.sum(vectors, axis=0)
+        weight = max(p["weight"] + sign * len(vectors), 0.0)
+        p["weight"] = weight
+        if weight > 0:
+            p["centroid"] = (total / weight).astype("<f4").tobytes()
+        self.changed.add(pid)
+
+
+def _iou(a: dict, b: dict) -> float:
+    return Box(a["x1"], a["y1"], a["x2"], a["y2"]).iou(Box(b["x1"], b["y1"], b["x2"], b["y2"]))
+
+
+def _find_again(store: PeopleStore, place: dict) -> int | None:
+    """The track now at a place (file, time, head box) a vanished track was, if any."""
+    near = [s for s in store.sightings_near(place["video_path"], place["time"], REBIND_SECONDS) if _iou(s, place) >= REBIND_IOU]
+    if not near:
+        return None
+    return int(max(near, key=lambda s: (_iou(s, place), -abs(s["time"] - place["time"])))["track_id"])
+
+
+def _rebind(store: PeopleStore, feedback: list[dict], existing: set[int]) -> int:
+    """Point verdicts whose track vanished (its file was re-indexed) at the same head in the new tracks."""
+    rebound = 0
+    for f in feedback:
+        if f["track_id"] in existing:
+            continue
+        found = _find_again(store, f)
+        if found is not None:
+            store.update_feedback(f["id"], track_id=found)
+            f["track_id"] = found
+            rebound += 1
+    return rebound
+
+
+def _read_state(store: PeopleStore, existing: set[int], summary: UpdateSummary) -> _State:
+    feedback = store.feedback()
+    summary.rebound = _rebind(store, feedback, existing)
+    state = _State({p["id"]: p for p in store.persons()}, store.memberships())
+    stale = [tr for tr in state.members if tr not in existing]
+    places = store.membership_places(stale)
+    store.unassign(stale)
+    for tr in stale:
+        del state.members[tr]
+    for place in places:  # a re-indexed file: its new tracks take the places of the old ones
+        new = _find_again(store, place)
+        if new is not None and new not in state.members:
+            state.members[new] = int(place["person_id"])
+            state.inherited[new] = int(place["person_id"])
+    for f in feedback:  # later verdicts override earlier ones
+        if f["person_id"] not in state.persons or f["track_id"] not in existing:
+            continue
+        if f["verdict"] == "is":
+            state.pins[f["track_id"]] = f["person_id"]
+            state.nots.get(f["track_id"], set()).discard(f["person_id"])
+        else:
+            state.nots.setdefault(f["track_id"], set()).add(f["person_id"])
+            if state.pins.get(f["track_id"]) == f["person_id"]:
+                del state.pins[f["track_id"]]
+    return state
+
+
+def _new_person(store: PeopleStore, state: _State, vectors: list[np.ndarray]) -> int:
+    pid = max([store.next_id("people") - 1, *state.persons]) + 1  # persons made in this update are not stored yet
+    mean = np.mean(vectors, axis=0)
+    state.persons[pid] = {"id": pid, "name": None, "hidden": False, "centroid": mean.astype("<f4").tobytes(),
+                          "weight": float(len(vectors)), "created_at": time.time(), "_new": True}
+    state.changed.add(pid)
+    return pid
+
+
+def _cluster_batch(store: PeopleStore, state: _State, batch: list[int], vectors: dict[int, np.ndarray],
+                   cannot: dict[int, set[int]], threshold: float, summary: UpdateSummary) -> None:
+    """Cluster one batch of new tracks together with the persons they could join."""
+    v = np.stack([vectors[tr] for tr in batch]).astype(np.float32)
+    pids = [pid for pid, p in state.persons.items() if p["weight"] > 0]
+    if pids:
+        centroids = np.stack([state.centroid(pid) for pid in pids]).astype(np.float32)
+        near = (v @ centroids.T).max(axis=0) >= threshold  # a person no track comes near cannot join any cluster
+        pids = [pid for pid, keep in zip(pids, near, strict=True) if keep]
+    nodes = np.concatenate([np.stack([state.centroid(p) for p in pids]), v]) if pids else v.astype(np.float64)
+    weights = np.array([state.persons[p]["weight"] for p in pids] + [1.0] * len(batch))
+    n_p = len(pids)
+    blocked = np.zeros((len(nodes), len(nodes)), bool)
+    blocked[:n_p, :n_p] = True  # persons are never merged by clustering
+    index = {tr: n_p + i for i, tr in enumerate(batch)}
+    person_of = {pid: i for i, pid in enumerate(pids)}
+    members_of: dict[int, list[int]] = {}
+    for tr, pid in state.members.items():
+        members_of.setdefault(pid, []).append(tr)
+    for tr in batch:
+        i = index[tr]
+        for other in cannot.get(tr, ()):
+            if other in index:
+                blocked[i, index[other]] = blocked[index[other], i] = True
+            elif state.members.get(other) in person_of:
+                j = person_of[state.members[other]]
+                blocked[i, j] = blocked[j, i] = True
+        for pid in state.nots.get(tr, ()):
+            if pid in person_of:
+                blocked[index[tr], person_of[pid]] = blocked[person_of[pid], index[tr]] = True
+    labels = average_linkage(nodes, weights, threshold, blocked)
+    for label in np.unique(labels):
+        rows = np.flatnonzero(labels == label)
+        tracks = [batch[r - n_p] for r in rows if r >= n_p]
+        if not tracks:
+            continue
+        person_rows = [r for r in rows if r < n_p]
+        if person_rows:
+            pid = pids[person_rows[0]]
+            state.move(pid, [vectors[tr] for tr in tracks])
+            summary.joined += len(tracks)
+        else:
+            pid = _new_person(store, state, [vectors[tr] for tr in tracks])
+            summary.new_people += 1
+        for tr in tracks:
+            state.members[tr] = pid
+
+
+def _cannot_link(store: PeopleStore, tracks: Iterable[int]) -> dict[int, set[int]]:
+    wanted = set(tracks)
+    cannot: dict[int, set[int]] = {}
+    for a, b in store.shared_frame_pairs():
+        if a in wanted or b in wanted:
+            cannot.setdefault(a, set()).add(b)
+            cannot.setdefault(b, set()).add(a)
+    return cannot
+
+
+def _write(store: PeopleStore, state: _State, assigned: dict[int, int], summary: UpdateSummary, feedback_persons: set[int]) -> None:
+    store.assign(assigned)
+    counts: dict[int, int] = {}
+    for pid in state.members.values():
+        counts[pid] = counts.get(pid, 0) + 1
+    for pid in sorted(state.changed):
+        p = state.persons[pid]
+        if p.pop("_new", False):
+            store.add_person(p)
+        else:
+            store.update_person(pid, centroid=p["centroid"], weight=p["weight"])
+    for pid, p in state.persons.items():  # an empty person nobody named or corrected is gone
+        if not counts.get(pid) and not p["name"] and pid not in feedback_persons:
+            store.delete_person(pid)
+            summary.removed_people += 1
+
+
+def _update(store: PeopleStore, library: Library, report: Callable[[str], None] | None) -> UpdateSummary:
+    th = people_thresholds(library)
+    summary = UpdateSummary(threshold=th.identity, source=th.source)
+    existing = store.track_ids()
+    state = _read_state(store, existing, summary)
+    # Tracks whose place a verdict contradicts leave it; pinned tracks go where the user put them.
+    loose = [tr for tr, pid in state.members.items() if pid in state.nots.get(tr, ()) or state.pins.get(tr, pid) != pid]
+    new = sorted(tr for tr in existing if tr not in state.members) + loose
+    kept = {tr: pid for tr, pid in state.inherited.items() if tr not in loose}
+    summary.rebound += len(kept)
+    if not new:
+        store.assign(kept)
+        return summary
+    vectors = store.track_vectors(VectorKind.ID, sorted(set(new)))
+    out = [tr for tr in loose]
+    if out:
+        old: dict[int, list[np.ndarray]] = {}
+        for tr in out:
+            if tr in vectors:
+                old.setdefault(state.members[tr], []).append(vectors[tr])
+            del state.members[tr]
+        for pid, vs in old.items():
+            state.move(pid, vs, sign=-1)
+    new = [tr for tr in dict.fromkeys(new) if tr in vectors]
+    summary.new_tracks = len(new)
+    pinned = [tr for tr in new if tr in state.pins]
+    for tr in pinned:
+        state.members[tr] = state.pins[tr]
+        state.move(state.pins[tr], [vectors[tr]])
+    rest = [tr for tr in new if tr not in state.pins]
+    cannot = _cannot_link(store, rest)
+    for start in range(0, len(rest), BATCH):
+        _cluster_batch(store, state, rest[start : start + BATCH], vectors, cannot, th.identity, summary)
+    _write(store, state, {**kept, **{tr: state.members[tr] for tr in new}}, summary,
+           {pid for pids in state.nots.values() for pid in pids} | set(state.pins.values()))
+    if report and not th.calibrated:
+        report(f"note: {th.source}")
+    return summary
+
+
+def update_people(library: Library, report: Callable[[str], None] | None = None) -> UpdateSummary:
+    """Put every track not yet in a person into one (joining a known person or starting a new one),
+    honouring users' verdicts; one transaction on the people tables."""
+    with library.people_writing() as store:
+        return _update(store, library, report)
+
+
+# ----- what users see ------------------------------------------------------------------------------
+@dataclass
+class Person:
+    id: int
+    name: str | None
+    hidden: bool
+    tracks: list[int]
+    videos: list[str]
+    looks: int = 1
+
+    def label(self) -> str:
+        return self.name or f"person {self.id}"
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "name": self.name, "tracks": self.tracks, "videos": self.videos, "looks": self.looks}
+
+
+def _looks(store: PeopleStore, library: Library, groups: dict[int, list[int]]) -> dict[int, list[list[int]]]:
+    """Each person's tracks grouped by look: whole-head vectors clustered at the same-look threshold."""
+    if VectorKind.HEAD not in library.model.kinds:
+        return {pid: [tracks] for pid, tracks in groups.items()}
+    th = people_thresholds(library)
+    head = store.track_vectors(VectorKind.HEAD, [tr for tracks in groups.values() for tr in tracks])
+    out = {}
+    for pid, tracks in groups.items():
+        have = [tr for tr in tracks if tr in head]
+        if len(have) < 2:
+            out[pid] = [tracks]
+            continue
+        labels = average_linkage(np.stack([head[tr] for tr in have]), np.ones(len(have)), th.same_look,
+                                 np.zeros((len(have), len(have)), bool))
+        looks = [[tr for tr, lab in zip(have, labels, strict=True) if lab == k] for k in range(int(labels.max()) + 1)]
+        looks[0] += [tr for tr in tracks if tr not in head]
+        out[pid] = sorted(looks, key=len, reverse=True)
+    return out
+
+
+def list_people(library: Library, include_hidden: bool = False, with_looks: bool = True) -> list[Person]:
+    """Persons that have tracks, the most seen first."""
+    with library.people_reading() as store:
+        members = store.memberships()
+        tracks = {r["id"]: r for r in store.tracks(track_ids=list(members))} if members else {}
+        groups: dict[int, list[int]] = {}
+        for tr, pid in members.items():
+            if tr in tracks:
+                groups.setdefault(pid, []).append(tr)
+        rows = {p["id"]: p for p in store.persons()}
+        groups = {pid: sorted(trs, key=lambda tr: (tracks[tr]["video"], tracks[tr]["start_time"], tr))
+                  for pid, trs in groups.items() if pid in rows and (include_hidden or not rows[pid]["hidden"])}
+        looks = _looks(store, library, groups) if with_looks else {}
+    people = [Person(pid, rows[pid]["name"], bool(rows[pid]["hidden"]), trs, list(dict.fromkeys(tracks[tr]["video"] for tr in trs)),
+                     len(looks.get(pid, [trs]))) for pid, trs in groups.items()]
+    return sorted(people, key=lambda p: (-len(p.tracks), p.id))
+
+
+def person_looks(library: Library, person_id: int) -> list[list[int]]:
+    """A person's tracks grouped by look, the largest group first."""
+    with library.people_reading() as store:
+        tracks = sorted(tr for tr, pid in store.memberships().items() if pid == person_id)
+        return _looks(store, library, {person_id: tracks})[person_id] if tracks else []
+
+
+def find_person(library: Library, key: str | int) -> Person:
+    """A person by id or (case-insensitive) name, hidden ones included."""
+    people = list_people(library, include_hidden=True, with_looks=False)
+    text = str(key).strip()
+    for p in people:
+        if text.isdigit() and p.id == int(text):
+            return p
+    named = [p for p in people if p.name and p.name.casefold() == text.casefold()]
+    if named:
+        return named[0]
+    raise PersonNotFound(f"no person {'with id' if text.isdigit() else 'named'} {text!r} in {library.root} "
+                         "(`headsearch people` lists them)")
+
+
+def person_of_track(library: Library, track_id: int) -> int | None:
+    with library.people_reading() as store:
+        return store.memberships().get(int(track_id))
+
+
+def person_moments(library: Library, person: Person) -> list[SearchHit]:
+    """Every track of a person as a hit: video, time range, best time, thumbnail; the score is the
+    track's similarity to the person (the mean of its tracks)."""
+    with library.people_reading() as store:
+        rows = store.tracks(track_ids=person.tracks)
+        vectors = store.track_vectors(VectorKind.ID, person.tracks)
+        centroid = next(np.frombuffer(p["centroid"], "<f4") for p in store.persons() if p["id"] == person.id)
+        best = {r["id"]: store.best_sighting(r["id"]) for r in rows}
+    unit = centroid / max(float(np.linalg.norm(centroid)), 1e-12)
+    return [SearchHit(track_id=r["id"], video=r["video"], start=r["start_time"], end=r["end_time"], time=r["best_time"],
+                      score=float(np.dot(vectors[r["id"]], unit)) if r["id"] in vectors else 0.0,
+                      thumbnail=str((library.root / r["thumbnail"]).resolve()),
+                      observation_id=best[r["id"]]["id"] if best[r["id"]] else None) for r in rows]
+
+
+# ----- users' corrections --------------------------------------------------------------------------
+def _person_row(store: PeopleStore, person_id: int, root) -> dict:
+    for p in store.persons():
+        if p["id"] == person_id:
+            return p
+    raise PersonNotFound(f"no person with id {person_id} in {root} (`headsearch people` lists them)")
+
+
+def _verdict(store: PeopleStore, person_id: int, track_id: int, verdict: str) -> None:
+    best = store.best_sighting(track_id)
+    video = store.track(track_id)
+    if best is None or video is None:
+        raise HeadsearchError(f"no track {track_id} in the library")
+    store.add_feedback({"id": store.next_id("person_feedback"), "person_id": person_id, "verdict": verdict, "track_id": track_id,
+                        "video_path": video["video"], "time": best["time"], "x1": best["x1"], "y1": best["y1"],
+                        "x2": best["x2"], "y2": best["y2"], "created_at": time.time()})
+
+
+def name_person(library: Library, person_id: int, name: str) -> None:
+    """Name a person (an empty name clears it); names are unique."""
+    name = " ".join(name.split())
+    with library.people_writing() as store:
+        _person_row(store, person_id, library.root)
+        clash = [p for p in store.persons() if name and p["name"] and p["name"].casefold() == name.casefold() and p["id"] != person_id]
+        if clash:
+            raise HeadsearchError(f"person {clash[0]['id']} is already named {name!r}; if they are the same person: "
+                                  f"headsearch people merge {clash[0]['id']} {person_id}")
+        store.update_person(person_id, name=name or None)
+
+
+def hide_person(library: Library, person_id: int, hidden: bool = True) -> None:
+    with library.people_writing() as store:
+        _person_row(store, person_id, library.root)
+        store.update_person(person_id, hidden=hidden)
+
+
+def merge_people(library: Library, into: int, other: int) -> None:
+    """Person `other` is person `into`: its tracks move there for good (kept across re-indexing)."""
+    if into == other:
+        raise HeadsearchError(f"cannot merge person {into} with itself")
+    with library.people_writing() as store:
+        a, b = _person_row(store, into, library.root), _person_row(store, other, library.root)
+        members = store.memberships()
+        moved = [tr for tr, pid in members.items() if pid == other]
+        for f in store.feedback():  # what was said about `other` now holds for `into`
+            if f["person_id"] == other:
+                store.update_feedback(f["id"], person_id=into)
+        for tr in moved:
+            _verdict(store, into, tr, "is")
+        total = a["weight"] + b["weight"]
+        if total > 0:
+            mean = (np.frombuffer(a["centroid"], "<f4") * a["weight"] + np.frombuffer(b["centroid"], "<f4") * b["weight"]) / total
+            store.update_person(into, centroid=mean.astype("<f4").tobytes(), weight=total, name=a["name"] or b["name"])
+        store.assign({tr: into for tr in moved})
+        store.delete_person(other)
+
+
+def split_person(library: Library, person_id: int, track_ids: list[int]) -> int:
+    """These tracks are someone else: they leave the person together, as a new person; returns its id."""
+    with library.people_writing() as store:
+        _person_row(store, person_id, library.root)
+        members = store.memberships()
+        mine = [tr for tr, pid in members.items() if pid == person_id]
+        wrong = [tr for tr in track_ids if members.get(tr) != person_id]
+        if wrong:
+            raise HeadsearchError(f"tracks {', '.join(map(str, wrong))} are not in person {person_id}")
+        if set(track_ids) >= set(mine):
+            raise HeadsearchError(f"that is every track of person {person_id}; name or hide the person instead")
+        vectors = store.track_vectors(VectorKind.ID, track_ids)
+        state = _State({p["id"]: p for p in store.persons()}, members)
+        state.move(person_id, [vectors[tr] for tr in track_ids if tr in vectors], sign=-1)
+        new = _new_person(store, state, [vectors[tr] for tr in track_ids if tr in vectors])
+        p = state.persons[new]
+        p.pop("_new")
+        store.add_person(p)
+        store.update_person(person_id, centroid=state.persons[person_id]["centroid"], weight=state.persons[person_id]["weight"])
+        for tr in track_ids:
+            _verdict(store, person_id, tr, "not")
+            _verdict(store, new, tr, "is")
+        store.assign({tr: new for tr in track_ids})
+        return new
+
+
+def not_this_person(library: Library, track_id: int, person_id: int | None = None) -> int | None:
+    """A track is not the person it was put in: it leaves, never to be put back by clustering, and
+    joins whoever else it matches; returns the person it was taken out of."""
+    with library.people_writing() as store:
+        members = store.memberships()
+        if store.track(track_id) is None:
+            raise HeadsearchError(f"no track {track_id} in {library.root}")
+        person_id = members.get(track_id) if person_id is None else person_id
+        if person_id is None:
+            raise HeadsearchError(f"track {track_id} is in no person yet (run `headsearch people`)")
+        _person_row(store, person_id, library.root)
+        _verdict(store, person_id, track_id, "not")
+    update_people(library)
+    return person_id

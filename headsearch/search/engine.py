@@ -1,0 +1,97 @@
+"""Query engine: a photo in, the k best distinct head tracks out."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from headsearch.basics.errors import NoHeadFound
+from headsearch.basics.images import read_image_rgb
+from headsearch.detection.crops import HeadCrop, crop_head, whole_image_crop
+from headsearch.detection.faces import FaceDetector, detect_heads
+from headsearch.evaluation.thresholds import Thresholds
+from headsearch.models import Embedder
+from headsearch.search.ranking import rank_hits
+from headsearch.store.library import Library, LibraryReader
+from schemas.records import SearchHit, VectorKind
+
+log = logging.getLogger(__name__)
+
+
+def query_crops(path: Path, detector: FaceDetector, all_heads: bool, whole_image: bool, crop_px: int = 256) -> list[HeadCrop]:
+    """Head crops of a query photo: the largest head, every head, or the whole image as the head."""
+    return image_crops(read_image_rgb(path), path, detector, all_heads, whole_image, crop_px)
+
+
+def image_crops(rgb: np.ndarray, path: Path | str, detector: FaceDetector, all_heads: bool, whole_image: bool,
+                crop_px: int = 256) -> list[HeadCrop]:
+    """`query_crops` of a decoded photo (`path` names it in messages)."""
+    if whole_image:
+        faces = detector.detect(rgb)
+        face = max(faces, key=lambda f: f.box.area) if faces else None
+        return [whole_image_crop(rgb, face, crop_px)]
+    heads = detect_heads(detector, rgb)
+    if not heads:
+        raise NoHeadFound(f"{path}: no head found (if the photo is already a head crop, e.g. the back of a head, use --whole-image)")
+    heads = heads if all_heads else heads[:1]
+    return [crop_head(rgb, h.head, h.face, crop_px) for h in heads]
+
+
+class QueryEngine:
+    """Searches one library with the embedder that made it."""
+
+    def __init__(self, library: Library, embedder: Embedder, thresholds: Thresholds | None = None, ranking: str = "appearance"):
+        self.library = library
+        self.embedder = embedder
+        self.thresholds = thresholds
+        self.ranking = ranking  # headsearch.search.ranking: appearance (tiers, then head score) or identity
+
+    def search(self, crop: HeadCrop, k: int) -> list[SearchHit]:
+        """The k best distinct tracks for one head crop."""
+        vectors = self.embedder.embed([crop])
+        return self.search_vectors({kind: v[0] for kind, v in vectors.items()}, k)
+
+    def search_vectors(self, query: dict[VectorKind, np.ndarray], k: int) -> list[SearchHit]:
+        index = self.library.vector_index(VectorKind.ID)
+        total = len(index)
+        if total == 0 or k <= 0:
+            return []
+        # Appearance ranking re-orders the best tracks by identity: consider more of them than k.
+        wanted = k if self.ranking == "identity" or self.thresholds is None else max(4 * k, 32)
+        fetch = min(total, max(64, 32 * wanted))
+        with self.library.reading() as reader:
+            while True:
+                scores, ids = index.search(query[VectorKind.ID], fetch)
+                best = self._best_per_track(reader, scores[0], ids[0])
+                if len(best) >= wanted or fetch >= total:
+                    break
+                fetch = min(total, fetch * 4)
+            ranked = sorted(best.items(), key=lambda kv: -kv[1][0])[:wanted]
+            hits = [self._hit(reader, track_id, score, obs_id, query) for track_id, (score, obs_id) in ranked]
+        return rank_hits(hits, self.ranking)[:k]
+
+    @staticmethod
+    def _best_per_track(reader: LibraryReader, scores: np.ndarray, ids: np.ndarray) -> dict[int, tuple[float, int]]:
+        """Each track's best score among the found vectors, with the sighting that gave it."""
+        where = reader.locate(ids)
+        best: dict[int, tuple[float, int]] = {}
+        for s, i in zip(scores, ids, strict=True):
+            if int(i) not in where:
+                continue
+            track_id, obs_id = where[int(i)]
+            if track_id not in best or s > best[track_id][0]:
+                best[track_id] = (float(s), obs_id)
+        return best
+
+    def _hit(self, reader: LibraryReader, track_id: int, score: float, obs_id: int, query: dict[VectorKind, np.ndarray]) -> SearchHit:
+        row = reader.hit(track_id, obs_id)
+        head_score = None
+        if VectorKind.HEAD in query:
+            stored = reader.vector(obs_id, VectorKind.HEAD)
+            if stored is not None:
+                head_score = float(np.dot(stored, query[VectorKind.HEAD]))
+        tier = self.thresholds.tier(score, head_score) if self.thresholds else None
+        return SearchHit(track_id=track_id, video=row.path, start=row.start, end=row.end, time=row.time,
+                         score=score, thumbnail=str((self.library.root / row.thumbnail).resolve()), tier=tier, head_score=head_score,
+                         observation_id=obs_id, id_score=score)

@@ -1,0 +1,356 @@
+"""What a query shows: the query's heads, the scope of the search, confident-only hits, each hit's
+sighting (kind, box, face, shot), and the one JSON rendering of hits that the CLI and the web app share.
+
+The ranking itself is the query engine's (`headsearch.search.engine`); this module asks it for more
+tracks until enough of them fall inside the scope and above the confidence bar.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from headsearch.basics.errors import HeadsearchError, NoHeadFound
+from headsearch.basics.images import read_image_rgb
+from headsearch.basics.media import fingerprint, fingerprint_bytes
+from headsearch.basics.timeline import format_time
+from headsearch.detection.crops import HeadCrop, crop_head, whole_image_crop
+from headsearch.detection.faces import FaceDetector, detect_heads
+from headsearch.evaluation.thresholds import Thresholds
+from headsearch.models import Embedder
+from headsearch.search.engine import QueryEngine
+from headsearch.store.library import Library, Sighting
+from schemas.records import SCORE_DIGITS, Box, MediaKind, SearchHit, VectorKind
+
+log = logging.getLogger(__name__)
+
+
+# ----- the query photo -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class QueryHead:
+    """One head of the query photo: its number (left to right), where it is, its crop."""
+
+    number: int
+    box: Box  # in the photo's pixels
+    face_visible: bool
+    crop: HeadCrop
+
+
+def query_heads(path: Path, detector: FaceDetector, embedder: Embedder, all_heads: bool, whole_image: bool,
+                crop_px: int = 256) -> list[QueryHead]:
+    """The heads of a query photo file (see `photo_heads`)."""
+    return photo_heads(read_image_rgb(path), path, detector, embedder, all_heads, whole_image, crop_px)
+
+
+def photo_heads(rgb: np.ndarray, name: Path | str, detector: FaceDetector, embedder: Embedder, all_heads: bool, whole_image: bool,
+                crop_px: int = 256) -> list[QueryHead]:
+    """The heads to search with: the largest one, every one (numbered left to right), or the whole
+    photo as the head. A face-recognition model cannot search with a photo without a face.
+    `name` names the photo in messages."""
+    h, w = rgb.shape[:2]
+    if whole_image:
+        faces = detector.detect(rgb)
+        face = max(faces, key=lambda f: f.box.area) if faces else None
+        if face is None and not embedder.sees_whole_head:
+            raise NoHeadFound(f"{name}: --whole-image with {embedder.name}, a face-recognition model: there is no face in this "
+                              "photo for it to see (only a model that sees whole heads can search with the back of a head)")
+        side = min(h, w)
+        box = Box((w - side) / 2, (h - side) / 2, (w + side) / 2, (h + side) / 2)
+        return [QueryHead(1, box, face is not None, whole_image_crop(rgb, face, crop_px))]
+    heads = detect_heads(detector, rgb)
+    if not heads:
+        raise NoHeadFound(f"{name}: no head found (if the photo is already a head crop, e.g. the back of a head, use --whole-image)")
+    if not all_heads:
+        heads = heads[:1]
+    heads = sorted(heads, key=lambda d: d.head.center[0])  # numbered as a reader sees them: left to right
+    return [QueryHead(i, d.head, d.face is not None, crop_head(rgb, d.head, d.face, crop_px)) for i, d in enumerate(heads, 1)]
+
+
+# ----- scope and confidence --------------------------------------------------------------------
+@dataclass(frozen=True)
+class Scope:
+    """Which indexed files a query may answer with."""
+
+    videos_only: bool = False
+    photos_only: bool = False
+    under: tuple[Path, ...] = ()  # only files under these folders (or these files)
+    exclude: frozenset[str] = frozenset()  # never these paths (the query photo itself)
+
+    def admits(self, path: str, kind: MediaKind | str | None) -> bool:
+        if path in self.exclude:
+            return False
+        if self.videos_only and kind != MediaKind.VIDEO:
+            return False
+        if self.photos_only and kind != MediaKind.IMAGE:
+            return False
+        return not self.under or any(Path(path) == u or Path(path).is_relative_to(u) for u in self.under)
+
+    def with_query_file(self, library: Library, query: Path) -> Scope:
+        """The same scope without the query file itself (any indexed file with its content fingerprint)."""
+        try:
+            digest = fingerprint(Path(query), Path(query).stat().st_size)
+        except OSError:
+            digest = None
+        return self._without(library, {str(Path(query).expanduser().resolve())}, digest)
+
+    def with_query_bytes(self, library: Library, data: bytes) -> Scope:
+        """The same scope without any indexed file of this content (an uploaded query photo)."""
+        return self._without(library, set(), fingerprint_bytes(data))
+
+    def _without(self, library: Library, paths: set[str], digest: str | None) -> Scope:
+        if digest is not None:
+            with library.reading() as reader:
+                paths |= reader.paths_with_fingerprint(digest)
+        return Scope(self.videos_only, self.photos_only, self.under, frozenset(self.exclude | paths))
+
+
+@dataclass(frozen=True)
+class Confidence:
+    """Which identity scores are shown: above the identity threshold (calibrated), at least --min-score,
+    or all of them (uncalibrated, or --show-weak)."""
+
+    bar: float | None = None  # scores must pass this to be confident
+    inclusive: bool = False  # --min-score X shows X itself; a calibrated threshold accepts strictly above
+    show_weak: bool = False  # show the hits below the bar too, marked
+    source: str = ""  # what the bar is, for messages
+
+    @property
+    def calibrated(self) -> bool:
+        return self.bar is not None
+
+    def confident(self, score: float) -> bool | None:
+        if self.bar is None:
+            return None
+        # --min-score X keeps a hit whose score is X in JSON: it compares the score as --json shows it.
+        return round(score, SCORE_DIGITS) >= self.bar if self.inclusive else score > self.bar
+
+    def shows(self, score: float) -> bool:
+        return self.show_weak or self.confident(score) is not False
+
+
+def confidence_for(thresholds: Thresholds | None, min_score: float | None = None, show_weak: bool = False) -> Confidence:
+    """The confidence bar of a query: --min-score, else the identity threshold, else none."""
+    if min_score is not None:
+        return Confidence(float(min_score), True, show_weak, f"--min-score {min_score:g}")
+    if thresholds is not None:
+        return Confidence(thresholds.identity, False, show_weak, f"identity threshold {thresholds.identity:.3f} (FAR {thresholds.far:g})")
+    return Confidence(None, False, True, "")
+
+
+def uncalibrated_note(model_name: str) -> str:
+    """The one line said when scores cannot be told right from wrong."""
+    return (f"note: scores are uncalibrated (no thresholds for {model_name}): the best hits are shown whatever their score; "
+            "`headsearch bench SET --calibrate 1e-3 --library DIR` makes thresholds")
+
+
+# ----- hits ------------------------------------------------------------------------------------
+@dataclass
+class ShownHit:
+    """A hit as shown: the engine's hit, where it was seen, whether it is confident, its picture and clip."""
+
+    hit: SearchHit
+    sighting: Sighting | None = None
+    confident: bool | None = None  # None when uncalibrated
+    picture: str | None = None  # the matched moment with the head boxed
+    picture_note: str | None = None  # why the picture is the track's thumbnail instead
+    clip: dict | None = None  # {"path", "start", "end", "method"} when exported
+
+
+@dataclass
+class HeadResult:
+    """The answer for one head of the query photo."""
+
+    head: QueryHead | None
+    hits: list[ShownHit] = field(default_factory=list)
+    hidden_weak: int = 0  # hits below the bar not shown
+    best_hidden: float | None = None
+
+
+def scoped_search(engine: QueryEngine, crop: HeadCrop, k: int, scope: Scope = Scope(), confidence: Confidence = Confidence()) -> HeadResult:
+    """The k best tracks inside the scope that pass the confidence bar, asking the engine for more
+    tracks until enough qualify (or none is left that could)."""
+    vectors = engine.embedder.embed([crop])
+    query = {kind: v[0] for kind, v in vectors.items()}
+    return scoped_search_vectors(engine, query, k, scope, confidence)
+
+
+def search_heads(engine: QueryEngine, heads: Sequence[QueryHead], k: int, scope: Scope = Scope(),
+                 confidence: Confidence = Confidence()) -> list[HeadResult]:
+    """A query photo's answer: each head's scoped, confident-only search (what `query` prints and
+    the web app's /api/query returns, through `results_json`)."""
+    results = []
+    for head in heads:
+        result = scoped_search(engine, head.crop, k, scope, confidence)
+        result.head = head
+        results.append(result)
+    return results
+
+
+def found_hits(library: Library, hits: Sequence[SearchHit], scope: Scope = Scope()) -> HeadResult:
+    """Hits found another way (e.g. a person's moments) as one result, with their sightings, inside the scope."""
+    with library.reading() as reader:
+        sightings = reader.sightings([h.observation_id for h in hits if h.observation_id is not None])
+    shown = [ShownHit(h, sightings.get(h.observation_id)) for h in hits if scope.admits(h.video, _kind(sightings, h))]
+    return HeadResult(None, shown)
+
+
+def scoped_search_vectors(engine: QueryEngine, query: dict[VectorKind, object], k: int, scope: Scope = Scope(),
+                          confidence: Confidence = Confidence()) -> HeadResult:
+    library = engine.library
+    with library.reading() as reader:
+        total = reader.track_count()
+    want = k + len(scope.exclude)
+    while True:
+        hits = engine.search_vectors(query, min(want, max(total, 1)))
+        with library.reading() as reader:
+            sightings = reader.sightings([h.observation_id for h in hits if h.observation_id is not None])
+        admitted = [h for h in hits if scope.admits(h.video, _kind(sightings, h))]
+        shown = [h for h in admitted if confidence.shows(h.identity_score)]
+        exhausted = len(hits) < want or want >= total
+        below = confidence.bar is not None and not confidence.show_weak and hits and confidence.confident(min(h.identity_score for h in hits)) is False
+        if len(shown) >= k or exhausted or below:
+            break
+        want *= 4
+    shown = shown[:k]
+    weak = [h for h in admitted if not confidence.shows(h.identity_score)]
+    result = HeadResult(None, [ShownHit(h, sightings.get(h.observation_id), confidence.confident(h.identity_score)) for h in shown],
+                        len(weak), max((h.identity_score for h in weak), default=None))
+    log.info("query: %d tracks looked at, %d in scope, %d shown, %d below the bar (%s)", len(hits), len(admitted), len(shown),
+             len(weak), confidence.source or "uncalibrated")
+    return result
+
+
+def _kind(sightings: dict[int, Sighting], hit: SearchHit) -> MediaKind | None:
+    s = sightings.get(hit.observation_id)
+    return s.kind if s is not None else None
+
+
+# ----- rendering -------------------------------------------------------------------------------
+def _round_box(box: Sequence[float] | Box | None) -> list[float] | None:
+    if box is None:
+        return None
+    values = box.as_tuple() if isinstance(box, Box) else box
+    return [round(float(v), 1) for v in values]
+
+
+def hit_json(shown: ShownHit) -> dict:
+    """One hit as JSON: the engine's fields (seconds on the file's timeline) and where it was seen."""
+    d = shown.hit.to_dict()
+    s = shown.sighting
+    is_photo = s is not None and s.kind == MediaKind.IMAGE
+    d.update({
+        "kind": None if s is None else str(s.kind),
+        "box": None if s is None else _round_box(s.box),  # the head at the matched time, in the file's pixels
+        "face_visible": None if s is None else s.face_visible,
+        "shot": None if s is None or is_photo else {"index": s.shot_index, "start": round(s.shot_start, 3), "end": round(s.shot_end, 3)},
+        "confident": shown.confident,
+        "picture": shown.picture,
+    })
+    if shown.clip is not None:
+        d["clip"] = shown.clip
+    return d
+
+
+def _group_json(hits: list[ShownHit]) -> list[dict]:
+    groups: dict[str, list[ShownHit]] = {}
+    for h in hits:
+        groups.setdefault(h.hit.video, []).append(h)
+    return [{"video": video, "kind": None if hs[0].sighting is None else str(hs[0].sighting.kind),
+             "best_score": round(max(h.hit.score for h in hs), SCORE_DIGITS), "hits": [hit_json(h) for h in hs]} for video, hs in groups.items()]
+
+
+def results_json(results: list[HeadResult], all_heads: bool = False, per_video: bool = False) -> list:
+    """The JSON of a query (the one rendering shared by the CLI and the web app): a list of hits;
+    with `per_video`, a list of videos each with its hits; with `all_heads`, a list of the photo's
+    heads, each with its number, box and hits."""
+    def body(r: HeadResult) -> list:
+        return _group_json(r.hits) if per_video else [hit_json(h) for h in r.hits]
+
+    if not all_heads:
+        return body(results[0]) if results else []
+    return [{"head": r.head.number if r.head else n, "box": _round_box(r.head.box) if r.head else None,
+             "face_visible": r.head.face_visible if r.head else None, "hits": body(r)} for n, r in enumerate(results, 1)]
+
+
+def _time_range(shown: ShownHit) -> str:
+    h = shown.hit
+    if shown.sighting is not None and shown.sighting.kind == MediaKind.IMAGE:
+        return f"{'photo':<29}"
+    return f"{format_time(h.start)}-{format_time(h.end)} at {format_time(h.time)}"
+
+
+def hit_line(rank: int, shown: ShownHit, indent: str = "") -> str:
+    h = shown.hit
+    tier = f"  {h.tier}" if h.tier else ""
+    weak = "  (below the confidence bar)" if shown.confident is False else ""
+    picture = shown.picture or h.thumbnail
+    return f"{indent}{rank:>2}. {h.score:.3f}  {_time_range(shown)}  {h.video}  [{picture}]{tier}{weak}"
+
+
+def clip_line(shown: ShownHit, indent: str = "") -> str | None:
+    import shlex
+
+    c = shown.clip
+    if c is None:
+        return None
+    if c.get("path") is None:
+        return f"{indent}    no clip: {c.get('error', 'not exported')}"
+    return (f"{indent}    clip {c['path']} ({format_time(c['start'])}-{format_time(c['end'])} of the video, {c['method']})"
+            f"  play: mpv {shlex.quote(c['path'])}")
+
+
+def results_text(results: list[HeadResult], confidence: Confidence, all_heads: bool = False, per_video: bool = False) -> list[str]:
+    """The text of a query: one line a hit (times as h:mm:ss.mmm), grouped per video or per head on request."""
+    lines: list[str] = []
+    for r in results:
+        indent = ""
+        if all_heads and r.head is not None:
+            b = r.head.box
+            lines.append(f"head {r.head.number} at x {b.x1:.0f}-{b.x2:.0f}, y {b.y1:.0f}-{b.y2:.0f}"
+                         f"{'' if r.head.face_visible else ' (no face)'}:")
+            indent = "  "
+        if not r.hits:
+            lines.append(indent + no_match_line(r, confidence))
+            continue
+        if per_video:
+            groups: dict[str, list[ShownHit]] = {}
+            for h in r.hits:
+                groups.setdefault(h.hit.video, []).append(h)
+            for video, hs in groups.items():
+                lines.append(f"{indent}{video}  ({len(hs)} hit{'s' if len(hs) > 1 else ''}, best {max(h.hit.score for h in hs):.3f})")
+                for rank, h in enumerate(hs, 1):
+                    lines.append(hit_line(rank, h, indent + "  "))
+                    lines.extend(x for x in [clip_line(h, indent + "  ")] if x)
+        else:
+            for rank, h in enumerate(r.hits, 1):
+                lines.append(hit_line(rank, h, indent))
+                lines.extend(x for x in [clip_line(h, indent)] if x)
+        hidden = hidden_line(r, confidence)
+        if hidden:
+            lines.append(f"{indent}({hidden})")
+    return lines
+
+
+def hidden_line(result: HeadResult, confidence: Confidence, hint: str = "--show-weak lists them") -> str | None:
+    """What was left out below the confidence bar, when something was."""
+    if not result.hidden_weak or confidence.show_weak:
+        return None
+    return f"{result.hidden_weak} more below the {confidence.source}, best {result.best_hidden:.3f}: {hint}"
+
+
+def no_match_line(result: HeadResult, confidence: Confidence, hint: str = "--show-weak lists the closest") -> str:
+    """The clear line said when nothing qualifies."""
+    if confidence.calibrated and result.best_hidden is not None:
+        return (f"no confident match: the best score, {result.best_hidden:.3f}, is not above the {confidence.source} "
+                f"({hint})")
+    if confidence.calibrated:
+        return "no confident match"
+    return "no matches (nothing in the library, or nothing inside the scope)"
+
+
+def check_scope(scope: Scope) -> None:
+    if scope.videos_only and scope.photos_only:
+        raise HeadsearchError("--videos-only and --photos-only exclude each other")

@@ -1,0 +1,132 @@
+"""Library format versions and the steps that upgrade an older library in place.
+
+The format is recorded twice: in `manifest.json` (read before the database is opened) and in the
+database's `library_state` (written in the same transaction as the tables it describes). A library
+made by an older release is upgraded on open: every step runs inside one transaction with the
+format bump, then the manifest is rewritten; a crash between the two leaves a database that
+already says the new format, and the next open only rewrites the manifest. A library made by a
+newer release is refused.
+
+To change the tables: declare the new shape in `schemas/tables.py`, raise FORMAT_VERSION, and add
+the step from the previous version here (SQL on the connection it is given; no data is lost).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from schemas import tables as t
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 4
+FORMAT_KEY = "format"  # library_state key holding the database's format
+
+
+@dataclass(frozen=True)
+class Migration:
+    from_version: int
+    description: str
+    apply: Callable[[sa.Connection], None]
+
+
+def _record_format_in_database(conn: sa.Connection) -> None:
+    """Format 1 recorded its version in the manifest only; 2 keeps it in the database too."""
+
+
+def _add_people_tables(conn: sa.Connection) -> None:
+    """Format 3 adds the people tables (persons, their tracks, users' verdicts on tracks)."""
+    for table in (t.people, t.person_tracks, t.person_feedback):
+        table.create(conn, checkfirst=True)
+
+
+def _is_unchanged(path: Path, size: int, mtime: float, fingerprint: str) -> bool:
+    """Whether the file on disk is the version that was indexed."""
+    from headsearch.basics.media import fingerprint as file_fingerprint
+
+    try:
+        stat = path.stat()
+        return stat.st_size == size and (stat.st_mtime == mtime or file_fingerprint(path, stat.st_size) == fingerprint)
+    except OSError:
+        return False
+
+
+def _presentation_times(conn: sa.Connection) -> None:
+    """Format 4: every stored time on the file's presentation timeline, failed files remembered,
+    files' own frame sizes recorded.
+
+    Formats up to 3 stored decord's times, which count from the first frame: each still-present,
+    unchanged, decord-indexed video is probed with PyAV and its shots, tracks and sightings are
+    shifted by where its video stream starts (0.852 s in short_hamilton_clip.mp4). A video that is
+    gone keeps its times (it leaves the library when its folder is indexed again); a changed one
+    is re-indexed, with the right times, by the next `index`.
+    """
+    from headsearch.basics.timeline import probe_video
+
+    conn.execute(sa.text("ALTER TABLE videos ADD COLUMN IF NOT EXISTS source_width INTEGER"))
+    conn.execute(sa.text("ALTER TABLE videos ADD COLUMN IF NOT EXISTS source_height INTEGER"))
+    t.failed_files.create(conn, checkfirst=True)
+    conn.execute(sa.text("UPDATE videos SET source_width = width, source_height = height WHERE kind = 'image'"))
+    rows = conn.execute(sa.select(t.videos.c.id, t.videos.c.path, t.videos.c.decoder, t.videos.c.size, t.videos.c.mtime,
+                                  t.videos.c.fingerprint).where(t.videos.c.kind == "video")).fetchall()
+    shifted, unchecked = 0, 0
+    for r in rows:
+        path = Path(r.path)
+        if not _is_unchanged(path, r.size, r.mtime, r.fingerprint):
+            unchecked += r.decoder == "decord"
+            log.info("%s: missing or changed since it was indexed; its times are left as they are", path)
+            continue
+        probe = probe_video(path)
+        if probe is None:
+            unchecked += r.decoder == "decord"
+            continue
+        conn.execute(sa.update(t.videos).where(t.videos.c.id == r.id).values(source_width=probe.width, source_height=probe.height))
+        if r.decoder != "decord" or abs(probe.first_time) < 1e-6:
+            continue
+        offset = probe.first_time  # decord's first frame was at 0
+        conn.execute(sa.update(t.shots).where(t.shots.c.video_id == r.id).values(
+            start_time=t.shots.c.start_time + offset, end_time=t.shots.c.end_time + offset))
+        conn.execute(sa.update(t.tracks).where(t.tracks.c.video_id == r.id).values(
+            start_time=t.tracks.c.start_time + offset, end_time=t.tracks.c.end_time + offset, best_time=t.tracks.c.best_time + offset))
+        conn.execute(sa.update(t.observations).where(t.observations.c.video_id == r.id).values(time=t.observations.c.time + offset))
+        log.info("%s: times shifted by %+.3f s onto the presentation timeline", path, offset)
+        shifted += 1
+    log.info("presentation times: %d videos shifted, %d decord-indexed videos could not be checked", shifted, unchecked)
+
+
+MIGRATIONS: dict[int, Migration] = {
+    1: Migration(1, "record the library format in the database", _record_format_in_database),
+    2: Migration(2, "add the people tables", _add_people_tables),
+    3: Migration(3, "times on the files' presentation timeline, failed files remembered, source frame sizes", _presentation_times),
+}
+
+
+def database_format(conn: sa.Connection) -> int | None:
+    """The format the database says it has (None for format 1, which did not record it)."""
+    value = conn.execute(sa.select(t.library_state.c.value).where(t.library_state.c.key == FORMAT_KEY)).scalar()
+    return None if value is None else int(value)
+
+
+def set_database_format(conn: sa.Connection, version: int) -> None:
+    conn.execute(sa.delete(t.library_state).where(t.library_state.c.key == FORMAT_KEY))
+    conn.execute(sa.insert(t.library_state).values(key=FORMAT_KEY, value=str(version)))
+
+
+def upgrade(conn: sa.Connection, from_version: int) -> list[str]:
+    """Apply every step from `from_version` to FORMAT_VERSION on this connection (the caller's
+    transaction); returns what was done, one line a step."""
+    done = []
+    version = from_version
+    while version < FORMAT_VERSION:
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise ValueError(f"no migration from library format {version}")
+        step.apply(conn)
+        done.append(f"format {version} -> {version + 1}: {step.description}")
+        version += 1
+    set_database_format(conn, FORMAT_VERSION)
+    return done
