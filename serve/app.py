@@ -108,12 +108,12 @@ async def search(request: Request) -> Response:
         raise HTTPException(400, f"k must be between 1 and {MAX_K}")
     all_heads, whole_image, show_weak = _flag(fields.get("all")), _flag(fields.get("whole_image")), _flag(fields.get("show_weak"))
     site = _site(request)
-    results, heads, confidence = await run_in_threadpool(site.search, data, name, k, all_heads, whole_image, show_weak)
+    answer = await run_in_threadpool(site.search, data, name, k, all_heads, whole_image, show_weak)
     if _wants_json(request):
         from headsearch.search.hits import results_json
 
-        return JSONResponse(results_json(results, all_heads))
-    page = await run_in_threadpool(site.query_page, results, heads, all_heads, confidence)
+        return JSONResponse(results_json(answer.results, all_heads))
+    page = await run_in_threadpool(site.query_page, answer, all_heads)
     return _page(request, "search.html", {**page, "k": k, "all": all_heads, "whole_image": whole_image, "show_weak": show_weak,
                                           "photo": name})
 

@@ -585,7 +585,7 @@ class Library:
             except Exception as e:  # a damaged cache is rebuilt from the database
                 log.warning("%s: unreadable vector index, rebuilding it (%s)", path, e)
         if index is None:
-            index = VectorIndex(self.model.dim)
+            index = VectorIndex(self.model.dim_of(kind))
         with self.reader() as conn:
             generation = self.generation(conn)
             if saved_generation != generation:
