@@ -23,8 +23,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from headsearch.basics.errors import HeadsearchError, LibraryError, MediaError, NoHeadFound
+from headsearch.basics.settings import MediaLimits
 from headsearch.people.persons import PersonNotFound, hide_person, merge_people, name_person, not_this_person, split_person, update_people
-from serve.uploads import MAX_UPLOAD_BYTES, UploadRefused, query_upload
+from serve.uploads import UploadRefused, query_upload
 from serve.views import MAX_K, NotFound, Site
 
 log = logging.getLogger(__name__)
@@ -303,7 +304,7 @@ class Guard(BaseHTTPMiddleware):
 
 
 def create_app(library: Path, token: str | None = None, cache_dir: Path | None = None, model: str | None = None,
-               allowed_hosts: set[str] | None = None, max_upload: int = MAX_UPLOAD_BYTES) -> Starlette:
+               allowed_hosts: set[str] | None = None, max_upload: int | None = None) -> Starlette:
     """The web app for one library (opened read-only here; a missing or newer library raises LibraryError)."""
     site = Site(library, cache_dir, model)
     pid = "{person_id:int}"
@@ -339,5 +340,5 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
     app.state.site = site
     app.state.token = token
     app.state.allowed_hosts = allowed_hosts
-    app.state.max_upload = max_upload
+    app.state.max_upload = max_upload if max_upload is not None else MediaLimits.from_env().max_upload_bytes  # $HEADSEARCH_MAX_UPLOAD_BYTES
     return app
