@@ -30,7 +30,7 @@ from schemas.records import Box, SearchHit, VectorKind
 
 # Used only when a library's model has no calibrated thresholds (`headsearch bench --calibrate`):
 # average-linkage thresholds on track vectors, per model name (dlib: best F1 at precision >= 0.99 on
-# ../shared/data, `python -m bench.people --sweep`).
+# ../shared/data, `headsearch bench people --sweep`).
 UNCALIBRATED_IDENTITY_THRESHOLDS = {"dlib-resnet": 0.93}
 UNCALIBRATED_IDENTITY_FALLBACK = 0.5
 UNCALIBRATED_SAME_LOOK_FALLBACK = 0.8
