@@ -4,6 +4,9 @@ A labelled set becomes one sample per usable file (photos: the largest head; one
 the labelled person's head track from the indexer's own analysis, as the mean of its vectors);
 all pairs of samples are scored by cosine similarity and evaluated by `headsearch.evaluation.verification` on
 both protocols plus the hierarchy accuracy.
+
+A benchmark run enters here through `bench_accuracy(AccuracyOptions(...))`, which returns an `AccuracyRun`
+for `bench.report` to show.
 """
 from __future__ import annotations
 
@@ -20,11 +23,11 @@ from headsearch.basics.failures import file_failures
 from headsearch.basics.settings import IndexSettings
 from headsearch.detection.crops import HeadCrop
 from headsearch.detection.faces import FaceDetector
-from headsearch.evaluation.labels import LabeledFile
+from headsearch.evaluation.labels import LabeledFile, LabelSet, read_label_set
 from headsearch.evaluation.metrics import DEFAULT_FARS
-from headsearch.evaluation.thresholds import calibrate
+from headsearch.evaluation.thresholds import calibrate, write_thresholds, write_thresholds_file
 from headsearch.evaluation.verification import EvaluationReport, evaluate
-from headsearch.models import Embedder, load_embedder, mean_vector
+from headsearch.models import DEFAULT_MODEL, Embedder, load_embedder, mean_vector
 from headsearch.search.photo import photo_heads, photo_pixels
 from indexer.analysis import analyse_file
 from schemas.records import HeadTrack, MediaKind, ModelInfo, VectorKind
@@ -258,3 +261,91 @@ def calibrated_thresholds(report: ModelReport, far: float) -> dict:
     if report.error or report.model is None:
         raise HeadsearchError(f"cannot calibrate {report.spec}: {report.error}")
     return calibrate(report.evaluation, far, report.model)
+
+
+@dataclass(frozen=True)
+class AccuracyOptions:
+    """What one accuracy benchmark measures, and where its calibration goes."""
+
+    set_csv: Path  # labelled set: CSV of path,identity[,appearance_state]
+    models: tuple[str, ...] = ()  # model specs (empty: the library's model when calibrating it, else the default model)
+    root: Path | None = None  # folder the set's relative paths start from (None: the CSV's folder)
+    whole_image: bool = False  # photos are head crops already: the whole image, not the largest head
+    settings: IndexSettings = field(default_factory=IndexSettings)  # sampling of videos, detection
+    calibrate: float | None = None  # FAR at which to write thresholds (None: no calibration)
+    thresholds_out: Path | None = None  # with calibrate: the first model's thresholds to this file, not to the library
+    library: Path | None = None  # the library calibrated (and whose errors.log gets unexpected errors' tracebacks)
+
+
+@dataclass
+class AccuracyRun:
+    """The results of one accuracy benchmark: each model's report on the set, and what was calibrated."""
+
+    options: AccuracyOptions
+    labels: LabelSet  # the set's usable files and the rows left out
+    reports: list[ModelReport]  # one per model, in the order asked
+    fars: tuple[float, ...] = DEFAULT_FARS
+    calibration: dict | None = None  # the thresholds record written, with its "path"
+    problems: list[str] = field(default_factory=list)  # what the evaluation could not measure, each once
+    errors: list[HeadsearchError] = field(default_factory=list)  # failures after measuring (shown after the results)
+
+    @property
+    def partial(self) -> bool:
+        """Some files of the set gave no sample: the models were measured on the others."""
+        return any(r.failed for r in self.reports)
+
+    @property
+    def measured(self) -> bool:
+        return any(r.measured for r in self.reports)
+
+    def to_dict(self) -> dict:
+        """{"set", "fars", "models": {spec: report}[, "calibration"]}."""
+        out = {"set": self.labels.to_dict(), "fars": [float(f) for f in self.fars], "models": {r.spec: r.to_dict() for r in self.reports}}
+        if self.calibration is not None:
+            out["calibration"] = self.calibration
+        return out
+
+
+def bench_accuracy(options: AccuracyOptions, report: Report = print, progress: Report | None = None) -> AccuracyRun:
+    """Read the set, measure every model on it, calibrate when asked. A model or file that fails is one line
+    to `report`; a calibration that cannot be made, or a set on which nothing could be measured, is in
+    `errors` (the results are still there to show). Raises HeadsearchError before measuring when the set
+    has no usable row or the library to calibrate cannot be opened."""
+    library = None
+    if options.calibrate is not None and options.thresholds_out is None:
+        from headsearch.store.library import Library
+
+        if options.library is None:
+            raise HeadsearchError("calibrating a library needs its folder")
+        library = Library.open(options.library)  # fail before the long part when there is no library
+    specs = list(dict.fromkeys(options.models)) or [library.model.name if library is not None else DEFAULT_MODEL]
+    labels = read_label_set(options.set_csv, options.root)
+    if labels.skipped_line():
+        report(f"note: {labels.skipped_line()}")
+    if not labels.files:
+        raise HeadsearchError(f"{options.set_csv}: no usable rows (each needs a path and one identity)")
+    error_log = options.library if options.library is not None and options.library.is_dir() else None
+    reports = run_accuracy(labels.files, specs, whole_image=options.whole_image, settings=options.settings, report=report,
+                           progress=progress, error_log=error_log)
+    run = AccuracyRun(options, labels, reports, problems=list(dict.fromkeys(p for r in reports for p in r.evaluation.problems)))
+    if options.calibrate is not None:
+        try:
+            run.calibration = _write_calibration(options, reports, library)
+        except HeadsearchError as e:
+            run.errors.append(e)
+    if not run.measured:
+        reasons = "; ".join(dict.fromkeys([r.error for r in reports if r.error]
+                                          + [p for r in reports for p in r.evaluation.problems if not p.startswith("hierarchy")]))
+        run.errors.append(HeadsearchError(f"nothing could be measured on {options.set_csv}" + (f": {reasons}" if reasons else "")))
+    return run
+
+
+def _write_calibration(options: AccuracyOptions, reports: Sequence[ModelReport], library) -> dict:
+    """Thresholds at the options' FAR, written to their file or the library; the record with its path."""
+    if options.thresholds_out is not None:
+        thresholds = calibrated_thresholds(reports[0], options.calibrate)
+        path = write_thresholds_file(options.thresholds_out, thresholds)
+    else:
+        thresholds = calibrated_thresholds(calibration_report(library.model, reports, library.root), options.calibrate)
+        path = write_thresholds(library.root, thresholds)
+    return {**thresholds, "path": str(path)}

@@ -21,12 +21,13 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from bench.search import SearchSpeed, Synthetic, recall_at_k, single_query_latencies
+from bench.search import SearchPlan, SearchSpeed, Synthetic, recall_at_k, single_query_latencies
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.files import atomic_write, write_json_atomic
 from headsearch.basics.quiet import native_stderr_silenced, native_stdout_silenced
@@ -285,11 +286,13 @@ def _search_process(index_path: str, vectors_path: str, queries_path: str, nprob
         pipe.send({"error": f"{type(e).__name__}: {e}"})
 
 
-def ondisk_search_speed(n: int, dim: int = 128, seed: int = 0, n_queries: int = 1000, latency_queries: int = 200, k: int = 10,
-                        recipe: OnDiskRecipe | None = None, work_dir: Path | None = None, show: bool = False,
-                        say=lambda m: None) -> list[SearchSpeed]:
-    """The on-disk IVF-PQ index over n synthetic vectors: one result per nprobe of the recipe."""
-    recipe = recipe or OnDiskRecipe()
+def ondisk_search_speed(n: int, plan: SearchPlan, progress: Callable[[str], None] | None = None) -> list[SearchSpeed]:
+    """The on-disk IVF-PQ index over n synthetic vectors: one result per nprobe of the plan's recipe. With
+    `progress`, progress lines go to it and long stages draw progress bars."""
+    recipe = plan.recipe or OnDiskRecipe()
+    dim, seed, n_queries, k, work_dir = plan.dim, plan.seed, plan.queries, plan.k, plan.work_dir
+    show = progress is not None
+    say = progress or (lambda m: None)
     if dim % recipe.pq_bytes:
         raise HeadsearchError(f"--pq-bytes {recipe.pq_bytes} must divide the dimension of the vectors ({dim})")
     keep = work_dir is not None
@@ -314,7 +317,7 @@ def ondisk_search_speed(n: int, dim: int = 128, seed: int = 0, n_queries: int = 
         results = []
         for nprobe in recipe.nprobe:
             say(f"  searching with nprobe {nprobe}, re-ranking {recipe.rerank} (fresh process, files dropped from the page cache)")
-            got = _in_fresh_process(index_path, vectors, queries_path, nprobe, recipe.rerank, k, latency_queries)
+            got = _in_fresh_process(index_path, vectors, queries_path, nprobe, recipe.rerank, k, plan.latency_queries)
             recall = recall_at_k(got["found"], truth, RowFile(vectors, n, dim), queries, kth)
             memory, cold, first, again = got["memory"], got["cold"], got["first"], got["again"]
             params = {"nlist": recipe.lists(n), "nprobe": nprobe, "pq_bytes": recipe.pq_bytes, "rerank": recipe.rerank,

@@ -2,8 +2,10 @@
 the identities a labelled set gives (a labelled photo: its largest head's track; a video labelled with
 one identity: every track in it).
 
-    python -m bench.people --library LIB ../shared/data/LABELS.csv ../shared/data/more/LABELS.csv
-    python -m bench.people --library LIB --sweep 0.90,0.92,0.94 SETS...   # on copies, from no people
+    headsearch bench people --library LIB ../shared/data/LABELS.csv ../shared/data/more/LABELS.csv
+    headsearch bench people --library LIB --sweep 0.90,0.92,0.94 SETS...   # on copies, from no people
+
+(`python -m bench.people` with the same arguments runs the same code and prints the JSON, then the lines.)
 
 Pair counts: precision = pairs of labelled tracks in one person that share an identity / pairs in one
 person; recall = the same / pairs that share an identity.
@@ -15,6 +17,7 @@ import json
 import shutil
 import tempfile
 from collections import Counter
+from dataclasses import dataclass
 from math import comb
 from pathlib import Path
 
@@ -24,6 +27,8 @@ from headsearch.evaluation.thresholds import THRESHOLDS_FILE
 from headsearch.people.persons import list_people, update_people
 from headsearch.store.library import Library
 from schemas.records import MediaKind
+
+PEOPLE_PARTS = ("all", "photo", "video")  # the labelled tracks each score is over
 
 
 def labelled_tracks(library: Library, label_csvs: list[Path]) -> dict[int, tuple[str, str]]:
@@ -72,7 +77,7 @@ def people_accuracy(library: Library, label_csvs: list[Path]) -> dict:
     person = {tr: p.id for p in list_people(library, include_hidden=True, with_looks=False) for tr in p.tracks}
     labelled = labelled_tracks(library, label_csvs)
     report = {"people": len(set(person.values())), "tracks": len(person)}
-    for part in ("all", "photo", "video"):
+    for part in PEOPLE_PARTS:
         truth = {t: ident for t, (ident, kind) in labelled.items() if part == "all" or kind == part}
         report[part] = pairwise(person, truth)
     return report
@@ -99,24 +104,45 @@ def sweep(library_root: Path, label_csvs: list[Path], thresholds: list[float]) -
     return rows
 
 
+@dataclass(frozen=True)
+class PeopleOptions:
+    """What one people benchmark measures."""
+
+    library: Path  # the library whose people are scored
+    label_sets: tuple[Path, ...]  # labelled CSVs (path,identity[,appearance_state]) naming its files
+    sweep: tuple[float, ...] = ()  # identity thresholds to group copies at, from no people (empty: the library's own people)
+
+
+@dataclass
+class PeopleRun:
+    """The results of one people benchmark: one row per threshold swept, or one row for the library's people."""
+
+    options: PeopleOptions
+    rows: list[dict]  # {"people", "tracks", "all", "photo", "video"[, "identity_threshold"]}
+
+
+def bench_people(options: PeopleOptions) -> PeopleRun:
+    """Score the library's people (grouped first, as `index` does) or, with a sweep, copies grouped at each threshold."""
+    sets = list(options.label_sets)
+    if options.sweep:
+        return PeopleRun(options, sweep(options.library, sets, list(options.sweep)))
+    library = Library.open(options.library)
+    update_people(library)
+    return PeopleRun(options, [people_accuracy(library, sets)])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sets", nargs="+", type=Path, help="labelled CSVs (path,identity[,appearance_state])")
     parser.add_argument("--library", type=Path, required=True)
     parser.add_argument("--sweep", default=None, help="comma-separated identity thresholds to try on copies")
     args = parser.parse_args()
-    if args.sweep:
-        rows = sweep(args.library, args.sets, [float(x) for x in args.sweep.split(",")])
-    else:
-        lib = Library.open(args.library)
-        update_people(lib)
-        rows = [people_accuracy(lib, args.sets)]
-    print(json.dumps(rows, indent=2))
-    for r in rows:
-        head = f"threshold {r['identity_threshold']:.3f}  " if "identity_threshold" in r else ""
-        print(f"{head}{r['people']} people; " + "; ".join(
-            f"{part}: {r[part]['tracks']} tracks of {r[part]['identities']} identities in {r[part]['clusters']} people, "
-            f"precision {r[part]['precision']:.3f} recall {r[part]['recall']:.3f} F1 {r[part]['f1']:.3f}" for part in ("all", "photo", "video")))
+    from bench.report import people_text
+
+    sweep_values = tuple(float(x) for x in args.sweep.split(",")) if args.sweep else ()
+    run = bench_people(PeopleOptions(args.library, tuple(args.sets), sweep_values))
+    print(json.dumps(run.rows, indent=2))
+    print(people_text(run))
 
 
 if __name__ == "__main__":

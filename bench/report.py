@@ -1,14 +1,20 @@
-"""Benchmark results as text tables and ROC plots."""
+"""Benchmark results as text tables and ROC plots: each function takes a run's result object
+(`AccuracyRun`, `SpeedRun`, `PeopleRun`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bench.accuracy import ModelReport
+from bench.accuracy import AccuracyRun, ModelReport
 from bench.search import SYNTHETIC_PER_CLUSTER, SYNTHETIC_SPREAD, SearchSpeed
 from headsearch.evaluation.metrics import DEFAULT_FARS, PROTOCOL_TITLES, PROTOCOLS, far_key, needed_impostors, roc_points
+
+if TYPE_CHECKING:  # types only: whoever made the run has loaded its module (a report need not load the others)
+    from bench.people import PeopleRun
+    from bench.speed import SpeedRun
 
 
 def format_table(rows: list[list[str]], align: str) -> list[str]:
@@ -89,8 +95,12 @@ def format_accuracy(reports: Sequence[ModelReport], fars: Sequence[float] = DEFA
     return "\n".join(out)
 
 
-def plot_roc(reports: Sequence[ModelReport], path: Path, fars: Sequence[float] = DEFAULT_FARS) -> Path:
-    """ROC curves of all models, one panel per protocol, log-FAR x axis (matplotlib, Agg)."""
+def plot_roc(run: AccuracyRun, path: Path) -> Path | None:
+    """ROC curves of all models, one panel per protocol, log-FAR x axis (matplotlib, Agg); None (and no
+    file) when no model measured anything."""
+    reports, fars = run.reports, run.fars
+    if not any(r.evaluation.scores for r in reports):
+        return None
     import matplotlib
 
     matplotlib.use("Agg")
@@ -124,6 +134,44 @@ def plot_roc(reports: Sequence[ModelReport], path: Path, fars: Sequence[float] =
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def accuracy_text(run: AccuracyRun, roc: Path | None = None) -> str:
+    """The set, the models' table and notes, the ROC plot written (`roc`) and the calibration."""
+    s = run.labels.to_dict()
+    parts = [f"set {run.options.set_csv}: {s['usable']} usable of {s['rows']} rows ({s['photos']} photos, {s['videos']} videos, "
+             f"{_count(s['identities'], 'identity', 'identities')})\n" + format_accuracy(run.reports, run.fars)]
+    if roc is not None:
+        parts.append(f"ROC curves: {roc}")
+    c = run.calibration
+    if c is not None:
+        parts.append(f"calibrated {c['path']} at FAR {run.options.calibrate:g} for {c['model']}: identity > {c['identity']:.4f} "
+                     f"(VR {c['vr']['identity']:.3f}), same_look > {c['same_look']:.4f} "
+                     f"(VR {c['vr']['same_look']:.3f}, {c['same_look_vectors']} vectors)")
+    return "\n\n".join(parts)
+
+
+def speed_text(run: SpeedRun) -> str:
+    """The indexing table and/or the search tables of one speed run."""
+    parts = []
+    if run.indexing is not None:
+        parts.append(format_indexing(run.indexing))
+    if run.search:
+        parts.append(format_search(run.search, run.options.search.seed))
+    return "\n\n".join(parts)
+
+
+def people_text(run: PeopleRun) -> str:
+    """One line per row of a people run: its people, then pairwise precision, recall, F1 per part."""
+    from bench.people import PEOPLE_PARTS
+
+    lines = []
+    for r in run.rows:
+        head = f"threshold {r['identity_threshold']:.3f}  " if "identity_threshold" in r else ""
+        lines.append(f"{head}{r['people']} people; " + "; ".join(
+            f"{part}: {r[part]['tracks']} tracks of {r[part]['identities']} identities in {r[part]['clusters']} people, "
+            f"precision {r[part]['precision']:.3f} recall {r[part]['recall']:.3f} F1 {r[part]['f1']:.3f}" for part in PEOPLE_PARTS))
+    return "\n".join(lines)
 
 
 def format_search(results: Sequence[SearchSpeed], seed: int) -> str:

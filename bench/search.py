@@ -6,12 +6,17 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from headsearch.basics.errors import HeadsearchError
 from headsearch.models import l2_normalise
 from headsearch.store.vector_index import build_approximate, float32_dot_error, search_threads
+
+if TYPE_CHECKING:
+    from bench.ondisk import OnDiskRecipe
 
 SYNTHETIC_PER_CLUSTER = 100  # vectors per synthetic person
 # Noise norm relative to the centre: same-cluster pairs at cosine ~ 1/(1+1^2) = 0.5 and other pairs at
@@ -175,14 +180,29 @@ INDEXES = IN_MEMORY + ON_DISK
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 40, 64
 
 
-def search_speed(n: int, dim: int = 128, seed: int = 0, n_queries: int = 1000, latency_queries: int = 200, k: int = 10,
-                 indexes: tuple[str, ...] = ("flat", "ivf")) -> list[SearchSpeed]:
-    """In-memory indexes over n synthetic clustered vectors: exact (IndexFlatIP), the library's
+@dataclass(frozen=True)
+class SearchPlan:
+    """What the search benchmark measures: each index at each size, over seeded synthetic vectors."""
+
+    sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000)  # stored vector counts
+    indexes: tuple[str, ...] = ("flat", "ivf")  # names of INDEXES
+    dim: int = 128  # dimension of the synthetic vectors
+    queries: int = 1000  # queries per size (recall and batch speed over all of them)
+    latency_queries: int = 200  # the first queries, searched one at a time for p50/p95
+    k: int = 10  # neighbours per query (recall@k)
+    seed: int = 0  # seed of the synthetic vectors
+    recipe: OnDiskRecipe | None = None  # ivfpq-ondisk's parameters (None: OnDiskRecipe's defaults)
+    work_dir: Path | None = None  # ivfpq-ondisk's files, kept so a rerun resumes (None: a temporary folder)
+
+
+def search_speed(n: int, plan: SearchPlan) -> list[SearchSpeed]:
+    """The plan's in-memory indexes over n synthetic clustered vectors: exact (IndexFlatIP), the library's
     approximate recipe (`headsearch.store.vector_index.build_approximate`), HNSW (not used by the library:
     it cannot remove vectors)."""
     import faiss
 
-    db, queries = synthetic_vectors(n, n_queries, dim, seed)
+    dim, k, indexes, latency_queries = plan.dim, plan.k, plan.indexes, plan.latency_queries
+    db, queries = synthetic_vectors(n, plan.queries, dim, plan.seed)
     truth, kth = exact_top_k(db, queries, k)
     results = []
     if "flat" in indexes:
@@ -193,7 +213,7 @@ def search_speed(n: int, dim: int = 128, seed: int = 0, n_queries: int = 1000, l
         del flat
     if "ivf" in indexes:
         t0 = time.perf_counter()
-        ivf, tuning = build_approximate(db, np.arange(n, dtype=np.int64), seed)  # the library's own recipe
+        ivf, tuning = build_approximate(db, np.arange(n, dtype=np.int64), plan.seed)  # the library's own recipe
         params = {"nlist": int(ivf.nlist), "nprobe": int(ivf.nprobe), "tuned_recall": tuning.recall,
                   "tuned_on": tuning.queries, "tried": {str(p): r for p, r in tuning.tried.items()}}
         results.append(_measure("ivf", ivf, params, time.perf_counter() - t0, db, queries, truth, kth, k, latency_queries))

@@ -1,9 +1,16 @@
-"""`headsearch bench`: verification accuracy of models on a labelled set, threshold calibration, speed."""
+"""`headsearch bench`: accuracy on a labelled set (and threshold calibration), indexing and search speed, people.
+
+Each subcommand parses its options into the options dataclass of its benchmark, runs it through one
+call into `bench/`, and prints the result object with `bench.report` (or as JSON). A new benchmark is
+one more `@bench.command()` function.
+"""
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -12,6 +19,69 @@ from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.settings import IndexSettings
 
 EXIT_PARTIAL = 2  # some files of the set failed, the others were measured
+OLD_SPEED_FLAG = "--speed"
+
+
+class BenchGroup(click.Group):
+    """Subcommands, and the spellings from before them: `bench SET ...` is `bench accuracy SET ...`,
+    `bench --speed ...` is `bench speed ...`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = self.old_spelling(ctx, args)
+        return super().parse_args(ctx, args)
+
+    def old_spelling(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """The arguments of the subcommand an old-style `bench` command line means."""
+        cut = args.index("--") if "--" in args else len(args)
+        if OLD_SPEED_FLAG not in args[:cut]:
+            return ["accuracy", *args]
+        rest = [a for i, a in enumerate(args) if not (i < cut and a == OLD_SPEED_FLAG)]
+        if self.positional_arguments(rest):
+            raise click.UsageError("a labelled SET and --speed are two benchmarks now: run `headsearch bench accuracy SET "
+                                   "[OPTIONS]` and `headsearch bench speed [OPTIONS]` one after the other", ctx)
+        return ["speed", *rest]
+
+    def positional_arguments(self, args: list[str]) -> list[str]:
+        """The words of `args` that are neither options nor option values (by the options of accuracy and speed)."""
+        takes_value = {name for command in (self.commands["accuracy"], self.commands["speed"]) for p in command.params
+                       if isinstance(p, click.Option) and not p.is_flag and not p.count for name in p.opts}
+        words, skip = [], False
+        for i, a in enumerate(args):
+            if a == "--":
+                return words + args[i + 1:]
+            if skip:
+                skip = False
+            elif a.startswith("-") and len(a) > 1:
+                skip = a in takes_value
+            else:
+                words.append(a)
+        return words
+
+
+@click.group(cls=BenchGroup)
+def bench() -> None:
+    """Benchmarks: accuracy on a labelled set (and the thresholds it calibrates), indexing and search speed,
+    and how well `headsearch people` groups a library.
+
+    \b
+    The spellings from before the subcommands still work:
+      headsearch bench SET [OPTIONS]      is  headsearch bench accuracy SET [OPTIONS]
+      headsearch bench --speed [OPTIONS]  is  headsearch bench speed [OPTIONS]
+    """
+
+
+def quiet_option(f: Callable) -> Callable:
+    return click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")(f)
+
+
+def json_option(f: Callable) -> Callable:
+    return click.option("--json", "as_json", is_flag=True, help="Machine-readable results on stdout.")(f)
+
+
+def fps_option(f: Callable) -> Callable:
+    return click.option("--fps", "sample_fps", type=click.FloatRange(min=0.01), default=IndexSettings.sample_fps, show_default=True,
+                        help="Frames sampled per second in videos.")(f)
 
 
 def _far(ctx, param, value):
@@ -20,16 +90,27 @@ def _far(ctx, param, value):
     return value
 
 
-@click.command()
-@click.argument("set_csv", metavar="[SET]", required=False, type=click.Path(path_type=Path))
-@click.option("--model", "-m", "models", multiple=True,
-              help="Model to benchmark (repeat for several; default: the default model; --speed indexes with the first).")
+def _say(quiet: bool) -> Callable[[str], None] | None:
+    """Progress lines to stderr, or none."""
+    return None if quiet else (lambda m: click.echo(m, err=True))
+
+
+def _warn(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def _show(data: Any, text: str, as_json: bool) -> None:
+    click.echo(json.dumps(data, indent=2) if as_json else text)
+
+
+@bench.command()
+@click.argument("set_csv", metavar="SET", type=click.Path(path_type=Path))
+@click.option("--model", "-m", "models", multiple=True, help="Model to benchmark (repeat for several; default: the default model).")
 @click.option("--root", type=click.Path(path_type=Path), default=None,
               help="Folder the set's relative paths start from (default: the CSV's folder; a `source` column adds a subfolder).")
 @click.option("--whole-image", is_flag=True, help="Photos are already head crops: use the whole image, not the largest head.")
-@click.option("--fps", "sample_fps", type=click.FloatRange(min=0.01), default=IndexSettings.sample_fps, show_default=True,
-              help="Frames sampled per second in videos.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable results on stdout.")
+@fps_option
+@json_option
 @click.option("--plot", type=click.Path(path_type=Path), default=None, help="Write ROC curves (log FAR) of all models to this PNG.")
 @click.option("--calibrate", type=float, default=None, metavar="FAR", callback=_far,
               help="Write <library>/thresholds.json: exact thresholds at this FAR for the library's model.")
@@ -37,9 +118,45 @@ def _far(ctx, param, value):
               help="With --calibrate: write the first model's thresholds to this file instead of a library's (thresholds "
                    "bundled with a model: <model file>.thresholds.json).")
 @library_option
-@click.option("--speed", is_flag=True, help="Benchmark indexing and search speed instead of (or besides) accuracy.")
+@quiet_option
+def accuracy(set_csv: Path, as_json: bool, plot: Path | None, quiet: bool, **given: Any) -> None:
+    """Accuracy of models on a labelled SET; calibrated thresholds.
+
+    Verification rate at FAR 1e-2/1e-3/1e-4, AUC, ROC (--plot) and hierarchy accuracy of each
+    --model; --calibrate FAR writes the thresholds `query` and `people` use. SET is a CSV with columns path,identity[,appearance_state] (paths relative to the CSV, or
+    absolute). Rows naming several people (a;b) or a group/crowd are skipped. Photos give their
+    largest head, one-person videos their longest head track. All pairs are scored on two
+    protocols: head similarity (same identity and look vs the rest) and identity verification.
+    Exit 2 when some files failed and the models were measured on the others.
+    """
+    from bench.accuracy import AccuracyOptions, bench_accuracy
+    from bench.report import accuracy_text, plot_roc
+
+    if given["thresholds_out"] is not None and given["calibrate"] is None:
+        raise click.UsageError("--thresholds-out needs --calibrate FAR")
+    options = AccuracyOptions(set_csv, models=given["models"], root=given["root"], whole_image=given["whole_image"],
+                              settings=IndexSettings.from_env(sample_fps=given["sample_fps"]), calibrate=given["calibrate"],
+                              thresholds_out=given["thresholds_out"], library=library_path(given["library"]))
+    run = bench_accuracy(options, report=_warn, progress=_say(quiet))
+    for problem in run.problems:
+        _warn(f"warning: {problem}")
+    roc = None
+    if plot is not None:
+        roc = plot_roc(run, plot)
+        if roc is None:
+            _warn(f"warning: no ROC curve to plot in {plot}: nothing was measured")
+    _show(run.to_dict(), accuracy_text(run, roc), as_json)
+    if run.errors:
+        raise run.errors[0]  # after the results: what was measured is shown
+    if run.partial:
+        sys.exit(EXIT_PARTIAL)  # measured on the others; each failed file had its line
+
+
+@bench.command()
 @click.option("--video", type=click.Path(path_type=Path), default=None, help="Video for the indexing speed benchmark.")
-@click.option("--only", type=click.Choice(["indexing", "search"]), default=None, help="Run only one part of --speed.")
+@click.option("--only", type=click.Choice(["indexing", "search"]), default=None, help="Run only the indexing or only the search benchmark.")
+@click.option("--model", "-m", default=None, help="Model that indexes the video (default: the default model).")
+@fps_option
 @click.option("--sizes", default="1e4,1e5,1e6", show_default=True, help="Stored vector counts for the search benchmark.")
 @click.option("--index", "index_names", default="flat,ivf", show_default=True,
               help="Indexes the search benchmark measures: flat (exact), ivf (the library's approximate recipe), "
@@ -49,168 +166,71 @@ def _far(ctx, param, value):
                    "resumes; default: a temporary folder removed afterwards.")
 @click.option("--nlist", type=click.IntRange(min=1), default=None,
               help="ivfpq-ondisk: inverted lists (default ~4 sqrt(n), as the library's IVF).")
-@click.option("--nprobe", "ondisk_nprobe", default=None, metavar="N[,N...]",
+@click.option("--nprobe", default=None, metavar="N[,N...]",
               help="ivfpq-ondisk: inverted lists searched per query, one result per value (default 2048).")
 @click.option("--rerank", type=click.IntRange(min=0), default=None, help="ivfpq-ondisk: shortlist re-ranked exactly from the raw vectors (0: none; default 100).")
 @click.option("--pq-bytes", type=click.Choice(["8", "16", "32", "64"]), default=None, help="ivfpq-ondisk: bytes per PQ code (default 32).")
 @click.option("--dim", type=click.IntRange(min=2), default=128, show_default=True, help="Dimension of the synthetic vectors.")
 @click.option("--queries", type=click.IntRange(min=10), default=1000, show_default=True, help="Queries per size (latency over the first 200).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic vectors.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
-def bench(set_csv: Path | None, models: tuple[str, ...], root: Path | None, whole_image: bool, sample_fps: float, as_json: bool,
-          plot: Path | None, calibrate: float | None, thresholds_out: Path | None, library: Path | None, speed: bool, video: Path | None,
-          only: str | None, sizes: str, index_names: str, work_dir: Path | None, nlist: int | None, ondisk_nprobe: str | None,
-          rerank: int | None, pq_bytes: str | None, dim: int, queries: int, seed: int, quiet: bool) -> None:
-    """Benchmark models on a labelled SET: VR at FAR, AUC, ROC; or indexing and search speed (--speed).
+@json_option
+@quiet_option
+def speed(video: Path | None, only: str | None, as_json: bool, quiet: bool, **given: Any) -> None:
+    """Indexing speed on a video; search speed at scale.
 
-    SET is a CSV with columns path,identity[,appearance_state] (paths relative to the CSV, or
-    absolute). Rows naming several people (a;b) or a group/crowd are skipped. Photos give their
-    largest head, one-person videos their longest head track. All pairs are scored on two
-    protocols: head similarity (same identity and look vs the rest) and identity verification.
+    Both run unless --only names one. Indexing: the video is indexed into a temporary library, each stage (decode, shots, detect,
+    track, embed, store) timed next to the decode-only bound. Search: p50/p95 latency, batch
+    speed, recall@10 against exact search, memory and build time of each --index at each of --sizes.
     """
-    say = (lambda m: None) if quiet else (lambda m: click.echo(m, err=True))
-    warn = lambda m: click.echo(m, err=True)  # noqa: E731
-    if set_csv is None and not speed:
-        raise click.UsageError("give a labelled SET (CSV of path,identity[,appearance_state]) or --speed")
-    if calibrate is not None and set_csv is None:
-        raise click.UsageError("--calibrate needs a labelled SET")
-    if thresholds_out is not None and calibrate is None:
-        raise click.UsageError("--thresholds-out needs --calibrate FAR")
-    if speed and only != "search" and video is None:
+    from bench.report import speed_text
+    from bench.speed import SpeedOptions, bench_speed
+
+    if only != "search" and video is None:
         raise click.UsageError("the indexing speed benchmark needs a video: pass --video PATH (or --only search)")
-    size_list = search = None
-    if speed and only != "indexing":
-        from bench.search import parse_indexes, parse_sizes
-
-        size_list = parse_sizes(sizes)
-        search = {"indexes": parse_indexes(index_names), "work_dir": work_dir, "recipe": _ondisk_recipe(nlist, ondisk_nprobe, rerank, pq_bytes)}
-
-    out: dict = {}
-    texts: list[str] = []
-    deferred: list[HeadsearchError] = []  # errors raised after the results are printed
-    settings = IndexSettings.from_env(sample_fps=sample_fps)
-
-    if set_csv is not None:
-        _accuracy(set_csv, models, root, whole_image, settings, plot, (calibrate, thresholds_out), library, out, texts, deferred, say, warn)
-    if speed:
-        _speed(video, models[0] if models else None, only, size_list, search, dim, queries, seed, settings, out, texts, say, warn, quiet)
-
-    if as_json:
-        click.echo(json.dumps(out, indent=2))
-    else:
-        click.echo("\n\n".join(t for t in texts if t))
-    if deferred:
-        raise deferred[0]
-    if any(m.get("failed_files") for m in out.get("models", {}).values()):
-        sys.exit(EXIT_PARTIAL)  # measured on the others; each failed file had its line
+    options = SpeedOptions(video=None if only == "search" else video, search=None if only == "indexing" else _search_plan(given),
+                           model=given["model"], settings=IndexSettings.from_env(sample_fps=given["sample_fps"]))
+    run = bench_speed(options, report=_warn, progress=_say(quiet))
+    _show(run.to_dict(), speed_text(run), as_json)
 
 
-def _accuracy(set_csv, models, root, whole_image, settings, plot, calibration, library, out, texts, deferred, say, warn) -> None:
-    from bench.accuracy import calibrated_thresholds, calibration_report, run_accuracy
-    from bench.report import format_accuracy, plot_roc
-    from headsearch.evaluation.labels import read_label_set
-    from headsearch.evaluation.metrics import DEFAULT_FARS
-    from headsearch.evaluation.thresholds import write_thresholds, write_thresholds_file
-    from headsearch.models import DEFAULT_MODEL
-
-    calibrate, thresholds_out = calibration
-    lib = None
-    if calibrate is not None and thresholds_out is None:
-        from headsearch.store.library import Library
-
-        lib = Library.open(library_path(library))  # fail before the long part when there is no library
-    specs = list(dict.fromkeys(models)) or [lib.model.name if lib is not None else DEFAULT_MODEL]
-    labels = read_label_set(set_csv, root)
-    if labels.skipped_line():
-        warn(f"note: {labels.skipped_line()}")
-    if not labels.files:
-        raise HeadsearchError(f"{set_csv}: no usable rows (each needs a path and one identity)")
-    log_dir = library_path(library)  # an unexpected error's traceback goes to the library's errors.log (else a temporary one)
-    reports = run_accuracy(labels.files, specs, whole_image=whole_image, settings=settings, report=warn, progress=say,
-                           error_log=log_dir if log_dir.is_dir() else None)
-    seen = set()
-    for r in reports:
-        for p in r.evaluation.problems:
-            if p not in seen:
-                seen.add(p)
-                warn(f"warning: {p}")
-    out["set"] = labels.to_dict()
-    out["fars"] = [float(f) for f in DEFAULT_FARS]
-    out["models"] = {r.spec: r.to_dict() for r in reports}
-    texts.append(f"set {set_csv}: {len(labels.files)} usable of {labels.rows} rows "
-                 f"({out['set']['photos']} photos, {out['set']['videos']} videos, {out['set']['identities']} "
-                 f"{'identity' if out['set']['identities'] == 1 else 'identities'})\n"
-                 + format_accuracy(reports))
-    if plot is not None:
-        if any(r.evaluation.scores for r in reports):
-            texts.append(f"ROC curves: {plot_roc(reports, plot)}")
-        else:
-            warn(f"warning: no ROC curve to plot in {plot}: nothing was measured")
-    if calibrate is not None:
-        try:
-            if thresholds_out is not None:
-                thresholds = calibrated_thresholds(reports[0], calibrate)
-                path = write_thresholds_file(thresholds_out, thresholds)
-            else:
-                thresholds = calibrated_thresholds(calibration_report(lib.model, reports, lib.root), calibrate)
-                path = write_thresholds(lib.root, thresholds)
-            out["calibration"] = {**thresholds, "path": str(path)}
-            texts.append(f"calibrated {path} at FAR {calibrate:g} for {thresholds['model']}: identity > {thresholds['identity']:.4f} "
-                         f"(VR {thresholds['vr']['identity']:.3f}), same_look > {thresholds['same_look']:.4f} "
-                         f"(VR {thresholds['vr']['same_look']:.3f}, {thresholds['same_look_vectors']} vectors)")
-        except HeadsearchError as e:
-            deferred.append(e)
-    if not any(r.measured for r in reports):
-        reasons = "; ".join(dict.fromkeys([r.error for r in reports if r.error]
-                                          + [p for r in reports for p in r.evaluation.problems if not p.startswith("hierarchy")]))
-        deferred.append(HeadsearchError(f"nothing could be measured on {set_csv}" + (f": {reasons}" if reasons else "")))
-
-
-def _ondisk_recipe(nlist: int | None, nprobe: str | None, rerank: int | None, pq_bytes: str | None):
-    import dataclasses
-
+def _search_plan(given: dict[str, Any]):
+    """The search benchmark's plan from `bench speed`'s options."""
     from bench.ondisk import OnDiskRecipe
-    from bench.search import parse_sizes
+    from bench.search import SearchPlan, parse_indexes, parse_sizes
 
-    changes = {"nlist": nlist}
-    if nprobe is not None:
+    recipe = {"nlist": given["nlist"]}
+    if given["nprobe"] is not None:
         try:
-            changes["nprobe"] = tuple(parse_sizes(nprobe))
+            recipe["nprobe"] = tuple(parse_sizes(given["nprobe"]))
         except HeadsearchError:
-            raise click.BadParameter(f"{nprobe!r}: give whole numbers, e.g. 128,256", param_hint="--nprobe") from None
-    if rerank is not None:
-        changes["rerank"] = rerank
-    if pq_bytes is not None:
-        changes["pq_bytes"] = int(pq_bytes)
-    return dataclasses.replace(OnDiskRecipe(), **changes)
+            raise click.BadParameter(f"{given['nprobe']!r}: give whole numbers, e.g. 128,256", param_hint="--nprobe") from None
+    if given["rerank"] is not None:
+        recipe["rerank"] = given["rerank"]
+    if given["pq_bytes"] is not None:
+        recipe["pq_bytes"] = int(given["pq_bytes"])
+    return SearchPlan(sizes=tuple(parse_sizes(given["sizes"])), indexes=parse_indexes(given["index_names"]), dim=given["dim"],
+                      queries=given["queries"], seed=given["seed"], recipe=OnDiskRecipe(**recipe), work_dir=given["work_dir"])
 
 
-def _speed(video, model, only, size_list, search, dim, queries, seed, settings, out, texts, say, warn, quiet) -> None:
-    if only != "search":
-        from bench.indexing import indexing_speed
-        from bench.report import format_indexing
+@bench.command()
+@library_option
+@click.argument("label_sets", metavar="LABELS.csv...", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--sweep", default=None, metavar="T[,T...]",
+              help="Identity thresholds to group copies of the library at, each from no people (the library is left as it is).")
+@json_option
+def people(library: Path | None, label_sets: tuple[Path, ...], sweep: str | None, as_json: bool) -> None:
+    """How well `headsearch people` groups a library.
 
-        say(f"indexing {video} into a temporary library")
-        result = indexing_speed(video, model, settings)
-        for w in result["warnings"]:
-            warn(f"warning: {w}")
-        out["indexing"] = result
-        texts.append(format_indexing(result))
-    if only != "indexing":
-        from bench.ondisk import ondisk_search_speed
-        from bench.report import format_search
-        from bench.search import IN_MEMORY, check_memory, search_speed
+    Pairwise precision, recall and F1 of the library's people against labelled identities. Each LABELS.csv (path,identity[,appearance_state]) names files of the library: a labelled photo
+    counts its largest head's track, a video labelled with one identity every track in it. The
+    library's people are brought up to date first, as `index` does; --sweep groups copies instead.
+    """
+    from bench.people import PeopleOptions, bench_people
+    from bench.report import people_text
 
-        results = []
-        in_memory = tuple(i for i in search["indexes"] if i in IN_MEMORY)
-        for n in size_list:
-            if in_memory:
-                check_memory(n, dim, in_memory)
-                say(f"search: {n:,} vectors ({', '.join(in_memory)})")
-                results.extend(search_speed(n, dim=dim, seed=seed, n_queries=queries, indexes=in_memory))
-            if "ivfpq-ondisk" in search["indexes"]:
-                say(f"search: {n:,} vectors (ivfpq-ondisk)")
-                results.extend(ondisk_search_speed(n, dim=dim, seed=seed, n_queries=queries, recipe=search["recipe"],
-                                                   work_dir=search["work_dir"], show=not quiet, say=say))
-        out["search"] = [r.to_dict() for r in results]
-        texts.append(format_search(results, seed))
+    try:
+        thresholds = tuple(float(t) for t in sweep.split(",") if t.strip()) if sweep else ()
+    except ValueError:
+        raise click.BadParameter(f"{sweep!r}: give numbers, e.g. 0.90,0.92", param_hint="--sweep") from None
+    run = bench_people(PeopleOptions(library_path(library), label_sets, thresholds))
+    _show(run.rows, people_text(run), as_json)

@@ -5,7 +5,7 @@ into one file; the clips are played in turn (every other round mirrored, so roun
 video lasts at least --minutes. The video is made on demand and never committed:
 
     python scripts/make_long_video.py /tmp/long.mp4 --minutes 10
-    headsearch bench --speed --video /tmp/long.mp4
+    headsearch bench speed --video /tmp/long.mp4
     python scripts/make_long_video.py /tmp/2h.mp4 --minutes 120 --loop /tmp/long.mp4   # packets copied, no encoding
 """
 from __future__ import annotations

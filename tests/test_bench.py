@@ -1,14 +1,18 @@
-"""`headsearch bench` through the real CLI on real labelled photos and videos of shared/data."""
+"""`headsearch bench accuracy|speed|people` (and the old spellings `bench SET`, `bench --speed`) through the real
+CLI on real labelled photos and videos of shared/data."""
 from __future__ import annotations
 
 import csv
 import itertools
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA, FACES, LABELS, needs_data, run
+from conftest import DATA, FACES, LABELS, library_db, needs_data, run
 
 from headsearch.models import DEFAULT_MODEL
 
@@ -21,6 +25,14 @@ STATES = {"leonard": {1: "glasses", 4: "glasses", 5: "glasses", 2: "no_glasses",
 
 def bench(*args, ok: bool | None = True):
     return run("bench", *args, ok=ok)
+
+
+def accuracy(*args, ok: bool | None = True):
+    return run("bench", "accuracy", *args, ok=ok)
+
+
+def speed(*args, ok: bool | None = True):
+    return run("bench", "speed", *args, ok=ok)
 
 
 def rows_of(people: dict[str, range]) -> list[tuple[str, str, str]]:
@@ -50,7 +62,7 @@ FOUR = rows_of({"leonard": range(1, 6), "amy": range(1, 6), "sheldon": range(1, 
 def test_accuracy_json_both_protocols_and_brute_force_counts(tmp_path):
     csv_path = write_set(tmp_path / "set.csv", FOUR)
     plot = tmp_path / "roc.png"
-    res = bench(csv_path, "--json", "--plot", plot, "-m", "dlib-resnet", "-m", tmp_path / "missing.onnx", "-q")
+    res = accuracy(csv_path, "--json", "--plot", plot, "-m", "dlib-resnet", "-m", tmp_path / "missing.onnx", "-q")
     out = json.loads(res.stdout)
     pairs = brute_pairs(FOUR)
     assert pairs == {"R1": 30, "R2": 10, "R3": 150}
@@ -90,7 +102,7 @@ def test_labels_layout_unreadable_file_and_video(tmp_path):
         ("face-api.js", "examples/images/raj/no_such_raj.png", "bbt_raj", "", "", ""),
     ]
     csv_path = write_set(tmp_path / "labels.csv", rows, ("source", "path", "identity", "appearance_state", "label_origin", "note"))
-    res = bench(csv_path, "--root", DATA, "-q", ok=False)
+    res = accuracy(csv_path, "--root", DATA, "-q", ok=False)
     assert res.exit_code == 2  # measured on the others; the unreadable and missing files had their lines
     assert "skipped 2 of 9 rows" in res.stderr
     assert "broken.png" in res.stderr and "no_such_raj.png" in res.stderr
@@ -98,21 +110,21 @@ def test_labels_layout_unreadable_file_and_video(tmp_path):
     assert DEFAULT_MODEL in res.stdout and "VR@1e-2" in res.stdout and "insightface convention" in res.stdout
     assert "5 samples (4 photos, 1 video tracks)" in res.stdout
     # Without --root the paths start from the CSV's folder: every file is missing, nothing to measure.
-    res = bench(csv_path, "--json", "-q", ok=False)
+    res = accuracy(csv_path, "--json", "-q", ok=False)
     assert "nothing could be measured" in res.stderr
 
 
 def test_one_identity_set(tmp_path):
     # Leonard alone, with and without glasses: head similarity has R2 impostors, identity has none.
     leonard = rows_of({"leonard": range(1, 6)})
-    res = bench(write_set(tmp_path / "leonard.csv", leonard), "--json", "-q")
+    res = accuracy(write_set(tmp_path / "leonard.csv", leonard), "--json", "-q")
     assert "no impostor pairs" in res.stderr
     model = json.loads(res.stdout)["models"][DEFAULT_MODEL]
     assert model["protocols"]["identity"]["auc"] is None and model["protocols"]["identity"]["n_impostor"] == 0
     assert model["protocols"]["head"]["n_impostor"] == brute_pairs(leonard)["R2"] == 6
     assert 0.0 <= model["protocols"]["head"]["auc"] <= 1.0
     # Raj alone, one state: nothing can be computed -> non-zero exit, one clear line.
-    res = bench(write_set(tmp_path / "raj.csv", rows_of({"raj": range(1, 4)})), "-q", ok=False)
+    res = accuracy(write_set(tmp_path / "raj.csv", rows_of({"raj": range(1, 4)})), "-q", ok=False)
     assert "no impostor pairs" in res.stderr and "nothing could be measured" in res.stderr
 
 
@@ -142,7 +154,7 @@ def test_calibrate_writes_exact_thresholds(tmp_path):
     lib = tmp_path / "lib"  # a face model's library (one score for identity and look), compared with brute force
     run("index", FACES / "raj" / "raj1.png", FACES / "amy" / "amy1.png", "--library", lib, "-q", "--model", "dlib-resnet")
     csv_path = write_set(tmp_path / "set.csv", FOUR)
-    out = json.loads(bench(csv_path, "--calibrate", "1e-2", "--library", lib, "--json", "-q").stdout)
+    out = json.loads(accuracy(csv_path, "--calibrate", "1e-2", "--library", lib, "--json", "-q").stdout)
     written = json.loads((lib / "thresholds.json").read_text())
     assert out["calibration"]["identity"] == written["identity"]
     assert written["far"] == 0.01 and written["model"] == "dlib-resnet" and written["version"]
@@ -163,18 +175,18 @@ def test_calibrate_writes_exact_thresholds(tmp_path):
 
     # Not measurable at that FAR: refused, the file stays as it was.
     small = write_set(tmp_path / "small.csv", rows_of({"raj": range(1, 4), "sheldon": range(1, 4)}))
-    res = bench(small, "--calibrate", "1e-2", "--library", lib, "-q", ok=False)
+    res = accuracy(small, "--calibrate", "1e-2", "--library", lib, "-q", ok=False)
     assert "cannot calibrate at FAR 0.01" in res.stderr and "at least 100 impostor pairs" in res.stderr
     assert json.loads((lib / "thresholds.json").read_text()) == written
     # Another model than the library's: refused.
     onnx = make_arcface_like_onnx(tmp_path / "other.onnx")
-    res = bench(small, "--calibrate", "0.5", "--library", lib, "--model", onnx, "-q", ok=False)
+    res = accuracy(small, "--calibrate", "0.5", "--library", lib, "--model", onnx, "-q", ok=False)
     assert "dlib-resnet" in res.stderr and "thresholds only hold for the model that made the library" in res.stderr
     assert json.loads((lib / "thresholds.json").read_text()) == written
 
 
 def test_speed_search_and_indexing(tmp_path):
-    out = json.loads(bench("--speed", "--only", "search", "--sizes", "2000", "--queries", "200", "--json", "-q").stdout)
+    out = json.loads(speed("--only", "search", "--sizes", "2000", "--queries", "200", "--json", "-q").stdout)
     assert set(out) == {"search"}
     by_index = {r["index"]: r for r in out["search"]}
     assert set(by_index) == {"flat", "ivf"} and all(r["vectors"] == 2000 and r["dim"] == 128 for r in out["search"])
@@ -187,14 +199,14 @@ def test_speed_search_and_indexing(tmp_path):
     assert ivf["nlist"] == round(4 * 2000 ** 0.5) and ivf["tuned_recall"] >= 0.97 and ivf["tuned_on"] == 500
     assert ivf["tried"][str(ivf["nprobe"])] == ivf["tuned_recall"]
     # --speed without a video asks for one; unknown index names are refused in one line.
-    assert "--video" in bench("--speed", ok=False).output
-    res = bench("--speed", "--only", "search", "--index", "ivf,annoy", ok=False)
+    assert "--video" in speed(ok=False).output
+    res = speed("--only", "search", "--index", "ivf,annoy", ok=False)
     assert "--index: annoy is not one of flat, ivf, hnsw, ivfpq-ondisk" in res.stderr and "Traceback" not in res.output
-    res = bench("--speed", "--only", "search", "--sizes", "1000", "--dim", "100", "--index", "ivfpq-ondisk", ok=False)
+    res = speed("--only", "search", "--sizes", "1000", "--dim", "100", "--index", "ivfpq-ondisk", ok=False)
     assert "--pq-bytes 32 must divide the dimension of the vectors (100)" in res.stderr and "Traceback" not in res.output
     # Indexing speed on a tiny real clip (5 frames): every stage reported, next to the decode-only bound.
     clip = DATA / "face-api.js" / "test" / "media" / "video.mp4"
-    out = json.loads(bench("--speed", "--only", "indexing", "--video", clip, "--json", "-q").stdout)["indexing"]
+    out = json.loads(speed("--only", "indexing", "--video", clip, "--json", "-q").stdout)["indexing"]
     assert list(out["stages"]) == ["decode", "shots", "detect", "track", "embed", "store"]
     assert out["frames_decoded"] == out["decode_only"]["frames"] == 5 and out["frames_sampled"] >= 1
     assert out["x_real_time"] == out["realtime"] > 0 and out["decode_only_x_real_time"] == out["decode_only"]["realtime"] > 0
@@ -205,9 +217,9 @@ def test_speed_search_and_indexing(tmp_path):
 def test_speed_ivfpq_on_disk_resumes_from_its_work_folder(tmp_path):
     """The on-disk IVF-PQ benchmark at a small size: exact ground truth from the raw file, shards merged
     into on-disk lists, searched in a fresh process; a rerun resumes from the kept folder."""
-    args = ("--speed", "--only", "search", "--sizes", "3000", "--queries", "100", "--index", "ivfpq-ondisk", "--nprobe", "2,64",
+    args = ("--only", "search", "--sizes", "3000", "--queries", "100", "--index", "ivfpq-ondisk", "--nprobe", "2,64",
             "--rerank", "50", "--pq-bytes", "16", "--work-dir", tmp_path / "work", "--json", "-q")
-    out = json.loads(bench(*args).stdout)["search"]
+    out = json.loads(speed(*args).stdout)["search"]
     assert [r["params"]["nprobe"] for r in out] == [2, 64] and all(r["index"] == "ivfpq-ondisk" for r in out)
     coarse, fine = out
     assert fine["recall_at_10"] >= 0.95 and fine["recall_at_10"] > coarse["recall_at_10"]
@@ -228,10 +240,10 @@ def test_speed_ivfpq_on_disk_resumes_from_its_work_folder(tmp_path):
     assert np.array_equal(truth["ids"], ids) and np.allclose(truth["kth"], kth)
     # A rerun finds everything built: same recall, nothing rebuilt.
     stamp = (folder / "index.ivfdata").stat().st_mtime_ns
-    again = json.loads(bench(*args).stdout)["search"]
+    again = json.loads(speed(*args).stdout)["search"]
     assert [r["recall_at_10"] for r in again] == [r["recall_at_10"] for r in out]
     assert (folder / "index.ivfdata").stat().st_mtime_ns == stamp
-    text = bench(*[a for a in args if a != "--json"]).stdout
+    text = speed(*[a for a in args if a != "--json"]).stdout
     assert "ivfpq-ondisk (nlist 219, nprobe 64, PQ 16 B, re-rank 50)" in text and "not used by the library yet" in text
 
 
@@ -247,3 +259,85 @@ def test_labels_csv_rows():
     assert labels.skipped["with several identities"] == sum(";" in r["identity"] for r in csv.DictReader(LABELS.open()))
     leonard = {f.path.name: f.state for f in labels.files if f.identity == "bbt_leonard"}
     assert leonard["leonard1.png"] == "glasses" and leonard["leonard2.png"] == "no_glasses"
+
+
+def _without_timings(out: dict) -> dict:
+    """A benchmark's JSON without what differs between two runs of it (embedder milliseconds)."""
+    return {**out, "models": {spec: {k: v for k, v in m.items() if k != "ms_per_face"} for spec, m in out["models"].items()}}
+
+
+def test_old_spellings_are_the_subcommands(tmp_path):
+    # `bench SET` is `bench accuracy SET`, options before or after SET: the same measurement, the same JSON.
+    csv_path = write_set(tmp_path / "set.csv", rows_of({"raj": range(1, 4), "sheldon": range(1, 4)}))
+    new = json.loads(accuracy(csv_path, "--json", "-q").stdout)
+    assert set(new) == {"set", "fars", "models"} and new["models"][DEFAULT_MODEL]["samples"] == 6
+    for old in ((csv_path, "--json", "-q"), ("--json", "-q", csv_path)):
+        assert _without_timings(json.loads(bench(*old).stdout)) == _without_timings(new)
+    assert "VR@1e-2" in bench(csv_path, "-q").stdout
+    # `bench --speed` is `bench speed`: the same options, the same keys and exact recall.
+    args = ("--only", "search", "--sizes", "2000", "--queries", "100", "--index", "flat", "--json", "-q")
+    new = json.loads(speed(*args).stdout)
+    old = json.loads(bench("--speed", *args).stdout)
+    assert set(old) == set(new) == {"search"}
+    assert [(r["index"], r["vectors"], r["recall_at_10"]) for r in old["search"]] == [("flat", 2000, 1.0)]
+    assert [set(r) for r in old["search"]] == [set(r) for r in new["search"]]
+    assert "--video" in bench("--speed", ok=False).output  # the old error, word for word
+    # A SET and --speed were one run; now they are two, said in one line.
+    res = bench(csv_path, "--speed", "--only", "search", "-q", ok=False)
+    assert res.exit_code == 2 and "bench accuracy SET" in res.output and "bench speed" in res.output
+    assert "Traceback" not in res.output
+    res = bench("--speed", "--sizes", "2000", "-m", "sface", csv_path, ok=False)  # option values are not taken for a SET
+    assert "bench accuracy SET" in res.output
+    # The group's help lists the subcommands and the old spellings.
+    text = bench("--help").output
+    assert all(name in text for name in ("accuracy", "speed", "people", "headsearch bench SET", "headsearch bench --speed"))
+
+
+def _library_pairs(library: Path, labelled: dict[str, str]) -> dict:
+    """Pairwise precision and recall of `headsearch people` against labels, by a plain loop over track pairs."""
+    with library_db(library) as con:
+        track_file = dict(con.execute("select t.id, v.path from tracks t join videos v on t.video_id = v.id").fetchall())
+    assert sorted(set(track_file.values())) == sorted(labelled), "one track per labelled photo"
+    person = {tr: p["id"] for p in json.loads(run("people", "--library", library, "--json").stdout) for tr in p["tracks"]}
+    same_person = same_identity = correct = 0
+    for a, b in itertools.combinations(sorted(track_file), 2):
+        together, alike = person[a] == person[b], labelled[track_file[a]] == labelled[track_file[b]]
+        same_person += together
+        same_identity += alike
+        correct += together and alike
+    return {"clustered_pairs": same_person, "true_pairs": same_identity, "correct_pairs": correct,
+            "clusters": len(set(person.values())), "tracks": len(track_file)}
+
+
+def test_bench_people(tmp_path):
+    photos = {p: [FACES / p / f"{p}{i}.png" for i in (1, 2, 3)] for p in ("amy", "raj", "sheldon")}
+    labelled = {str(f): p for p, fs in photos.items() for f in fs}
+    library = tmp_path / "lib"
+    run("index", *labelled, "--library", library, "-q")
+    labels = write_set(tmp_path / "people.csv", [(f, p, "") for f, p in labelled.items()])
+    rows = json.loads(bench("people", "--library", library, labels, "--json").stdout)
+    assert len(rows) == 1 and rows[0]["tracks"] == 9
+    expected = _library_pairs(library, labelled)
+    assert {k: rows[0]["all"][k] for k in expected} == expected
+    assert rows[0]["photo"] == rows[0]["all"] and rows[0]["video"]["tracks"] == 0
+    assert rows[0]["all"]["precision"] == round(expected["correct_pairs"] / expected["clustered_pairs"], 4)
+    # A sweep groups copies: at 1.0 nobody merges, at -1 everybody does; the library keeps its people.
+    people_before = run("people", "--library", library, "--json").stdout
+    rows = json.loads(bench("people", "--library", library, "--sweep", "1.0,-1", labels, "--json").stdout)
+    assert [r["identity_threshold"] for r in rows] == [1.0, -1.0]
+    apart, together = rows[0]["all"], rows[1]["all"]
+    assert (apart["clusters"], apart["correct_pairs"], apart["precision"], apart["recall"]) == (9, 0, 1.0, 0.0)
+    assert (together["clusters"], together["precision"], together["recall"]) == (1, 0.25, 1.0)  # 9 of 36 pairs
+    assert run("people", "--library", library, "--json").stdout == people_before
+    text = bench("people", "--library", library, "--sweep", "1.0,-1", labels).stdout
+    assert "threshold 1.000  9 people; all: 9 tracks of 3 identities in 9 people, precision 1.000 recall 0.000" in text
+    # `python -m bench.people` runs the same code: the same rows as JSON, then the same lines.
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "bench.people", "--library", str(library), "--sweep", "1.0,-1", str(labels)],
+                          capture_output=True, text=True, cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    printed, end = json.JSONDecoder().raw_decode(done.stdout)
+    assert printed == rows and done.stdout[end:].strip() == text.strip()
+    # Bad thresholds and a missing label set are one line each.
+    assert "--sweep" in bench("people", "--library", library, "--sweep", "high", labels, ok=False).output
+    assert "Traceback" not in bench("people", "--library", library, tmp_path / "none.csv", ok=False).output

@@ -200,7 +200,7 @@ def test_bench_and_build_dataset_isolate_bad_inputs(corpus, tmp_path):
     labels = tmp_path / "set.csv"
     with open(labels, "w", newline="") as f:
         csv.writer(f).writerows([("path", "identity"), *rows])
-    result = run("bench", labels, "--json", "-q", ok=False)
+    result = run("bench", "accuracy", labels, "--json", "-q", ok=False)
     assert result.exit_code == 2 and "Traceback" not in result.output
     for name in bad:
         assert sum(f"/{name}:" in line for line in result.stderr.splitlines()) == 1, (name, result.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import click
 from click.testing import CliRunner
 
 from cli.main import main
@@ -23,12 +24,23 @@ def readme_commands() -> list[list[str]]:
     return cmds
 
 
+def command_path(words: list[str]) -> list[str]:
+    """The leading words that name a command and its subcommands (`bench speed`), checked against the CLI."""
+    assert words[0] in main.commands, f"README uses unknown command {words[0]!r}"
+    command, path = main.commands[words[0]], [words[0]]
+    for word in words[1:]:
+        if not isinstance(command, click.Group) or word not in command.commands:
+            break
+        command, path = command.commands[word], path + [word]
+    return path
+
+
 def test_readme_examples_match_the_cli():
     cmds = readme_commands()
     assert len(cmds) >= 10
     for words in cmds:
-        name = words[0]
-        assert name in main.commands, f"README uses unknown command {name!r}"
-        help_text = CliRunner().invoke(main, [name, "--help"]).output
-        for option in (w.split("=")[0] for w in words[1:] if w.startswith("-")):
+        path = command_path(words)
+        name = " ".join(path)
+        help_text = CliRunner().invoke(main, [*path, "--help"]).output
+        for option in (w.split("=")[0] for w in words[len(path):] if w.startswith("-")):
             assert re.search(rf"(^|[\s,]){re.escape(option)}([\s,]|$)", help_text, flags=re.M), f"{name}: README option {option} not in --help"

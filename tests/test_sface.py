@@ -114,6 +114,6 @@ def test_sface_hsv_head_score_fuses_identity_and_colour(cache):
 def test_sface_tells_people_apart_on_real_photos(tmp_path, cache):
     rows = [(str(FACES / p / f"{p}{i}.png"), p, None) for p in ("leonard", "sheldon", "penny", "raj") for i in (1, 2, 3)]
     csv_path = write_label_set(tmp_path / "set.csv", rows)
-    out = json.loads(run("bench", csv_path, "-m", "sface", "--json", "-q").stdout)
+    out = json.loads(run("bench", "accuracy", csv_path, "-m", "sface", "--json", "-q").stdout)
     ident = out["models"]["sface"]["protocols"]["identity"]
     assert out["models"]["sface"]["samples"] == 12 and ident["auc"] > 0.99

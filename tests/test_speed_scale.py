@@ -303,7 +303,7 @@ def test_index_query_bench_serve_need_no_torch(tmp_path):
     assert r.returncode == 0, r.stderr
     r = _without_torch("query", pixel_copy(EXAMPLES / "lin-manuel-miranda.png", tmp_path), "--library", lib, "--json", "-k", "1")
     assert r.returncode == 0 and json.loads(r.stdout)[0]["video"].endswith("short_hamilton_clip.mp4"), r.stderr
-    r = _without_torch("bench", "--speed", "--only", "indexing", "--video", DATA / "face-api.js" / "test" / "media" / "video.mp4", "--json")
+    r = _without_torch("bench", "speed", "--only", "indexing", "--video", DATA / "face-api.js" / "test" / "media" / "video.mp4", "--json")
     assert r.returncode == 0, r.stderr
     code = NO_TORCH.replace("from cli.main import main\nmain(sys.argv[1:])",
                             "from starlette.testclient import TestClient\nfrom serve.app import create_app\n"

@@ -69,7 +69,7 @@ class DlibResNetEmbedder(Embedder):
 # sheets) and 0.944 for small (< 64 px) crowd faces; the same person across shots 0.955-0.965. 0.92 merged those
 # different people, so 0.95: dlib scores faces of one ethnicity and of low resolution high, and a false merge (R3
 # pairs labelled R2) hurts training more than a false split. people_threshold 0.93 (average linkage on track
-# vectors without calibrated thresholds): best F1 at precision >= 0.99 on ../shared/data (`bench people --sweep`).
+# vectors without calibrated thresholds): best F1 at precision >= 0.99 on ../shared/data (`headsearch bench people --sweep`).
 @register_model(ModelSpec(
     name="dlib-resnet", summary="dlib's ResNet face descriptor, 128-d; faces only", kinds=(VectorKind.ID,), dims=(128,),
     input="dlib's 150x150 face chip (padding 0.25), from RetinaFace's landmarks",

@@ -30,7 +30,7 @@ from headsearch.store.library import Library, PeopleStore
 from schemas.records import Box, SearchHit, VectorKind
 
 # Used only when a library's model has no calibrated thresholds (`headsearch bench --calibrate`) and its spec
-# names no `people_threshold` (dlib's 0.93: best F1 at precision >= 0.99 on ../shared/data, `bench people --sweep`).
+# names no `people_threshold` (dlib's 0.93: best F1 at precision >= 0.99 on ../shared/data, `headsearch bench people --sweep`).
 UNCALIBRATED_IDENTITY_FALLBACK = 0.5
 UNCALIBRATED_SAME_LOOK_FALLBACK = 0.8
 BATCH = 2000  # new tracks clustered at once (memory grows with its square)

@@ -1,0 +1,76 @@
+"""Speed benchmarks in one run: indexing one video (`bench.indexing`) and searching synthetic vectors
+(`bench.search`, `bench.ondisk`)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.search import IN_MEMORY, SearchPlan, SearchSpeed
+from headsearch.basics.settings import IndexSettings
+
+Report = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SpeedOptions:
+    """What one speed benchmark measures."""
+
+    video: Path | None = None  # the video indexed for the indexing benchmark (None: no indexing benchmark)
+    search: SearchPlan | None = field(default_factory=SearchPlan)  # the search benchmark (None: none)
+    model: str | None = None  # the model that indexes (None: the default model)
+    settings: IndexSettings = field(default_factory=IndexSettings)  # sampling, decoding, detection
+
+
+@dataclass
+class SpeedRun:
+    """The results of one speed benchmark: the indexing record and/or each index at each size."""
+
+    options: SpeedOptions
+    indexing: dict | None = None  # `bench.indexing.indexing_speed`'s record (None: not measured)
+    search: list[SearchSpeed] | None = None  # one result per index and size (None: not measured)
+
+    def to_dict(self) -> dict:
+        """{"indexing": {...}, "search": [...]}, with only the parts that ran."""
+        out: dict = {}
+        if self.indexing is not None:
+            out["indexing"] = self.indexing
+        if self.search is not None:
+            out["search"] = [r.to_dict() for r in self.search]
+        return out
+
+
+def bench_speed(options: SpeedOptions, report: Report = print, progress: Report | None = None) -> SpeedRun:
+    """Run the speed benchmarks the options ask for; warnings go to `report`, progress (and the on-disk
+    benchmark's progress bars) to `progress` when given."""
+    say = progress or (lambda m: None)
+    run = SpeedRun(options)
+    if options.video is not None:
+        from bench.indexing import indexing_speed
+
+        say(f"indexing {options.video} into a temporary library")
+        run.indexing = indexing_speed(options.video, options.model, options.settings)
+        for w in run.indexing["warnings"]:
+            report(f"warning: {w}")
+    if options.search is not None:
+        run.search = search_results(options.search, progress)
+    return run
+
+
+def search_results(plan: SearchPlan, progress: Report | None = None) -> list[SearchSpeed]:
+    """Each index of the plan at each of its sizes, smallest first; a size that would not fit in memory is refused."""
+    from bench.ondisk import ondisk_search_speed
+    from bench.search import check_memory, search_speed
+
+    say = progress or (lambda m: None)
+    in_memory = tuple(i for i in plan.indexes if i in IN_MEMORY)
+    results: list[SearchSpeed] = []
+    for n in plan.sizes:
+        if in_memory:
+            check_memory(n, plan.dim, in_memory)
+            say(f"search: {n:,} vectors ({', '.join(in_memory)})")
+            results.extend(search_speed(n, plan))
+        if "ivfpq-ondisk" in plan.indexes:
+            say(f"search: {n:,} vectors (ivfpq-ondisk)")
+            results.extend(ondisk_search_speed(n, plan, progress))
+    return results
