@@ -14,11 +14,10 @@ from typing import Any
 
 import click
 
-from cli.options import library_option, library_path
+from cli.options import EXIT_PARTIAL, library_option, library_path
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.settings import IndexSettings
 
-EXIT_PARTIAL = 2  # some files of the set failed, the others were measured
 OLD_SPEED_FLAG = "--speed"
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from cli.options import model_option, show_progress
+from cli.options import EXIT_INTERRUPTED, EXIT_PARTIAL, model_option, show_progress
 from trainer.dataset import (
     DEFAULT_BEST_FACE_RATIO,
     DEFAULT_FPS,
@@ -16,8 +16,6 @@ from trainer.dataset import (
     DatasetOptions,
 )
 from trainer.dataset_format import layout_help
-
-EXIT_PARTIAL = 2  # some inputs failed, the dataset was built from the others
 
 _share = click.FloatRange(min=0.0, max=1.0)
 
@@ -63,7 +61,7 @@ def build_dataset_command(videos: tuple[Path, ...], out: Path, labels: tuple[Pat
         summary = build_dataset(videos, out, labels, teacher, opts, progress=show_progress(quiet=quiet), report=lambda m: click.echo(m, err=True))
     except KeyboardInterrupt:
         click.echo(f"interrupted: the files analysed so far are kept in {out}/parts; run the same command again to finish", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     click.echo(f"{summary.line()} -> {out}")
     if summary.failed:
         sys.exit(EXIT_PARTIAL)

@@ -13,13 +13,10 @@ from pathlib import Path
 import click
 
 import cli
-from cli.options import library_option, library_path, model_option, progress_option, show_progress
+from cli.options import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_PARTIAL, library_option, library_path, model_option, progress_option, show_progress
 from headsearch.basics.errors import HeadsearchError, is_disk_full
 from headsearch.basics.settings import IndexSettings
 
-EXIT_PARTIAL = 2  # some files failed, the others were indexed
-EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
-EXIT_BROKEN_PIPE = 141  # the reader of our output went away (`| head`), as shells report SIGPIPE
 VERBOSE_FLAGS = ("-v", "--verbose")
 OUR_LOGGERS = ("headsearch", "indexer", "bench", "trainer", "cli", "serve", "schemas")
 INTERRUPTED = "interrupted: the library is consistent; run the same command again to finish"

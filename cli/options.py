@@ -1,4 +1,4 @@
-"""Options shared by several commands."""
+"""Options and exit statuses shared by several commands."""
 from __future__ import annotations
 
 import sys
@@ -7,6 +7,10 @@ from pathlib import Path
 import click
 
 from headsearch.basics.settings import default_library_path
+
+EXIT_PARTIAL = 2  # some inputs failed, the others were done (indexed, measured, built into the dataset)
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+EXIT_BROKEN_PIPE = 141  # the reader of our output went away (`| head`), as shells report SIGPIPE
 
 library_option = click.option(
     "--library", "-l", type=click.Path(path_type=Path), default=None, envvar="HEADSEARCH_LIBRARY",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from cli.options import show_progress
+from cli.options import EXIT_INTERRUPTED, show_progress
 from trainer.dataset_format import MANIFEST, TEACHER_VECTORS
 
 
@@ -75,7 +75,7 @@ def train(dataset: Path, out: Path, config: str, stem: str | None, freeze_stem: 
                              "--val-identities", str(val_identities), "--samples-per-state", str(samples_per_state), "--resume"])
     if result["interrupted"]:
         click.echo(f"interrupted after step {result['steps']}: state saved to {result['state']}; resume with: {resume_cmd}", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     val = result.get("val") or {}
     auc = val.get("head_auc")
     summary = f"trained {result['epochs_done']}/{epochs} epochs, {result['steps']} steps"
