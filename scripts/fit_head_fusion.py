@@ -22,8 +22,9 @@ Metrics: `headsearch.evaluation.evaluate` (head protocol R1 vs R2+R3: VR@1e-2, V
 hierarchy accuracy).
 
 Head-only part: Lite0 cosines alone, same person same look (R1) against different people (R3) on the held-out photos:
-AUC, the cosine at FAR 1e-2 / 1e-3 among R3 pairs, VR there; and the same with the face box of one (or both) crops
-blacked out or blurred, a rough stand-in for a view without a face.
+AUC, the cosine at FAR 1e-2 / 1e-3 among R3 pairs, VR there; the same with R3 pairs of one photo collection only
+(strangers photographed alike); and with the face box of one (or both) crops blacked out or blurred, a rough
+stand-in for a view without a face.
 
     python scripts/split_labels.py ../shared/data/LABELS.csv --more ../shared/data/more/LABELS.csv --out /tmp/split
     python scripts/fit_head_fusion.py --split /tmp/split --json /tmp/fusion.json
@@ -280,15 +281,24 @@ def scores(samples: Sequence[Sample], vectors: dict[VectorKind, np.ndarray]) -> 
     return out
 
 
-def r1_r3(sim: np.ndarray, samples: Sequence[Sample], symmetric: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def collection(path: str) -> str:
+    """The photo collection a file comes from: its source folder of ../shared/data (or more/<repo>)."""
+    parts = Path(path).resolve().relative_to(DATA.resolve()).parts
+    return "/".join(parts[:2]) if parts[0] == "more" else parts[0]
+
+
+def r1_r3(sim: np.ndarray, samples: Sequence[Sample], symmetric: bool = True, same_collection: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Scores of same-person-same-look pairs (R1) and different-person pairs (R3); R2 left out. `symmetric`: pairs
-    i < j; otherwise every ordered pair i != j (sim[i, j] need not equal sim[j, i])."""
+    i < j; otherwise every ordered pair i != j (sim[i, j] need not equal sim[j, i]). `same_collection`: only R3 pairs
+    of one photo collection (strangers photographed alike, as strangers in one video are)."""
     ids = np.array([s.identity for s in samples], dtype=object)
     st = np.array(["" if s.state is None else s.state for s in samples], dtype=object)
+    src = np.array([collection(s.path) for s in samples], dtype=object)
     n = len(samples)
     i, j = np.triu_indices(n, 1) if symmetric else np.nonzero(~np.eye(n, dtype=bool))
     same_id, same_st = ids[i] == ids[j], st[i] == st[j]
-    return sim[i[same_id & same_st], j[same_id & same_st]], sim[i[~same_id], j[~same_id]]
+    r3 = ~same_id & (src[i] == src[j]) if same_collection else ~same_id
+    return sim[i[same_id & same_st], j[same_id & same_st]], sim[i[r3], j[r3]]
 
 
 def head_only(gen: np.ndarray, imp: np.ndarray, reference: dict | None = None) -> dict:
@@ -451,7 +461,8 @@ def main() -> None:
                 return l2_normalise(np.stack([lite[x.keys[0] + suffix] - (m if m is not None else 0.0) for x in s]))
             orig = unit("")
             ref = head_only(*r1_r3(orig @ orig.T, s))
-            out[label] = {"both faces": ref}
+            out[label] = {"both faces": ref,
+                          "both faces, R3 of one collection": head_only(*r1_r3(orig @ orig.T, s, same_collection=True), reference=ref)}
             for how in ("black", "blur"):
                 mk = unit(f"|{how}")
                 out[label][f"one face {how}"] = head_only(*r1_r3(mk @ orig.T, s, symmetric=False), reference=ref)
