@@ -20,8 +20,8 @@ loaded into timm's model by key order (`headsearch.stems.efficientnet_lite0_imag
 folds the casts when it loads the file); everything is computed in float32.
 
 Why 224 on 256-px crops (measured with scripts/fit_head_fusion.py on the fitting rows only, Lite0 cosine alone):
-head-protocol AUC 0.852 at 224 (this graph; float32 weights), 0.795 at 256 and 0.846 at 192 (0.958 / 0.938 / 0.948
-with the fitting mean subtracted); a 224 network costs about (224/256)^2 = 0.77 of a 256 one.
+head-protocol AUC 0.852 at 224, 0.795 at 256 and 0.844 at 192 (float32 weights; 0.958 / 0.938 / 0.947 with the
+fitting mean subtracted); a 224 network costs about (224/256)^2 = 0.77 of a 256 one. See docs/lite0-fusion.md.
 
     python scripts/export_lite0_onnx.py                     # headsearch/models/efficientnet_lite0_head.onnx
     python scripts/export_lite0_onnx.py --dtype float32 --out /tmp/lite0_fp32.onnx
