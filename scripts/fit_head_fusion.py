@@ -361,30 +361,19 @@ def speed(lite0_path: Path, threads: int, repeat: int, cache: Path) -> dict:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--split", type=Path, default=Path("/tmp/split"))
-    parser.add_argument("--lite0", type=Path, default=DEFAULT_LITE0)
-    parser.add_argument("--compare-lite0", type=Path, default=None, help="another export: cosines against --lite0 and its numbers")
-    parser.add_argument("--cache", type=Path, default=Path("/tmp/headfusion-cache"))
-    parser.add_argument("--grid", type=float, nargs="+", default=list(GRID))
-    parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--fit-only", action="store_true", help="stop after the fit (no held-out numbers)")
-    parser.add_argument("--speed", action="store_true", help="only measure ms per crop of --lite0 (and --compare-lite0)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=20)
-    args = parser.parse_args()
-    result: dict = {}
+@dataclass
+class Run:
+    """What every part of a run shares: the samples of each set, the crops' images, and their vectors."""
 
-    if args.speed:
-        for path in [args.lite0] + ([args.compare_lite0] if args.compare_lite0 else []):
-            r = speed(path, args.threads, args.repeat, args.cache)
-            print(json.dumps(r, indent=1))
-            result[str(path)] = r
-        if args.json:
-            args.json.write_text(json.dumps(result, indent=1))
-        return
+    samples: dict[str, list[Sample]]
+    images: dict[str, np.ndarray]  # crop key (and "key|black", "key|blur" for held-out crops) -> RGB crop
+    base: dict[str, dict]  # baseline model -> crop key -> vectors
+    lite: dict[str, np.ndarray]  # crop key -> raw Lite0 features
+    mean: np.ndarray  # mean raw Lite0 feature of the fitting crops
+    fit_keys: list[str]
 
+
+def prepare(args, result: dict) -> Run:
     sets = load_sets(args.split)
     print("collecting crops (project photo path; indexer analysis for videos)", flush=True)
     crops, samples, failed = collect_crops(sets, args.cache)
@@ -400,65 +389,66 @@ def main() -> None:
     images = {k: crops[k].image for k in keys}
     for how in ("black", "blur"):
         images.update({f"{k}|{how}": masked(crops[k], how) for k in held_keys})
-
     t0 = time.perf_counter()
     base = {spec: model_vectors(spec, keys, crops, args.cache) for spec in BASELINES}
     lite0 = Lite0Onnx(args.lite0, args.threads)
     lite = lite0_vectors(lite0, sorted(images), images, args.cache)
     print(f"vectors ready ({time.perf_counter() - t0:.0f} s); Lite0 file {args.lite0} ({lite0.size} px, SHA-256 {lite0.sha256})")
     result["lite0"] = {"file": str(args.lite0), "sha256": lite0.sha256, "input": lite0.size}
-
-    # ------------------------------------------------------------------ fit (permissive LABELS.csv rows only)
-    fit = samples["fit"]
-    fit_keys = sorted({k for x in fit for k in x.keys})
+    fit_keys = sorted({k for x in samples["fit"] for k in x.keys})
     mean = np.mean(np.stack([lite[k] for k in fit_keys]), axis=0)
     result["fit_mean_crops"] = len(fit_keys)
+    np.save(args.cache / "fit_mean.npy", mean)
+    result["fit_mean_file"] = str(args.cache / "fit_mean.npy")
+    return Run(samples, images, base, lite, mean, fit_keys)
+
+
+def run_fit(run: Run, grid_ws: Sequence[float], result: dict) -> tuple[float, bool]:
+    """The grid on the fitting set; (w, mean subtracted) by the rule of the module docstring."""
+    fit, base, lite, mean = run.samples["fit"], run.base, run.lite, run.mean
     fit_rows, grid = [], {}
     for spec in BASELINES:
         fit_rows.append((spec, scores(fit, sample_vectors(fit, lambda k, spec=spec: base[spec][k]))))
     fit_rows.append(("lite0 alone", scores(fit, sample_vectors(fit, lite_only(lite, None)))))
     fit_rows.append(("lite0 alone -mean", scores(fit, sample_vectors(fit, lite_only(lite, mean)))))
     for use_mean in (False, True):
-        for w in args.grid:
+        for w in grid_ws:
             r = scores(fit, sample_vectors(fit, fused(base["sface"], lite, w, mean if use_mean else None)))
             grid[(w, use_mean)] = r
             fit_rows.append((variant_name(w, use_mean), r))
-    best = max(grid, key=lambda wm: (round(grid[wm]["head_auc"], 4), grid[wm]["hierarchy"] or 0.0, -wm[0]))
-    w_fit, mean_fit = best
+    w_fit, mean_fit = max(grid, key=lambda wm: (round(grid[wm]["head_auc"], 4), grid[wm]["hierarchy"] or 0.0, -wm[0]))
     print(f"\n## Fit set ({len(fit)} samples, pairs {fit_rows[0][1]['pairs']})\n")
     print(table(fit_rows))
     print(f"\nfitted: w = {w_fit:g}, mean subtracted: {mean_fit} (largest fit head AUC, then hierarchy, then smaller w)")
     result["fit"] = {name: r for name, r in fit_rows}
     result["fitted"] = {"w": w_fit, "mean_subtracted": mean_fit}
-    np.save(args.cache / "fit_mean.npy", mean)
-    result["fit_mean_file"] = str(args.cache / "fit_mean.npy")
-    if args.fit_only:
-        if args.json:
-            args.json.write_text(json.dumps(result, indent=1, default=str))
-        return
+    return w_fit, mean_fit
 
-    # ------------------------------------------------------------------ held-out
+
+def run_heldout(run: Run, grid_ws: Sequence[float], w_fit: float, mean_fit: bool, result: dict) -> None:
+    base, lite, mean = run.base, run.lite, run.mean
     m_fit = mean if mean_fit else None
     for name in ("heldout-all", "heldout"):
-        s = samples[name]
+        s = run.samples[name]
         rows = [(spec, scores(s, sample_vectors(s, lambda k, spec=spec: base[spec][k]))) for spec in BASELINES]
         rows.append((f"**fitted: {variant_name(w_fit, mean_fit)}**", scores(s, sample_vectors(s, fused(base["sface"], lite, w_fit, m_fit)))))
         rows.append(("lite0 alone" + (" -mean" if mean_fit else ""), scores(s, sample_vectors(s, lite_only(lite, m_fit)))))
         for use_mean in (False, True):
-            for w in args.grid:
+            for w in grid_ws:
                 rows.append((variant_name(w, use_mean), scores(s, sample_vectors(s, fused(base["sface"], lite, w, mean if use_mean else None)))))
         print(f"\n## {name} ({len(s)} samples, {rows[0][1]['identities']} identities, pairs {rows[0][1]['pairs']})\n")
         print(table(rows))
         result[name] = {n: r for n, r in rows}
 
-    # ------------------------------------------------------------------ head-only part
+
+def run_head_only(run: Run, result: dict) -> None:
     result["head_only"] = {}
     for name in ("heldout-all", "heldout"):
-        s = [x for x in samples[name] if len(x.keys) == 1]
+        s = [x for x in run.samples[name] if len(x.keys) == 1]
         out = {}
-        for label, m in (("plain", None), ("-mean", mean)):
-            def unit(suffix: str, m=m):
-                return l2_normalise(np.stack([lite[x.keys[0] + suffix] - (m if m is not None else 0.0) for x in s]))
+        for label, m in (("plain", None), ("-mean", run.mean)):
+            def unit(suffix: str, m=m, s=s):
+                return l2_normalise(np.stack([run.lite[x.keys[0] + suffix] - (m if m is not None else 0.0) for x in s]))
             orig = unit("")
             ref = head_only(*r1_r3(orig @ orig.T, s))
             out[label] = {"both faces": ref,
@@ -478,31 +468,59 @@ def main() -> None:
                 print(f"| {label} | {cond} | {r['r1']} | {r['r3']} | {fmt(r['auc'], 4)} | {fmt(r['thr@1e-2'])} | {fmt(r['vr@1e-2'])} | "
                       f"{fmt(r['thr@1e-3'])} | {fmt(r['vr@1e-3'])} | {at_ref} |")
 
-    # ------------------------------------------------------------------ another export of the same graph
-    if args.compare_lite0:
-        other = Lite0Onnx(args.compare_lite0, args.threads)
-        olite = lite0_vectors(other, sorted(images), images, args.cache)
-        ks = sorted(images)
-        a, b = np.stack([lite[k] for k in ks]), np.stack([olite[k] for k in ks])
-        raw = (l2_normalise(a) * l2_normalise(b)).sum(1)
-        cen = (l2_normalise(a - mean) * l2_normalise(b - mean)).sum(1)
-        cmp = {"file": str(args.compare_lite0), "sha256": other.sha256, "crops": len(ks),
-               "cosine_raw": {"min": float(raw.min()), "median": float(np.median(raw)), "mean": float(raw.mean())},
-               "cosine_minus_fit_mean": {"min": float(cen.min()), "median": float(np.median(cen)), "mean": float(cen.mean())},
-               "max_abs_diff": float(np.abs(a - b).max())}
-        print(f"\n## {args.lite0.name} vs {args.compare_lite0.name} on {len(ks)} real head crops (incl. face-masked)\n")
-        print(json.dumps(cmp, indent=1))
-        omean = np.mean(np.stack([olite[k] for k in fit_keys]), axis=0)
-        for name in ("heldout-all", "heldout"):
-            s = samples[name]
-            rows = [(f"{args.lite0.name}: {variant_name(w_fit, mean_fit)}", result[name][f"**fitted: {variant_name(w_fit, mean_fit)}**"]),
-                    (f"{args.compare_lite0.name}: {variant_name(w_fit, mean_fit)}",
-                     scores(s, sample_vectors(s, fused(base["sface"], olite, w_fit, omean if mean_fit else None))))]
-            print(f"\n{name}:\n")
-            print(table(rows))
-            cmp[name] = rows[1][1]
-        result["compare"] = cmp
 
+def run_compare(run: Run, args, w_fit: float, mean_fit: bool, result: dict) -> None:
+    """Another export of the same graph (e.g. float32 against float16): cosines per crop and the fitted variant's numbers."""
+    other = Lite0Onnx(args.compare_lite0, args.threads)
+    olite = lite0_vectors(other, sorted(run.images), run.images, args.cache)
+    ks = sorted(run.images)
+    a, b = np.stack([run.lite[k] for k in ks]), np.stack([olite[k] for k in ks])
+    raw = (l2_normalise(a) * l2_normalise(b)).sum(1)
+    cen = (l2_normalise(a - run.mean) * l2_normalise(b - run.mean)).sum(1)
+    cmp = {"file": str(args.compare_lite0), "sha256": other.sha256, "crops": len(ks),
+           "cosine_raw": {"min": float(raw.min()), "median": float(np.median(raw)), "mean": float(raw.mean())},
+           "cosine_minus_fit_mean": {"min": float(cen.min()), "median": float(np.median(cen)), "mean": float(cen.mean())},
+           "max_abs_diff": float(np.abs(a - b).max())}
+    print(f"\n## {args.lite0.name} vs {args.compare_lite0.name} on {len(ks)} real head crops (incl. face-masked)\n")
+    print(json.dumps(cmp, indent=1))
+    omean = np.mean(np.stack([olite[k] for k in run.fit_keys]), axis=0)
+    for name in ("heldout-all", "heldout"):
+        s = run.samples[name]
+        rows = [(f"{args.lite0.name}: {variant_name(w_fit, mean_fit)}", result[name][f"**fitted: {variant_name(w_fit, mean_fit)}**"]),
+                (f"{args.compare_lite0.name}: {variant_name(w_fit, mean_fit)}",
+                 scores(s, sample_vectors(s, fused(run.base["sface"], olite, w_fit, omean if mean_fit else None))))]
+        print(f"\n{name}:\n")
+        print(table(rows))
+        cmp[name] = rows[1][1]
+    result["compare"] = cmp
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--split", type=Path, default=Path("/tmp/split"))
+    parser.add_argument("--lite0", type=Path, default=DEFAULT_LITE0)
+    parser.add_argument("--compare-lite0", type=Path, default=None, help="another export: cosines against --lite0 and its numbers")
+    parser.add_argument("--cache", type=Path, default=Path("/tmp/headfusion-cache"))
+    parser.add_argument("--grid", type=float, nargs="+", default=list(GRID))
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--fit-only", action="store_true", help="stop after the fit (no held-out numbers)")
+    parser.add_argument("--speed", action="store_true", help="only measure ms per crop of --lite0 (and --compare-lite0)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args()
+    result: dict = {}
+    if args.speed:
+        for path in [args.lite0] + ([args.compare_lite0] if args.compare_lite0 else []):
+            result[str(path)] = speed(path, args.threads, args.repeat, args.cache)
+            print(json.dumps(result[str(path)], indent=1))
+    else:
+        run = prepare(args, result)
+        w_fit, mean_fit = run_fit(run, args.grid, result)
+        if not args.fit_only:
+            run_heldout(run, args.grid, w_fit, mean_fit, result)
+            run_head_only(run, result)
+            if args.compare_lite0:
+                run_compare(run, args, w_fit, mean_fit, result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))
         print(f"\nwrote {args.json}")
