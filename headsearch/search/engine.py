@@ -13,7 +13,8 @@ from headsearch.detection.faces import FaceDetector, detect_heads
 from headsearch.evaluation.thresholds import Thresholds
 from headsearch.models import Embedder
 from headsearch.search.ranking import rank_hits
-from headsearch.store.library import Library, LibraryReader
+from headsearch.store.library import Library
+from headsearch.store.readers import LibraryReader
 from schemas.records import SearchHit, VectorKind
 
 log = logging.getLogger(__name__)

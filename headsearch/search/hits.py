@@ -22,7 +22,8 @@ from headsearch.detection.faces import FaceDetector, detect_heads
 from headsearch.evaluation.thresholds import Thresholds
 from headsearch.models import Embedder
 from headsearch.search.engine import QueryEngine
-from headsearch.store.library import Library, Sighting
+from headsearch.store.library import Library
+from headsearch.store.rows import Sighting
 from schemas.records import SCORE_DIGITS, Box, MediaKind, SearchHit, VectorKind
 
 log = logging.getLogger(__name__)
