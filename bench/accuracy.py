@@ -25,7 +25,7 @@ from headsearch.evaluation.metrics import DEFAULT_FARS
 from headsearch.evaluation.thresholds import calibrate
 from headsearch.evaluation.verification import EvaluationReport, evaluate
 from headsearch.models import Embedder, load_embedder, mean_vector
-from headsearch.search.engine import query_crops
+from headsearch.search.photo import photo_heads, photo_pixels
 from indexer.analysis import analyse_file
 from schemas.records import HeadTrack, MediaKind, ModelInfo, VectorKind
 
@@ -50,7 +50,7 @@ class Sample:
 class BenchCache:
     """In-memory caches of one benchmark run: head crops per photo, vectors per (model, file)."""
 
-    crops: dict[tuple[Path, bool], HeadCrop | HeadsearchError] = field(default_factory=dict)
+    crops: dict[tuple[Path, bool, bool], HeadCrop | HeadsearchError] = field(default_factory=dict)
     vectors: dict[tuple[tuple[str, str], Path], Vectors | HeadsearchError] = field(default_factory=dict)
     error_log: Path | None = None  # folder for the traceback of a file's unexpected error (else the temporary folder)
 
@@ -60,13 +60,13 @@ def model_key(embedder: Embedder) -> tuple[str, str]:
     return (embedder.name, embedder.version)
 
 
-def photo_crop(path: Path, detector: FaceDetector, whole_image: bool, cache: BenchCache) -> HeadCrop:
-    """The largest head of a photo (or the whole photo), cached; raises HeadsearchError."""
-    key = (path, whole_image)
+def photo_crop(path: Path, detector: FaceDetector, embedder: Embedder, whole_image: bool, cache: BenchCache) -> HeadCrop:
+    """The largest head of a photo (or the whole photo), as a query takes it (`photo_heads`), cached; raises HeadsearchError."""
+    key = (path, whole_image, embedder.sees_whole_head)
     if key not in cache.crops:
         try:
             with file_failures(path, cache.error_log):
-                cache.crops[key] = query_crops(path, detector, all_heads=False, whole_image=whole_image)[0]
+                cache.crops[key] = photo_heads(photo_pixels(path), path, detector, embedder, whole_image=whole_image)[0].crop
         except HeadsearchError as e:
             cache.crops[key] = e
         except OSError as e:
@@ -106,7 +106,7 @@ def embed_photos(files: Sequence[LabeledFile], embedder: Embedder, detector: Fac
             samples[i] = Sample(f.path, f.identity, f.state, hit, "photo")
             continue
         try:
-            todo.append((i, photo_crop(f.path, detector, whole_image, cache)))
+            todo.append((i, photo_crop(f.path, detector, embedder, whole_image, cache)))
         except HeadsearchError as e:
             failed.append(str(e))
             report(f"warning: {e}; skipped")

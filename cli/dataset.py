@@ -6,10 +6,9 @@ from pathlib import Path
 
 import click
 
-from cli.options import show_progress
+from cli.options import model_option, show_progress
 from trainer.dataset import (
     DEFAULT_BEST_FACE_RATIO,
-    DEFAULT_CLUSTER_THRESHOLDS,
     DEFAULT_FPS,
     DEFAULT_MIN_FRAMES,
     DEFAULT_MIN_INVISIBLE,
@@ -36,7 +35,7 @@ _share = click.FloatRange(min=0.0, max=1.0)
               help="Labelled set (CSV path,identity[,appearance_state][,source]); repeatable. Each photo's largest head "
                    "becomes a sample of identity label:<identity>; a labelled one-person video gives its person's segments that "
                    "identity and look.")
-@click.option("--teacher", default=None, help="Teacher model for identity clustering and distillation targets (default sface).")
+@model_option("--teacher", prefix="Teacher model for identity clustering and distillation targets", suffix="; default: sface.")
 @click.option("--fps", "sample_fps", type=click.FloatRange(min=0.01), default=DEFAULT_FPS, show_default=True, help="Frames sampled per second.")
 @click.option("--min-frames", type=click.IntRange(min=1), default=DEFAULT_MIN_FRAMES, show_default=True,
               help="A segment has at least this many sampled frames.")
@@ -49,7 +48,7 @@ _share = click.FloatRange(min=0.0, max=1.0)
                    "in our 1.75x-face-height head boxes; the paper's 'more than half' assumes tighter head boxes).")
 @click.option("--cluster-threshold", type=click.FloatRange(min=-1.0, max=1.0), default=None,
               help="Cosine similarity of best-face teacher vectors at which segments merge into one identity "
-                   f"(default per teacher: {', '.join(f'{k} {v}' for k, v in DEFAULT_CLUSTER_THRESHOLDS.items())}).")
+                   "(default: the teacher's own, from its spec: `headsearch models --json` shows cluster_threshold).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 def build_dataset_command(videos: tuple[Path, ...], out: Path, labels: tuple[Path, ...], teacher: str | None, sample_fps: float,
                           min_frames: int, min_visible: float, min_invisible: float, best_face_ratio: float,

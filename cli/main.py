@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 import cli
-from cli.options import library_option, library_path, progress_option, show_progress
+from cli.options import library_option, library_path, model_option, progress_option, show_progress
 from headsearch.basics.errors import HeadsearchError, is_disk_full
 from headsearch.basics.settings import IndexSettings
 
@@ -136,9 +136,8 @@ def main(ctx: click.Context, verbose: bool) -> None:
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @library_option
-@click.option("--model", "-m", default=None, help="Embedding model: default (= sface), sface, dlib-resnet, sface+hsv, "
-              "a head-similarity .safetensors, an ArcFace .onnx, an insightface pack folder (default: the library's "
-              "model, or the default model for a new library).")
+@model_option("--model", "-m", prefix="Embedding model",
+              suffix="; default: the library's model, or the default model for a new library.")
 @click.option("--fps", "sample_fps", type=click.FloatRange(min=0.01), default=IndexSettings.sample_fps, show_default=True, help="Frames sampled per second.")
 @progress_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars (same as --no-progress).")
@@ -194,7 +193,7 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
 @click.option("--all", "all_heads", is_flag=True, help="Search every head in the photo (numbered left to right), not only the largest.")
 @click.option("--whole-image", is_flag=True, help="The photo is already a head crop (e.g. the back of a head).")
 @click.option("--json", "as_json", is_flag=True, help="A JSON list of hits (times in seconds).")
-@click.option("--model", "-m", default=None, help="Model to embed the query with (must be the library's).")
+@model_option("--model", "-m", prefix="Model to embed the query with, the library's own", suffix=" (default: the library's).")
 @click.option("--person", default=None, help="Instead of a photo: every moment of this person (name or id, see `headsearch people`).")
 @click.option("--min-score", type=float, default=None, help="Show hits scoring at least this (instead of the calibrated threshold).")
 @click.option("--show-weak", is_flag=True, help="Also show hits below the confidence bar, marked as such.")
@@ -221,53 +220,33 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
     same look before other look.
     """
     from headsearch.basics.failures import file_failures
-    from headsearch.detection.faces import FaceDetector
-    from headsearch.evaluation.thresholds import thresholds_for
-    from headsearch.models import load_embedder
     from headsearch.search.clips import export_hit_clips
-    from headsearch.search.engine import QueryEngine
-    from headsearch.search.hits import (
-        Confidence,
-        Scope,
-        check_scope,
-        confidence_for,
-        found_hits,
-        no_match_line,
-        query_heads,
-        results_json,
-        results_text,
-        search_heads,
-        uncalibrated_note,
-    )
+    from headsearch.search.hits import Confidence, Scope, found_hits, no_match_line, results_json, results_text
     from headsearch.search.pictures import render_hit_pictures
+    from headsearch.search.service import QueryOptions, SearchService
     from headsearch.store.library import Library
 
     if (image is None) == (person is None):
         raise click.UsageError("give a photo or --person NAME (one of them)")
     scope = Scope(videos_only, photos_only, tuple(Path(u).expanduser().resolve() for u in under))
-    check_scope(scope)
     lib = Library.open(library_path(library))
     if person is not None:
         from headsearch.people.persons import find_person, person_moments
 
         confidence = Confidence()  # a person's moments are the tracks people put together: all shown
         results = [found_hits(lib, person_moments(lib, find_person(lib, person)), scope)]
+        if pictures:
+            render_hit_pictures(lib.root, [h for r in results for h in r.hits])
     else:
-        embedder = load_embedder(model or lib.model.source)
-        lib.check_model(embedder.describe())
-        thresholds = thresholds_for(lib.root, lib.model)
-        confidence = confidence_for(thresholds, min_score, show_weak)
-        if not confidence.calibrated:
-            click.echo(uncalibrated_note(lib.model.name), err=True)
+        options = QueryOptions(k=k, all_heads=all_heads, whole_image=whole_image, scope=scope, min_score=min_score,
+                               show_weak=show_weak, ranking=ranking, pictures=pictures)
         with file_failures(image, lib.root):  # an unexpected error is one line, its traceback in the library's log
-            heads = query_heads(image, FaceDetector(), embedder, all_heads, whole_image)
-            engine = QueryEngine(lib, embedder, thresholds, ranking)
-            results = search_heads(engine, heads, k, scope.with_query_file(lib, image), confidence)
-    shown = [h for r in results for h in r.hits]
-    if pictures:
-        render_hit_pictures(lib.root, shown)
+            answer = SearchService(lib, model).search_photo(image, options)
+        if answer.note:
+            click.echo(answer.note, err=True)
+        results, confidence = answer.results, answer.confidence
     if export_clips is not None:
-        export_hit_clips(export_clips, shown)
+        export_hit_clips(export_clips, [h for r in results for h in r.hits])
     if as_json:
         click.echo(json.dumps(results_json(results, all_heads, per_video), indent=2))
         for r in results:
@@ -336,6 +315,26 @@ def list_files(library: Path | None, as_json: bool, states: tuple[str, ...]) -> 
     for r in rows:
         counts[r.state] = counts.get(r.state, 0) + 1
     click.echo(f"{len(rows)} files: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) if rows else "no files", err=True)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Every spec as JSON.")
+def models(as_json: bool) -> None:
+    """The models headsearch can load: registered names, and the model files it recognises."""
+    from headsearch.models.registry import DEFAULT_MODEL, model_specs
+
+    specs = model_specs()
+    if as_json:
+        click.echo(json.dumps([s.to_dict() for s in specs], indent=2))
+        return
+    for s in specs:
+        name = f"{s.name} (default)" if s.name == DEFAULT_MODEL else s.name
+        dims = ", ".join(f"{k} {d}-d" for k, d in zip(s.kinds, s.dims, strict=True)) if s.dims else "+".join(map(str, s.kinds))
+        whole = "whole heads" if s.sees_whole_head else "faces only"
+        extra = f"; needs headsearch[{s.extra}]" if s.extra else ""
+        shipped = "; thresholds shipped" if s.thresholds else ""
+        click.echo(f"{name:<18} {s.summary}")
+        click.echo(f"{'':<18} {dims}; {whole}; {s.licence}{extra}{shipped}")
 
 
 @main.command()

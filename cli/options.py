@@ -34,3 +34,23 @@ def show_progress(progress: bool | None = None, quiet: bool = False) -> bool:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+class ModelOption(click.Option):
+    """`--model`, whose help lists the models the registry knows, read from their specs when help is shown
+    (not when the command line is parsed: loading the registry costs time a query does not need to spend)."""
+
+    def __init__(self, *args, help_prefix: str = "Model", help_suffix: str = "", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.help_prefix, self.help_suffix = help_prefix, help_suffix
+
+    def get_help_record(self, ctx: click.Context):
+        from headsearch.models.registry import choices_line
+
+        self.help = f"{self.help_prefix}: {choices_line()} (`headsearch models` lists them){self.help_suffix}"
+        return super().get_help_record(ctx)
+
+
+def model_option(*names: str, prefix: str = "Model", suffix: str = "", **kwargs):
+    """A `--model`-like option whose help lists the registered models."""
+    return click.option(*names, cls=ModelOption, default=None, help_prefix=prefix, help_suffix=suffix, **kwargs)

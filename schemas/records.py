@@ -186,25 +186,34 @@ class ModelInfo:
 
     name: str
     version: str
-    dim: int
+    dim: int  # the identity vectors' width (and every kind's, unless `dims` says otherwise)
     kinds: tuple[VectorKind, ...] = (VectorKind.ID,)
     source: str = ""  # how to load it again: a registered name or an absolute path
+    dims: dict[VectorKind, int] = field(default_factory=dict, compare=False)  # width per kind, where they differ
 
     def same_vectors_as(self, other: ModelInfo) -> bool:
         """Vectors of the two models can be compared (same weights, hence the same space)."""
         return (self.name, self.version) == (other.name, other.version)
 
+    def dim_of(self, kind: VectorKind) -> int:
+        """The width of one kind of vector."""
+        return int(self.dims.get(VectorKind(kind), self.dim))
+
     def label(self) -> str:
         return f"{self.name} ({self.version})"
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "version": self.version, "dim": self.dim, "kinds": [str(k) for k in self.kinds],
-                "source": self.source or self.name}
+        d = {"name": self.name, "version": self.version, "dim": self.dim, "kinds": [str(k) for k in self.kinds],
+             "source": self.source or self.name}
+        if any(self.dim_of(k) != self.dim for k in self.kinds):
+            d["dims"] = {str(k): self.dim_of(k) for k in self.kinds}
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelInfo:
         return cls(str(d["name"]), str(d["version"]), int(d.get("dim") or 0),
-                   tuple(VectorKind(k) for k in d.get("kinds") or ("id",)), str(d.get("source") or d["name"]))
+                   tuple(VectorKind(k) for k in d.get("kinds") or ("id",)), str(d.get("source") or d["name"]),
+                   {VectorKind(k): int(v) for k, v in (d.get("dims") or {}).items()})
 
 
 SCORE_DIGITS = 4  # scores are shown (text and JSON) to this many decimals

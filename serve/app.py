@@ -23,8 +23,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from headsearch.basics.errors import HeadsearchError, LibraryError, MediaError, NoHeadFound
+from headsearch.basics.settings import MediaLimits
 from headsearch.people.persons import PersonNotFound, hide_person, merge_people, name_person, not_this_person, split_person, update_people
-from serve.uploads import MAX_UPLOAD_BYTES, UploadRefused, query_upload
+from serve.uploads import UploadRefused, query_upload
 from serve.views import MAX_K, NotFound, Site
 
 log = logging.getLogger(__name__)
@@ -108,12 +109,12 @@ async def search(request: Request) -> Response:
         raise HTTPException(400, f"k must be between 1 and {MAX_K}")
     all_heads, whole_image, show_weak = _flag(fields.get("all")), _flag(fields.get("whole_image")), _flag(fields.get("show_weak"))
     site = _site(request)
-    results, heads, confidence = await run_in_threadpool(site.search, data, name, k, all_heads, whole_image, show_weak)
+    answer = await run_in_threadpool(site.search, data, name, k, all_heads, whole_image, show_weak)
     if _wants_json(request):
         from headsearch.search.hits import results_json
 
-        return JSONResponse(results_json(results, all_heads))
-    page = await run_in_threadpool(site.query_page, results, heads, all_heads, confidence)
+        return JSONResponse(results_json(answer.results, all_heads))
+    page = await run_in_threadpool(site.query_page, answer, all_heads)
     return _page(request, "search.html", {**page, "k": k, "all": all_heads, "whole_image": whole_image, "show_weak": show_weak,
                                           "photo": name})
 
@@ -303,7 +304,7 @@ class Guard(BaseHTTPMiddleware):
 
 
 def create_app(library: Path, token: str | None = None, cache_dir: Path | None = None, model: str | None = None,
-               allowed_hosts: set[str] | None = None, max_upload: int = MAX_UPLOAD_BYTES) -> Starlette:
+               allowed_hosts: set[str] | None = None, max_upload: int | None = None) -> Starlette:
     """The web app for one library (opened read-only here; a missing or newer library raises LibraryError)."""
     site = Site(library, cache_dir, model)
     pid = "{person_id:int}"
@@ -339,5 +340,5 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
     app.state.site = site
     app.state.token = token
     app.state.allowed_hosts = allowed_hosts
-    app.state.max_upload = max_upload
+    app.state.max_upload = max_upload if max_upload is not None else MediaLimits.from_env().max_upload_bytes  # $HEADSEARCH_MAX_UPLOAD_BYTES
     return app

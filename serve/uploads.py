@@ -5,8 +5,6 @@ from __future__ import annotations
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 
-MAX_UPLOAD_BYTES = 20 * 1024 * 1024
-MAX_IMAGE_PIXELS = 40_000_000
 IMAGE_FORMATS = {"JPEG", "PNG", "WEBP", "BMP", "TIFF", "GIF", "MPO"}
 
 
@@ -18,7 +16,7 @@ class UploadRefused(Exception):
         self.status = status
 
 
-async def read_capped_body(request: Request, limit: int = MAX_UPLOAD_BYTES) -> bytes:
+async def read_capped_body(request: Request, limit: int) -> bytes:
     """The request body, refused (413) as soon as it is known to pass `limit` bytes."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -46,7 +44,7 @@ def replay(body: bytes):
     return receive
 
 
-async def query_upload(request: Request, limit: int = MAX_UPLOAD_BYTES) -> tuple[bytes, str, dict[str, str]]:
+async def query_upload(request: Request, limit: int) -> tuple[bytes, str, dict[str, str]]:
     """The photo of a query request and its other fields: a multipart form (field `photo`) or a raw
     image body with the fields in the query string."""
     body = await read_capped_body(request, limit)
@@ -90,7 +88,7 @@ def check_image(data: bytes) -> tuple[int, int]:
     if header.format not in IMAGE_FORMATS:
         raise UploadRefused(415, f"not a photo format this app takes ({header.format})")
     w, h = header.width, header.height
-    if w * h > MAX_IMAGE_PIXELS or min(w, h) < limits.min_side:
-        raise UploadRefused(413, f"image refused: {w}x{h} pixels (at most {MAX_IMAGE_PIXELS / 1e6:.0f} megapixels, "
+    if w * h > limits.max_upload_pixels or min(w, h) < limits.min_side:
+        raise UploadRefused(413, f"image refused: {w}x{h} pixels (at most {limits.max_upload_pixels / 1e6:.0f} megapixels, "
                                  f"at least {limits.min_side} pixels a side)")
     return w, h

@@ -7,38 +7,26 @@ database before each search.
 from __future__ import annotations
 
 import base64
-import threading
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
-
 from headsearch.basics.errors import HeadsearchError
-from headsearch.basics.images import decode_image_rgb, encode_jpeg
-from headsearch.detection.faces import FaceDetector
-from headsearch.evaluation.thresholds import thresholds_for
-from headsearch.models import Embedder, load_embedder
+from headsearch.basics.images import encode_jpeg
 from headsearch.people.persons import list_people, people_thresholds, person_looks, person_moments
-from headsearch.search.engine import QueryEngine
 from headsearch.search.hits import (
-    Confidence,
     HeadResult,
-    Scope,
     ShownHit,
-    confidence_for,
     found_hits,
     hidden_line,
     hit_json,
     no_match_line,
-    photo_heads,
     results_json,
-    search_heads,
-    uncalibrated_note,
 )
-from headsearch.search.pictures import pictures_folder, render_hit_pictures, render_picture
+from headsearch.search.pictures import pictures_folder, render_picture
+from headsearch.search.service import Answer, QueryOptions, SearchService
 from headsearch.store.library import Library
 from headsearch.store.rows import ListedFile, TrackRow, VideoRow
-from schemas.records import SearchHit, VectorKind
+from schemas.records import VectorKind
 from serve.media import PREVIEW_PAD_S, MediaCache, Playback, cache_folder, decoding, probe_playback
 
 MAX_K = 100
@@ -49,58 +37,27 @@ class NotFound(HeadsearchError):
 
 
 class Site:
-    """One library as the web app serves it: the library, its model (loaded on the first search), the media cache."""
+    """One library as the web app serves it: the library, its search service (the model loads on the first search), the media cache."""
 
     def __init__(self, root: Path, cache_dir: Path | None = None, model: str | None = None):
         self.library = Library.open(Path(root))
         self.root = self.library.root
         self.cache = MediaCache(cache_dir or cache_folder(self.root, self.library.manifest.get("created_at", "")))
-        self._model = model
-        self._embedder: Embedder | None = None
-        self._detector: FaceDetector | None = None
-        self._search_lock = threading.Lock()  # one search at a time: models and vector indexes are shared
+        self.service = SearchService(self.library, model, media_guard=decoding)
         self._playback: dict[tuple[int, str], Playback] = {}
 
     # ----- searching --------------------------------------------------------------------------------
-    def _engine(self) -> QueryEngine:
-        if self._embedder is None:
-            embedder = load_embedder(self._model or self.library.model.source)
-            self.library.check_model(embedder.describe())
-            self._embedder, self._detector = embedder, FaceDetector()
-        self.library.refresh_indexes()
-        return QueryEngine(self.library, self._embedder, thresholds_for(self.root, self.library.model))
-
-    def search(self, data: bytes, name: str, k: int, all_heads: bool, whole_image: bool,
-               show_weak: bool = False) -> tuple[list[HeadResult], list[str], Confidence]:
-        """The answer `headsearch query` gives for a photo (confident hits only unless `show_weak`; never
-        the photo itself), and each head's crop as a data URL."""
-        rgb = decode_image_rgb(data, name)
-        with self._search_lock:
-            engine = self._engine()
-            heads = photo_heads(rgb, name, self._detector, engine.embedder, all_heads, whole_image)
-            scope = Scope().with_query_bytes(self.library, data)
-            confidence = confidence_for(engine.thresholds, None, show_weak)
-            results = search_heads(engine, heads, k, scope, confidence)
-        with decoding():
-            render_hit_pictures(self.root, [h for r in results for h in r.hits])
-        crops = ["data:image/jpeg;base64," + base64.b64encode(encode_jpeg(h.crop.image[::2, ::2], 85)).decode() for h in heads]
-        return results, crops, confidence
-
-    def similar(self, vectors: dict[VectorKind, np.ndarray], k: int, exclude: int) -> list[SearchHit]:
-        with self._search_lock:
-            self.library.vector_index(VectorKind.ID)
-            self.library.refresh_indexes()
-            engine = QueryEngine(self.library, None, thresholds_for(self.root, self.library.model))  # type: ignore[arg-type]
-            hits = engine.search_vectors(vectors, k + 1)
-        return [h for h in hits if h.track_id != exclude][:k]
+    def search(self, data: bytes, name: str, k: int, all_heads: bool, whole_image: bool, show_weak: bool = False) -> Answer:
+        """The answer `headsearch query` gives for a photo (confident hits only unless `show_weak`; never the photo itself)."""
+        return self.service.search_photo(data, QueryOptions(k=k, all_heads=all_heads, whole_image=whole_image, show_weak=show_weak), name)
 
     # ----- pages ------------------------------------------------------------------------------------
-    def query_page(self, results: list[HeadResult], heads: list[str], all_heads: bool, confidence: Confidence) -> dict:
+    def query_page(self, answer: Answer, all_heads: bool) -> dict:
         hint = 'tick "weak matches too" to see them'
-        return {"heads": [{"crop": crop, "cards": self.cards(r.hits),
-                           "note": no_match_line(r, confidence, hint) if not r.hits else hidden_line(r, confidence, hint)}
-                          for crop, r in zip(heads, results, strict=True)],
-                "hits": results_json(results, all_heads), "uncalibrated": None if confidence.calibrated else uncalibrated_note(self.library.model.name)}
+        return {"heads": [{"crop": _crop_url(r), "cards": self.cards(r.hits),
+                           "note": no_match_line(r, answer.confidence, hint) if not r.hits else hidden_line(r, answer.confidence, hint)}
+                          for r in answer.results],
+                "hits": results_json(answer.results, all_heads), "uncalibrated": answer.note}
 
     def cards(self, shown: list[ShownHit]) -> list[dict]:
         """Hits with what a card needs: the matched sighting to show boxed, the file's id, the player's address."""
@@ -148,7 +105,7 @@ class Site:
                        if track_id in (v := store.track_vectors(kind, [track_id]))}
             pid = store.memberships().get(track_id)
             person = next((p for p in store.persons() if p.id == pid), None)
-        similar = self.similar(vectors, k, track_id) if VectorKind.ID in vectors else []
+        similar = self.service.similar(vectors, k, track_id) if VectorKind.ID in vectors else []
         return {"track": _track(track), "person": None if person is None else {"id": person.id, "label": person.name or f"person {pid}"},
                 "watch": watch_url(track.video_id, track.start_time, track.end_time, track_id),
                 "sightings": [{"id": s.id, "time": s.time, "frame_index": s.frame_index, "face_visible": s.face_visible,
@@ -229,6 +186,12 @@ class Site:
         if picture is None:
             raise NotFound(f"no picture of sighting {sighting_id}: {why}")
         return picture
+
+
+def _crop_url(result: HeadResult) -> str:
+    """A query head's crop as a data URL (half size)."""
+    crop = result.head.crop.image[::2, ::2]
+    return "data:image/jpeg;base64," + base64.b64encode(encode_jpeg(crop, 85)).decode()
 
 
 def watch_url(video_id: int, start: float, end: float, track: int | None = None) -> str:

@@ -120,10 +120,10 @@ def _exact_scores(rows):
     """The benchmark's scores recomputed independently with the library's own building blocks."""
     from headsearch.detection.faces import FaceDetector
     from headsearch.models import load_embedder
-    from headsearch.search.engine import query_crops
+    from headsearch.search.photo import photo_heads, photo_pixels
 
     detector, embedder = FaceDetector(), load_embedder("dlib-resnet")
-    v = embedder.embed([query_crops(Path(p), detector, False, False)[0] for p, _, _ in rows])["id"].astype(np.float64)
+    v = embedder.embed([photo_heads(photo_pixels(Path(p)), p, detector, embedder)[0].crop for p, _, _ in rows])["id"].astype(np.float64)
     gen = {"head": [], "identity": []}
     imp = {"head": [], "identity": []}
     for a, b in itertools.combinations(range(len(rows)), 2):

@@ -8,8 +8,9 @@ import json
 import pytest
 from conftest import FACES, needs_data, query_json, run
 
-from headsearch.evaluation.thresholds import BUNDLED_DIR, bundled_thresholds_path, read_thresholds_file
+from headsearch.evaluation.thresholds import read_thresholds_file, shipped_thresholds_path
 from headsearch.models import DEFAULT_MODEL, load_embedder
+from headsearch.models.registry import WEIGHTS_DIR
 
 pytestmark = needs_data
 
@@ -19,10 +20,10 @@ LEONARD = FACES / "leonard"  # glasses in 1, 4, 5; none in 2, 3
 def test_default_names_the_default_model_with_its_thresholds():
     embedder = load_embedder("default")
     assert embedder.name == DEFAULT_MODEL == load_embedder(None).name == "sface" and embedder.source == DEFAULT_MODEL
-    thresholds = read_thresholds_file(bundled_thresholds_path(DEFAULT_MODEL), embedder.describe())
+    thresholds = read_thresholds_file(shipped_thresholds_path(DEFAULT_MODEL), embedder.describe())
     assert thresholds is not None and thresholds.far == 1e-3  # calibrated on held-out identities, shipped with it
     assert thresholds.same_look > thresholds.identity
-    assert (BUNDLED_DIR / "MODEL_CARD.md").is_file()
+    assert (WEIGHTS_DIR / "MODEL_CARD.md").is_file()
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,7 @@ def test_tiers_without_calibration_and_library_override(leonard_library):
     identity = query_json(lib, LEONARD / "leonard1.png", "-k", "10", "--rank", "identity", "--show-weak")
     assert [h["id_score"] for h in identity] == sorted((h["id_score"] for h in identity), reverse=True)
     # A library's own thresholds.json wins over the bundled ones.
-    record = json.loads(bundled_thresholds_path(DEFAULT_MODEL).read_text())
+    record = json.loads(shipped_thresholds_path(DEFAULT_MODEL).read_text())
     (lib / "thresholds.json").write_text(json.dumps({**record, "identity": 0.9999, "same_look": 0.9999}))
     try:
         assert {h["tier"] for h in query_json(lib, LEONARD / "leonard1.png", "-k", "10", "--show-weak")} == {"other_person"}

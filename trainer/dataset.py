@@ -19,7 +19,7 @@ Steps (`build_dataset` runs them in this order)
 4. Identities across videos (`cluster_identities`): agglomerative clustering (average linkage on cosine
    similarity) of the segments' best-face teacher embeddings, merging while the similarity is at least
    ``cluster_threshold``, never merging two segments seen in the same sampled frame (cannot-link:
-   same video, same shot, a common frame index). Defaults per teacher in ``DEFAULT_CLUSTER_THRESHOLDS``
+   same video, same shot, a common frame index). Defaults per teacher in its spec (``ModelSpec.cluster_threshold``)
    (dlib-resnet 0.95: see there).
    Relations: same segment = same appearance state (R1), same identity other segment (R2), other
    identity (R3).
@@ -106,17 +106,6 @@ DEFAULT_MIN_FRAMES = 5
 DEFAULT_MIN_VISIBLE = 0.2
 DEFAULT_MIN_INVISIBLE = 0.1
 DEFAULT_BEST_FACE_RATIO = 0.22
-# Cosine similarity of best-face teacher embeddings at which segments are one person, per teacher
-# name prefix. dlib-resnet, measured on the best faces of the 32 segments of shared/data (fps 4):
-# different people mostly 0.75-0.90 but up to 0.938 for large faces (two different young men,
-# LivePortrait d20 vs video-retalking 1; three different women d3/s18/s32 at 0.925-0.933, checked on
-# the contact sheets) and 0.944 for small (< 64 px) crowd faces; the same person across shots
-# 0.955-0.965. 0.92 merged those different people, so 0.95: dlib scores faces of one ethnicity and of
-# low resolution high, and a false merge (R3 pairs labelled R2) hurts training more than a false split.
-# ArcFace (insightface) 0.45: its usual verification range (same ~0.5+, different < 0.3), not measured here.
-# sface 0.45: on the 340 photos of shared/data LABELS.csv + more/LABELS.csv the highest of 56,000 impostor pairs
-# scores 0.454 (99.99th percentile 0.431), the median genuine pair 0.569.
-DEFAULT_CLUSTER_THRESHOLDS = {"dlib-resnet": 0.95, "arcface-onnx": 0.45, "sface": 0.45}
 DEFAULT_TEACHER = "sface"  # the face model whose vectors cluster identities and are the distillation targets
 FALLBACK_CLUSTER_THRESHOLD = 0.5
 
@@ -135,11 +124,13 @@ class DatasetOptions:
     cluster_threshold: float | None = None  # None: the teacher's default
 
 
-def default_cluster_threshold(teacher_name: str) -> float:
-    for prefix, value in DEFAULT_CLUSTER_THRESHOLDS.items():
-        if teacher_name.startswith(prefix):
-            return value
-    return FALLBACK_CLUSTER_THRESHOLD
+def default_cluster_threshold(teacher: str | ModelInfo) -> float:
+    """The teacher's cosine of best-face vectors at which segments are one person, as its spec says
+    (`ModelSpec.cluster_threshold`; the measurements behind each are in its module), else a fallback."""
+    from headsearch.models.registry import find_spec
+
+    spec = find_spec(teacher)
+    return spec.cluster_threshold if spec is not None and spec.cluster_threshold is not None else FALLBACK_CLUSTER_THRESHOLD
 
 
 # ----------------------------------------------------------------------------------------------
@@ -656,7 +647,7 @@ def build_dataset(videos: Sequence[Path], out: Path, labels: Sequence[Path] = ()
 
     embedder = load_embedder(teacher or DEFAULT_TEACHER)
     model = embedder.describe()
-    threshold = opts.cluster_threshold if opts.cluster_threshold is not None else default_cluster_threshold(embedder.name)
+    threshold = opts.cluster_threshold if opts.cluster_threshold is not None else default_cluster_threshold(model)
     summary.cluster_threshold = threshold
     summary.options = {**asdict(opts), "cluster_threshold": threshold}
     summary.teacher = model.to_dict()

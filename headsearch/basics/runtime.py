@@ -107,9 +107,17 @@ def inference_session(model: str | Path | bytes, threads: int | None = None, ava
                 _say_once(f"{DEVICE_ENV}={wanted_device()}: the accelerator did not start; running on the CPU")
             return session
         except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types when a provider cannot start
-            _say_once(f"{chosen[0]} could not start ({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}); "
-                      "running on the CPU")
-    return ort.InferenceSession(source, options, providers=[CPU])
+            _say_once(f"{chosen[0]} could not start ({_first_line(e)}); running on the CPU")
+    try:
+        return ort.InferenceSession(source, options, providers=[CPU])
+    except Exception as e:  # onnxruntime raises its own exception types for damaged or foreign files
+        what = "the model" if isinstance(model, bytes) else str(model)
+        raise ModelError(f"{what}: not a loadable ONNX model ({_first_line(e)})") from e
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _say_once(line: str) -> None:

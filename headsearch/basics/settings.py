@@ -41,14 +41,7 @@ class IndexSettings:
     def from_env(cls, **values) -> IndexSettings:
         """The defaults, overridden by $HEADSEARCH_<SETTING> where set (e.g. HEADSEARCH_EMBED_EVERY_S=0
         embeds every sighting, HEADSEARCH_DECODE_AHEAD=0 decodes in the detector's thread), then by `values`."""
-        for f in fields(cls):
-            raw = os.environ.get(f"HEADSEARCH_{f.name.upper()}")
-            if raw and f.name not in values:
-                try:
-                    values[f.name] = type(getattr(cls, f.name))(float(raw))
-                except ValueError:
-                    raise HeadsearchError(f"$HEADSEARCH_{f.name.upper()}: a number is expected, got {raw!r}") from None
-        return cls(**values)
+        return cls(**{**_numbers_from_env(cls), **values})
 
 
 @dataclass(frozen=True)
@@ -63,20 +56,32 @@ class MediaLimits:
     max_video_pixels: int = 40_000_000  # frame width x height (8K UHD is 35.4 million)
     max_video_duration_s: float = 48 * 3600.0  # a longer duration in a header is taken for damage
     max_video_frames: int = 10_000_000  # a larger frame count in a header is taken for damage
+    max_upload_bytes: int = 20 * 2**20  # a query photo sent to the web app
+    max_upload_pixels: int = 40_000_000  # ...and its width x height, checked before it is decoded
 
     @staticmethod
     def env_name(name: str) -> str:
-        return f"HEADSEARCH_{name.upper()}"
+        return env_name(name)
 
     @classmethod
     def from_env(cls) -> MediaLimits:
         """The defaults, overridden by $HEADSEARCH_<LIMIT> where set."""
-        values = {}
-        for f in fields(cls):
-            raw = os.environ.get(cls.env_name(f.name))
-            if raw:
-                try:
-                    values[f.name] = type(getattr(cls, f.name))(float(raw))
-                except ValueError:
-                    raise HeadsearchError(f"${cls.env_name(f.name)}: a number is expected, got {raw!r}") from None
-        return cls(**values)
+        return cls(**_numbers_from_env(cls))
+
+
+def env_name(setting: str) -> str:
+    """The environment variable that overrides a setting or limit."""
+    return f"HEADSEARCH_{setting.upper()}"
+
+
+def _numbers_from_env(cls) -> dict:
+    """The numeric fields of a settings class that the environment overrides, typed as their defaults."""
+    values = {}
+    for f in fields(cls):
+        raw = os.environ.get(env_name(f.name))
+        if raw:
+            try:
+                values[f.name] = type(getattr(cls, f.name))(float(raw))
+            except ValueError:
+                raise HeadsearchError(f"${env_name(f.name)}: a number is expected, got {raw!r}") from None
+    return values

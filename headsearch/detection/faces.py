@@ -19,13 +19,6 @@ HEAD_RAISE_PER_FACE_HEIGHT = 0.18
 HEAD_BACK_PER_YAW = 0.45
 
 
-def onnx_providers() -> list[str]:
-    """TensorRT or CUDA when onnxruntime-gpu sees a GPU, else the CPU (see `headsearch.basics.runtime`)."""
-    from headsearch.basics.runtime import providers
-
-    return providers()
-
-
 class FaceDetector:
     """RetinaFace on a copy of the frame scaled to a bounded long side; boxes in frame pixels."""
 

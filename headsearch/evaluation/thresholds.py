@@ -3,15 +3,14 @@ label every hit with its tier.
 
 Two homes, the first found wins:
 * a library's own `thresholds.json` (`bench --calibrate FAR --library L`), calibrated on the user's data;
-* thresholds bundled with the model: `<model file>.thresholds.json` beside a checkpoint (the bundled default model
-  ships one, calibrated on held-out identities; `bench --calibrate FAR --thresholds-out FILE` writes one), so a
-  fresh install labels every hit without calibrating.
+* thresholds shipped with the model, as its spec (`headsearch.models.registry`) says: a file in the package for a
+  registered model (the default ships one), `<model file>.thresholds.json` beside a checkpoint (`bench --calibrate FAR
+  --thresholds-out FILE` writes one), so a fresh install labels every hit without calibrating.
 """
 from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,13 +21,12 @@ from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.files import write_json_atomic
 from headsearch.evaluation.metrics import PROTOCOL_TITLES, needed_impostors, vr_at_far
 from headsearch.evaluation.verification import EvaluationReport
-from headsearch.models.registry import WEIGHTS_DIR
+from headsearch.models.registry import find_spec
 from schemas.records import ModelInfo, Tier
 
 log = logging.getLogger(__name__)
 
 THRESHOLDS_FILE = "thresholds.json"
-BUNDLED_DIR = WEIGHTS_DIR  # thresholds shipped with registered models
 RULE = ("accept when score > threshold (exact VR@FAR: threshold = (k+1)-th highest impostor score, "
         "k = floor(FAR x impostors))")
 
@@ -57,39 +55,28 @@ def thresholds_path(folder: Path) -> Path:
     return Path(folder) / THRESHOLDS_FILE
 
 
-def model_thresholds_path(model_file: Path) -> Path:
-    """Where thresholds bundled with a model file live: `<model file>.thresholds.json`."""
-    return Path(model_file).with_name(Path(model_file).name + ".thresholds.json")
-
-
 def read_thresholds(folder: Path, model: ModelInfo | None = None) -> Thresholds | None:
     """The thresholds stored in a library folder (None when absent, unreadable, or made for another model)."""
     return read_thresholds_file(thresholds_path(folder), model)
 
 
-def bundled_thresholds_path(model_name: str) -> Path:
-    """Thresholds shipped inside the package for a registered model (`headsearch/models/<name>.thresholds.json`)."""
-    safe = re.sub(r"[^A-Za-z0-9_.+-]+", "_", model_name)
-    return BUNDLED_DIR / f"{safe}.thresholds.json"
+def shipped_thresholds_path(model: ModelInfo | str) -> Path | None:
+    """Where the thresholds shipped with a model are (its spec says: in the package, or beside its file)."""
+    spec = find_spec(model)
+    if spec is None:
+        return None
+    return spec.thresholds_path(model.source if isinstance(model, ModelInfo) else model)
 
 
 def thresholds_for(library_root: Path, model: ModelInfo) -> Thresholds | None:
     """The thresholds a library's queries use: its own (`bench --calibrate`), else those shipped with
-    its model (beside a model file it was loaded from, or in the package for a registered model);
+    its model (in the package for a registered model, beside the file for one loaded from a file);
     None when the scores are uncalibrated. Each must name the model's exact version."""
     own = read_thresholds(library_root, model)
     if own is not None:
         return own
-    candidates = []
-    source = Path(model.source).expanduser() if model.source else None
-    if source is not None and source.is_file():
-        candidates.append(model_thresholds_path(source))
-    candidates.append(bundled_thresholds_path(model.name))
-    for path in candidates:
-        found = read_thresholds_file(path, model)
-        if found is not None:
-            return found
-    return None
+    shipped = shipped_thresholds_path(model)
+    return read_thresholds_file(shipped, model) if shipped is not None else None
 
 
 def read_thresholds_file(path: Path, model: ModelInfo | None = None) -> Thresholds | None:

@@ -3,6 +3,7 @@ recognition model inside an unpacked insightface model pack folder (e.g. buffalo
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import numpy as np
 from headsearch.basics.errors import ModelError
 from headsearch.detection.crops import HeadCrop
 from headsearch.models.base import Embedder, align_face, file_digest, l2_normalise
-from headsearch.models.registry import register_path_loader
+from headsearch.models.registry import ModelSpec, register_path_loader
 from schemas.records import VectorKind
 
 
@@ -20,17 +21,12 @@ class ArcFaceOnnxEmbedder(Embedder):
     dim = 512
 
     def __init__(self, path: Path):
-        import onnxruntime as ort
-
-        from headsearch.detection.faces import onnx_providers
+        from headsearch.basics.runtime import inference_session
 
         self.path = Path(path)
         if not self.path.is_file():
             raise ModelError(f"missing model file: {self.path}")
-        try:
-            self._session = ort.InferenceSession(str(self.path), providers=onnx_providers())
-        except Exception as e:  # onnxruntime raises its own exception types for bad files
-            raise ModelError(f"{self.path}: not a loadable ONNX model ({str(e).splitlines()[0]})") from e
+        self._session = inference_session(self.path)
         inp = self._session.get_inputs()[0]
         if len(inp.shape) != 4 or inp.shape[1] != 3 or inp.shape[2:] != [112, 112]:
             raise ModelError(f"{self.path}: expected an input of shape (N, 3, 112, 112), got {inp.shape}")
@@ -59,11 +55,18 @@ def find_insightface_recognition_model(folder: Path) -> Path:
     return candidates[0]
 
 
-@register_path_loader("an ArcFace .onnx file", lambda p: p.suffix == ".onnx")
+# cluster_threshold 0.45: insightface ArcFace's usual verification range (same ~0.5+, different < 0.3), not measured here.
+ARCFACE = ModelSpec(
+    name="arcface-onnx", summary="an ArcFace .onnx file", input="the face aligned to ArcFace's template, 112x112 RGB in [-1, 1]",
+    licence="the user's file", cluster_threshold=0.45)
+
+
+@register_path_loader(ARCFACE, lambda p: p.suffix == ".onnx")
 def arcface_file(path: Path) -> Embedder:
     return ArcFaceOnnxEmbedder(path)
 
 
-@register_path_loader("an insightface model folder", lambda p: p.is_dir() and any(p.glob("*.onnx")))
+@register_path_loader(replace(ARCFACE, name="insightface-pack", summary="an insightface model pack folder"),
+                      lambda p: p.is_dir() and any(p.glob("*.onnx")))
 def insightface_pack(path: Path) -> Embedder:
     return ArcFaceOnnxEmbedder(find_insightface_recognition_model(path))

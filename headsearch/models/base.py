@@ -8,12 +8,16 @@ import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
 
 from headsearch.detection.crops import HeadCrop
 from schemas.records import ModelInfo, VectorKind
+
+if TYPE_CHECKING:
+    from headsearch.models.registry import ModelSpec
 
 # ArcFace's five-point template for a 112x112 aligned face (insightface `arcface_dst`).
 ARCFACE_TEMPLATE = np.array(
@@ -46,6 +50,12 @@ class Embedder(ABC):
     # meaningful vector for a sighting without a visible face. Face-recognition models (dlib's
     # ResNet, ArcFace, SFace) do not: only sightings with a detected face are embedded by them.
     sees_whole_head: bool = False
+    spec: ModelSpec | None = None  # set by the registry when it loads the model
+
+    @property
+    def dims(self) -> dict[VectorKind, int]:
+        """The width of each vector kind (one `dim` for all, unless a model says otherwise)."""
+        return {k: self.dim for k in self.kinds}
 
     @abstractmethod
     def embed(self, crops: Sequence[HeadCrop]) -> dict[VectorKind, np.ndarray]:
@@ -53,11 +63,11 @@ class Embedder(ABC):
 
     def describe(self) -> ModelInfo:
         """What a library manifest and a thresholds file record about this model."""
-        return ModelInfo(self.name, self.version, self.dim, tuple(self.kinds), self.source or self.name)
+        return ModelInfo(self.name, self.version, self.dim, tuple(self.kinds), self.source or self.name, dict(self.dims))
 
     def empty(self) -> dict[VectorKind, np.ndarray]:
         """The result of embedding no crops."""
-        return {k: np.zeros((0, self.dim), np.float32) for k in self.kinds}
+        return {k: np.zeros((0, d), np.float32) for k, d in self.dims.items()}
 
 
 def similarity_transform(src: np.ndarray, dst: np.ndarray) -> np.ndarray:

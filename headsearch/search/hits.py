@@ -1,8 +1,9 @@
-"""What a query shows: the query's heads, the scope of the search, confident-only hits, each hit's
-sighting (kind, box, face, shot), and the one JSON rendering of hits that the CLI and the web app share.
+"""What a query shows: the scope of the search, confident-only hits, each hit's sighting (kind, box,
+face, shot), and the one JSON rendering of hits that the CLI and the web app share.
 
 The ranking itself is the query engine's (`headsearch.search.engine`); this module asks it for more
-tracks until enough of them fall inside the scope and above the confidence bar.
+tracks until enough of them fall inside the scope and above the confidence bar. The road from a photo
+to these is `headsearch.search.service`.
 """
 from __future__ import annotations
 
@@ -11,63 +12,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from headsearch.basics.errors import HeadsearchError, NoHeadFound
-from headsearch.basics.images import read_image_rgb
+from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.media import fingerprint, fingerprint_bytes
 from headsearch.basics.timeline import format_time
-from headsearch.detection.crops import HeadCrop, crop_head, whole_image_crop
-from headsearch.detection.faces import FaceDetector, detect_heads
 from headsearch.evaluation.thresholds import Thresholds
-from headsearch.models import Embedder
 from headsearch.search.engine import QueryEngine
+from headsearch.search.photo import QueryHead
 from headsearch.store.library import Library
 from headsearch.store.rows import Sighting
 from schemas.records import SCORE_DIGITS, Box, MediaKind, SearchHit, VectorKind
 
 log = logging.getLogger(__name__)
-
-
-# ----- the query photo -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class QueryHead:
-    """One head of the query photo: its number (left to right), where it is, its crop."""
-
-    number: int
-    box: Box  # in the photo's pixels
-    face_visible: bool
-    crop: HeadCrop
-
-
-def query_heads(path: Path, detector: FaceDetector, embedder: Embedder, all_heads: bool, whole_image: bool,
-                crop_px: int = 256) -> list[QueryHead]:
-    """The heads of a query photo file (see `photo_heads`)."""
-    return photo_heads(read_image_rgb(path), path, detector, embedder, all_heads, whole_image, crop_px)
-
-
-def photo_heads(rgb: np.ndarray, name: Path | str, detector: FaceDetector, embedder: Embedder, all_heads: bool, whole_image: bool,
-                crop_px: int = 256) -> list[QueryHead]:
-    """The heads to search with: the largest one, every one (numbered left to right), or the whole
-    photo as the head. A face-recognition model cannot search with a photo without a face.
-    `name` names the photo in messages."""
-    h, w = rgb.shape[:2]
-    if whole_image:
-        faces = detector.detect(rgb)
-        face = max(faces, key=lambda f: f.box.area) if faces else None
-        if face is None and not embedder.sees_whole_head:
-            raise NoHeadFound(f"{name}: --whole-image with {embedder.name}, a face-recognition model: there is no face in this "
-                              "photo for it to see (only a model that sees whole heads can search with the back of a head)")
-        side = min(h, w)
-        box = Box((w - side) / 2, (h - side) / 2, (w + side) / 2, (h + side) / 2)
-        return [QueryHead(1, box, face is not None, whole_image_crop(rgb, face, crop_px))]
-    heads = detect_heads(detector, rgb)
-    if not heads:
-        raise NoHeadFound(f"{name}: no head found (if the photo is already a head crop, e.g. the back of a head, use --whole-image)")
-    if not all_heads:
-        heads = heads[:1]
-    heads = sorted(heads, key=lambda d: d.head.center[0])  # numbered as a reader sees them: left to right
-    return [QueryHead(i, d.head, d.face is not None, crop_head(rgb, d.head, d.face, crop_px)) for i, d in enumerate(heads, 1)]
 
 
 # ----- scope and confidence --------------------------------------------------------------------
@@ -79,6 +34,10 @@ class Scope:
     photos_only: bool = False
     under: tuple[Path, ...] = ()  # only files under these folders (or these files)
     exclude: frozenset[str] = frozenset()  # never these paths (the query photo itself)
+
+    def __post_init__(self) -> None:
+        if self.videos_only and self.photos_only:
+            raise HeadsearchError("--videos-only and --photos-only exclude each other")
 
     def admits(self, path: str, kind: MediaKind | str | None) -> bool:
         if path in self.exclude:
@@ -164,30 +123,10 @@ class ShownHit:
 class HeadResult:
     """The answer for one head of the query photo."""
 
-    head: QueryHead | None
+    head: QueryHead | None  # None for hits found another way (a person's moments, "more like this")
     hits: list[ShownHit] = field(default_factory=list)
     hidden_weak: int = 0  # hits below the bar not shown
     best_hidden: float | None = None
-
-
-def scoped_search(engine: QueryEngine, crop: HeadCrop, k: int, scope: Scope = Scope(), confidence: Confidence = Confidence()) -> HeadResult:
-    """The k best tracks inside the scope that pass the confidence bar, asking the engine for more
-    tracks until enough qualify (or none is left that could)."""
-    vectors = engine.embedder.embed([crop])
-    query = {kind: v[0] for kind, v in vectors.items()}
-    return scoped_search_vectors(engine, query, k, scope, confidence)
-
-
-def search_heads(engine: QueryEngine, heads: Sequence[QueryHead], k: int, scope: Scope = Scope(),
-                 confidence: Confidence = Confidence()) -> list[HeadResult]:
-    """A query photo's answer: each head's scoped, confident-only search (what `query` prints and
-    the web app's /api/query returns, through `results_json`)."""
-    results = []
-    for head in heads:
-        result = scoped_search(engine, head.crop, k, scope, confidence)
-        result.head = head
-        results.append(result)
-    return results
 
 
 def found_hits(library: Library, hits: Sequence[SearchHit], scope: Scope = Scope()) -> HeadResult:
@@ -350,8 +289,3 @@ def no_match_line(result: HeadResult, confidence: Confidence, hint: str = "--sho
     if confidence.calibrated:
         return "no confident match"
     return "no matches (nothing in the library, or nothing inside the scope)"
-
-
-def check_scope(scope: Scope) -> None:
-    if scope.videos_only and scope.photos_only:
-        raise HeadsearchError("--videos-only and --photos-only exclude each other")

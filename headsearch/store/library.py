@@ -391,7 +391,8 @@ class Library:
 
     def vector_index(self, kind: VectorKind = VectorKind.ID) -> VectorIndex:
         """The FAISS index of one vector kind, brought up to date with the database."""
-        return self._index_cache.load(VectorKind(kind), self.model.dim)
+        kind = VectorKind(kind)
+        return self._index_cache.load(kind, self.model.dim_of(kind))
 
     def load_indexes(self) -> None:
         """Load (and bring up to date) the FAISS index of every vector kind of the library's model,
