@@ -26,6 +26,7 @@ from headsearch.evaluation.labels import read_label_set
 from headsearch.evaluation.thresholds import THRESHOLDS_FILE
 from headsearch.people.persons import list_people, update_people
 from headsearch.store.library import Library
+from headsearch.store.rows import TrackRow
 from schemas.records import MediaKind
 
 PEOPLE_PARTS = ("all", "photo", "video")  # the labelled tracks each score is over
@@ -39,20 +40,20 @@ def labelled_tracks(library: Library, label_csvs: list[Path]) -> dict[int, tuple
             wanted[str(Path(f.path).resolve())] = (f.identity, f.kind)
     out: dict[int, tuple[str, str]] = {}
     with library.browsing() as b:
-        by_video: dict[str, list[dict]] = {}
+        by_video: dict[str, list[TrackRow]] = {}
         for t in b.tracks():
-            by_video.setdefault(t["video"], []).append(t)
+            by_video.setdefault(t.video, []).append(t)
         for path, tracks in by_video.items():
             if path not in wanted:
                 continue
             identity, kind = wanted[path]
             if kind == MediaKind.IMAGE:  # the person a photo is labelled with is its largest head
-                boxes = {t["id"]: b.best_sighting(t["id"]) for t in tracks}
-                largest = max(tracks, key=lambda t: (boxes[t["id"]]["x2"] - boxes[t["id"]]["x1"]) * (boxes[t["id"]]["y2"] - boxes[t["id"]]["y1"]))
-                out[largest["id"]] = (identity, "photo")
+                boxes = {t.id: b.best_sighting(t.id) for t in tracks}
+                largest = max(tracks, key=lambda t: (boxes[t.id].x2 - boxes[t.id].x1) * (boxes[t.id].y2 - boxes[t.id].y1))
+                out[largest.id] = (identity, "photo")
             else:
                 for t in tracks:
-                    out[t["id"]] = (identity, "video")
+                    out[t.id] = (identity, "video")
     return out
 
 
@@ -95,7 +96,7 @@ def sweep(library_root: Path, label_csvs: list[Path], thresholds: list[float]) -
             lib = Library.open(copy, read_only=False)
             with lib.people_writing() as store:  # start from no people
                 for p in store.persons():
-                    store.delete_person(p["id"])
+                    store.delete_person(p.id)
             write_json_atomic(copy / THRESHOLDS_FILE, {"far": 0.0, "identity": value, "same_look": 1.0, "model": model.name,
                                                        "version": model.version})
             update_people(lib)

@@ -273,17 +273,19 @@ def remove(paths: tuple[Path, ...], library: Path | None) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def stats(library: Path | None, as_json: bool) -> None:
     """What the library holds."""
+    from dataclasses import asdict
+
     from headsearch.store.library import Library
 
     s = Library.open(library_path(library)).stats()
     if as_json:
-        click.echo(json.dumps(s, indent=2))
+        click.echo(json.dumps(asdict(s), indent=2))
         return
-    m = s["model"]
-    click.echo(f"library   {s['library']}\nmodel     {m['name']} ({m['version']}, {m['dim']}-d, {'+'.join(m['kinds'])})")
-    click.echo(f"files     {s['videos']} ({s['images']} images), {s['video_seconds'] / 60:.1f} min of video")
-    click.echo(f"shots     {s['shots']}\ntracks    {s['tracks']}\nsightings {s['observations']}\nvectors   {s['vectors']}")
-    click.echo(f"size      {s['bytes'] / 1e6:.1f} MB")
+    m = s.model
+    click.echo(f"library   {s.library}\nmodel     {m['name']} ({m['version']}, {m['dim']}-d, {'+'.join(m['kinds'])})")
+    click.echo(f"files     {s.videos} ({s.images} images), {s.video_seconds / 60:.1f} min of video")
+    click.echo(f"shots     {s.shots}\ntracks    {s.tracks}\nsightings {s.observations}\nvectors   {s.vectors}")
+    click.echo(f"size      {s.bytes / 1e6:.1f} MB")
 
 
 @main.command("list")

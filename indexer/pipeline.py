@@ -22,7 +22,8 @@ from headsearch.basics.settings import IndexSettings
 from headsearch.detection.faces import FaceDetector
 from headsearch.models import Embedder
 from headsearch.people.persons import update_people
-from headsearch.store.library import FailedFile, Library, StoredFile
+from headsearch.store.library import Library
+from headsearch.store.rows import FailedFile, StoredFile
 from indexer.analysis import STAGES
 from indexer.engines import Failure, Job, make_engine
 from schemas.records import FileResult, FileStamp, MediaKind

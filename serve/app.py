@@ -219,10 +219,10 @@ async def media(request: Request) -> Response:
     """The file itself, with HTTP Range support (seeking in the player)."""
     site = _site(request)
     v = await run_in_threadpool(site.video_row, request.path_params["video_id"])
-    path = Path(v["path"])
+    path = Path(v.path)
     if not path.is_file():
-        raise NotFound(f"video {v['id']}: the file is no longer there")
-    if v["kind"] != "image" and not (await run_in_threadpool(site.playback, v)).direct:
+        raise NotFound(f"video {v.id}: the file is no longer there")
+    if v.kind != "image" and not (await run_in_threadpool(site.playback, v)).direct:
         raise HTTPException(415, "browsers cannot play this file; use its preview")
     return FileResponse(path, headers={"Cache-Control": "private, max-age=60"})
 
@@ -232,7 +232,7 @@ async def preview(request: Request) -> Response:
     start = _float_param(request, "start", 0.0)
     end = _float_param(request, "end", start)
     v = await run_in_threadpool(site.video_row, request.path_params["video_id"])
-    if v["kind"] == "image":
+    if v.kind == "image":
         raise HTTPException(415, "a photo has no preview clip")
     clip, _ = await run_in_threadpool(site.cache.preview, v, start, end)
     return FileResponse(clip, media_type="video/mp4", headers={"Cache-Control": "private, max-age=3600"})

@@ -18,6 +18,7 @@ from pathlib import Path
 from headsearch.basics.errors import MediaError
 from headsearch.basics.files import atomic_write
 from headsearch.basics.quiet import native_stderr_silenced
+from headsearch.store.rows import VideoRow
 
 log = logging.getLogger(__name__)
 
@@ -85,18 +86,18 @@ class MediaCache:
             return self._locks.setdefault(key, threading.Lock())
 
     # ----- preview clips -----------------------------------------------------------------------
-    def preview(self, video: dict, start: float, end: float) -> tuple[Path, float]:
+    def preview(self, video: VideoRow, start: float, end: float) -> tuple[Path, float]:
         """A short H.264 MP4 of [start - pad, end + pad] (at most PREVIEW_MAX_S) of a file browsers
         cannot play; returns the clip and the file time its first frame shows."""
         clip_start = max(0.0, start - PREVIEW_PAD_S)
         clip_end = min(max(end + PREVIEW_PAD_S, clip_start + 1.0), clip_start + PREVIEW_MAX_S)
-        if video.get("duration"):
-            clip_end = min(clip_end, float(video["duration"]) + 1.0)
-        key = f"{video['fingerprint'][:16]}-{round(clip_start * 1000)}-{round(clip_end * 1000)}"
+        if video.duration:
+            clip_end = min(clip_end, float(video.duration) + 1.0)
+        key = f"{video.fingerprint[:16]}-{round(clip_start * 1000)}-{round(clip_end * 1000)}"
         out = self.folder / "previews" / f"{key}.mp4"
         with self._lock(key):
             if not out.is_file():
-                make_preview(Path(video["path"]), out, clip_start, clip_end)
+                make_preview(Path(video.path), out, clip_start, clip_end)
         return out, clip_start
 
 

@@ -7,6 +7,7 @@ database before each search.
 from __future__ import annotations
 
 import base64
+from dataclasses import asdict
 from pathlib import Path
 
 from headsearch.basics.errors import HeadsearchError
@@ -24,6 +25,7 @@ from headsearch.search.hits import (
 from headsearch.search.pictures import pictures_folder, render_picture
 from headsearch.search.service import Answer, QueryOptions, SearchService
 from headsearch.store.library import Library
+from headsearch.store.rows import ListedFile, TrackRow, VideoRow
 from schemas.records import VectorKind
 from serve.media import PREVIEW_PAD_S, MediaCache, Playback, cache_folder, decoding, probe_playback
 
@@ -66,14 +68,14 @@ class Site:
                 track = b.track(h.track_id)
                 if track is None:  # removed since the search
                     continue
-                out.append({**hit_json(s), "video_id": track["video_id"], "name": Path(h.video).name, "sighting": h.observation_id,
-                            "kind": track["video_kind"], "watch": watch_url(track["video_id"], h.start, h.end, h.track_id)})
+                out.append({**hit_json(s), "video_id": track.video_id, "name": Path(h.video).name, "sighting": h.observation_id,
+                            "kind": track.video_kind, "watch": watch_url(track.video_id, h.start, h.end, h.track_id)})
         return out
 
     def videos_page(self) -> dict:
         with self.library.browsing() as b:
             videos = b.videos()
-        return {"videos": [{**v, "name": Path(v["path"]).name} for v in videos]}
+        return {"videos": [_listed(v) for v in videos]}
 
     def video_page(self, video_id: int) -> dict:
         with self.library.people_reading() as store:
@@ -81,33 +83,33 @@ class Site:
             if video is None:
                 raise NotFound(f"no video {video_id}")
             shots, tracks, members = store.shots(video_id), store.tracks(video_id=video_id), store.memberships()
-            names = {p["id"]: p["name"] for p in store.persons()}
-        duration = max(float(video["duration"]), max((t["end_time"] for t in tracks), default=0.0), 1e-6)
+            names = {p.id: p.name for p in store.persons()}
+        duration = max(float(video.duration), max((t.end_time for t in tracks), default=0.0), 1e-6)
         rows: dict[int | None, list[dict]] = {}
         for t in tracks:
-            pid = members.get(t["id"])
-            rows.setdefault(pid, []).append({**_track(t), **_span(t["start_time"], t["end_time"], duration),
-                                             "watch": watch_url(video_id, t["start_time"], t["end_time"], t["id"])})
+            pid = members.get(t.id)
+            rows.setdefault(pid, []).append({**_track(t), **_span(t.start_time, t.end_time, duration),
+                                             "watch": watch_url(video_id, t.start_time, t.end_time, t.id)})
         people = [{"id": pid, "label": (names.get(pid) or f"person {pid}") if pid is not None else "not grouped yet",
                    "tracks": ts} for pid, ts in sorted(rows.items(), key=lambda kv: (kv[0] is None, -len(kv[1])))]
         return {"video": _video(video), "duration": duration,
-                "shots": [{**s, **_span(s["start_time"], s["end_time"], duration)} for s in shots], "people": people}
+                "shots": [{**asdict(s), **_span(s.start_time, s.end_time, duration)} for s in shots], "people": people}
 
     def track_page(self, track_id: int, k: int = 12) -> dict:
         with self.library.people_reading() as store:
             track = store.track(track_id)
             if track is None:
                 raise NotFound(f"no track {track_id}")
-            sightings = store.sightings(track_id)
+            sightings = store.sightings_of_track(track_id)
             vectors = {kind: v[track_id] for kind in self.library.model.kinds
                        if track_id in (v := store.track_vectors(kind, [track_id]))}
             pid = store.memberships().get(track_id)
-            person = next((p for p in store.persons() if p["id"] == pid), None)
+            person = next((p for p in store.persons() if p.id == pid), None)
         similar = self.service.similar(vectors, k, track_id) if VectorKind.ID in vectors else []
-        return {"track": _track(track), "person": None if person is None else {"id": person["id"], "label": person["name"] or f"person {pid}"},
-                "watch": watch_url(track["video_id"], track["start_time"], track["end_time"], track_id),
-                "sightings": [{"id": s["id"], "time": s["time"], "frame_index": s["frame_index"], "face_visible": s["face_visible"],
-                               "box": [s["x1"], s["y1"], s["x2"], s["y2"]]} for s in sightings],
+        return {"track": _track(track), "person": None if person is None else {"id": person.id, "label": person.name or f"person {pid}"},
+                "watch": watch_url(track.video_id, track.start_time, track.end_time, track_id),
+                "sightings": [{"id": s.id, "time": s.time, "frame_index": s.frame_index, "face_visible": s.face_visible,
+                               "box": [s.x1, s.y1, s.x2, s.y2]} for s in sightings],
                 "more_like_this": self.cards(found_hits(self.library, similar).hits)}
 
     def people_page(self, include_hidden: bool = False) -> dict:
@@ -140,8 +142,8 @@ class Site:
         start = max(0.0, start)
         end = max(start, end)
         out = {"video": _video(video), "start": start, "end": end, "track": track, "preview_offset": max(0.0, start - PREVIEW_PAD_S),
-               "sighting": None if best is None or best["video_id"] != video_id else best["id"]}
-        if video["kind"] == "image":
+               "sighting": None if best is None or best.video_id != video_id else best.id}
+        if video.kind == "image":
             return {**out, "image": True, "src": None, "fragment": "", "offset": 0.0, "direct": False, "reason": "a photo"}
         playback = self.playback(video)
         offset = 0.0 if playback.direct else max(0.0, start - PREVIEW_PAD_S)
@@ -150,13 +152,13 @@ class Site:
                 "direct": playback.direct, "reason": playback.reason}
 
     # ----- media --------------------------------------------------------------------------------------
-    def playback(self, video: dict) -> Playback:
-        key = (int(video["id"]), video["fingerprint"])
+    def playback(self, video: VideoRow) -> Playback:
+        key = (video.id, video.fingerprint)
         if key not in self._playback:
-            self._playback[key] = probe_playback(Path(video["path"]))
+            self._playback[key] = probe_playback(Path(video.path))
         return self._playback[key]
 
-    def video_row(self, video_id: int) -> dict:
+    def video_row(self, video_id: int) -> VideoRow:
         with self.library.browsing() as b:
             video = b.video(video_id)
         if video is None:
@@ -168,21 +170,19 @@ class Site:
             track = b.track(track_id)
         if track is None:
             raise NotFound(f"no track {track_id}")
-        path = self.root / track["thumbnail"]
+        path = self.root / track.thumbnail
         if not path.is_file():
             raise NotFound(f"track {track_id} has no thumbnail")
         return path
 
     def frame(self, sighting_id: int) -> Path:
         """The picture of a sighting: its frame with the head boxed (the same picture `query` makes)."""
-        with self.library.browsing() as b:
-            row = b.sighting(sighting_id)
         with self.library.reading() as r:
             sighting = r.sightings([sighting_id]).get(sighting_id)
-        if row is None or sighting is None:
+        if sighting is None:
             raise NotFound(f"no sighting {sighting_id}")
         with decoding():
-            picture, why = render_picture(pictures_folder(self.root), Path(row["video"]), float(row["time"]), sighting)
+            picture, why = render_picture(pictures_folder(self.root), Path(sighting.path), sighting.time, sighting)
         if picture is None:
             raise NotFound(f"no picture of sighting {sighting_id}: {why}")
         return picture
@@ -204,12 +204,17 @@ def _span(start: float, end: float, duration: float) -> dict:
     return {"left": round(left, 3), "width": round(max(0.6, 100.0 * (end - start) / duration), 3)}
 
 
-def _video(v: dict) -> dict:
-    return {"id": v["id"], "path": v["path"], "name": Path(v["path"]).name, "kind": v["kind"], "duration": v["duration"],
-            "fps": v["fps"], "width": v["width"], "height": v["height"]}
+def _listed(v: ListedFile) -> dict:
+    return {"id": v.id, "path": v.path, "kind": v.kind, "duration": v.duration, "fps": v.fps, "width": v.width, "height": v.height,
+            "decoder": v.decoder, "indexed_at": v.indexed_at, "tracks": v.tracks, "name": Path(v.path).name}
 
 
-def _track(t: dict) -> dict:
-    return {"id": t["id"], "video_id": t["video_id"], "video": t["video"], "name": Path(t["video"]).name, "start": t["start_time"],
-            "end": t["end_time"], "best_time": t["best_time"], "sightings": t["n_observations"],
-            "face_visible_share": round(float(t["face_visible_share"]), 3)}
+def _video(v: VideoRow) -> dict:
+    return {"id": v.id, "path": v.path, "name": Path(v.path).name, "kind": v.kind, "duration": v.duration,
+            "fps": v.fps, "width": v.width, "height": v.height}
+
+
+def _track(t: TrackRow) -> dict:
+    return {"id": t.id, "video_id": t.video_id, "video": t.video, "name": Path(t.video).name, "start": t.start_time,
+            "end": t.end_time, "best_time": t.best_time, "sightings": t.n_observations,
+            "face_visible_share": round(float(t.face_visible_share), 3)}

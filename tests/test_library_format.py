@@ -1,5 +1,5 @@
-"""Library formats: a library made by an earlier release opens, is upgraded in place and answers the
-same queries; a library of a newer release is refused with one line."""
+"""Library formats: a library made by an earlier release opens, is upgraded in place, holds the tables
+of a fresh library and answers the same queries; a library of a newer release is refused with one line."""
 from __future__ import annotations
 
 import json
@@ -8,13 +8,14 @@ from pathlib import Path
 
 import duckdb
 import pytest
+import sqlalchemy as sa
 from conftest import AMY_DIR, DATA, FIXTURES, library_db, needs_data, query_json, run
 from test_index_query import assert_consistent, table_counts
 
 from headsearch.store import migrations
 from headsearch.store.library import Library
-
-pytestmark = needs_data
+from schemas import tables as t
+from schemas.records import ModelInfo
 
 ANSWERS = json.loads((FIXTURES / "library-format1-answers.json").read_text())
 # Where ../shared/data lay when 0.1.0 made the fixture; its stored paths and answers are moved to DATA.
@@ -50,6 +51,71 @@ def database_format(library: Path) -> str | None:
     return None if row is None else row[0]
 
 
+def library_schema(library: Path) -> dict[str, dict]:
+    """What DuckDB says a library's database holds, table by table: each column's type, nullability
+    and default, the constraints (primary key, unique, not null, check, foreign key) and the indexes;
+    views and sequences under the names "views" and "sequences". Columns are compared by name, not
+    position: ALTER TABLE appends, and every read and insert names its columns."""
+    here = "database_name = current_database() and schema_name = 'main'"
+    with library_db(library) as con:
+        tables = [r[0] for r in con.execute(f"select table_name from duckdb_tables() where {here} and not internal").fetchall()]
+        schema: dict[str, dict] = {name: {"columns": {}, "constraints": set(), "indexes": {}} for name in tables}
+        for table, column, kind, nullable, default in con.execute(
+                f"select table_name, column_name, data_type, is_nullable, column_default from duckdb_columns() where {here} and not internal").fetchall():
+            schema[table]["columns"][column] = (kind, nullable, default)
+        for table, kind, columns, text in con.execute(
+                f"select table_name, constraint_type, constraint_column_names, constraint_text from duckdb_constraints() where {here}").fetchall():
+            schema[table]["constraints"].add((kind, tuple(sorted(columns)), text if kind in ("CHECK", "FOREIGN KEY") else None))
+        for table, name, unique, primary, expressions in con.execute(
+                f"select table_name, index_name, is_unique, is_primary, expressions from duckdb_indexes() where {here}").fetchall():
+            schema[table]["indexes"][name] = (unique, primary, expressions)
+        schema["views"] = {r[0] for r in con.execute(f"select view_name from duckdb_views() where {here} and not internal").fetchall()}
+        schema["sequences"] = {r[0] for r in con.execute(f"select sequence_name from duckdb_sequences() where {here}").fetchall()}
+    return schema
+
+
+def schema_differences(got: dict[str, dict], want: dict[str, dict]) -> list[str]:
+    """Where one schema (`library_schema`) differs from another, one line a difference."""
+    out = [f"{name}: {'missing' if name in want else 'not in a fresh library'}" for name in sorted(want.keys() ^ got.keys())]
+    for name in sorted(want.keys() & got.keys()):
+        if name in ("views", "sequences"):
+            out += [f"{name}: {x} missing" for x in sorted(want[name] - got[name])] + [f"{name}: {x} extra" for x in sorted(got[name] - want[name])]
+            continue
+        for part in ("columns", "indexes"):
+            mine, theirs = got[name][part], want[name][part]
+            out += [f"{name}: {part[:-1] if part == 'columns' else 'index'} {key} "
+                    + ("missing" if key not in mine else "extra" if key not in theirs else f"is {mine[key]}, fresh {theirs[key]}")
+                    for key in sorted(mine.keys() | theirs.keys()) if mine.get(key) != theirs.get(key)]
+        out += [f"{name}: constraint {c} missing" for c in sorted(want[name]["constraints"] - got[name]["constraints"], key=str)]
+        out += [f"{name}: constraint {c} extra" for c in sorted(got[name]["constraints"] - want[name]["constraints"], key=str)]
+    return out
+
+
+def test_upgraded_library_has_the_schema_of_a_fresh_one(tmp_path, monkeypatch):
+    upgraded = format1_library(tmp_path / "upgraded")
+    model = ModelInfo.from_dict(manifest(upgraded)["model"])
+    Library.open(upgraded)
+    assert manifest(upgraded)["format"] == migrations.FORMAT_VERSION
+    fresh = tmp_path / "fresh" / "library"
+    Library.create(fresh, model)
+    want, got = library_schema(fresh), library_schema(upgraded)
+    # The description holds what the comparison is for (it would pass on two empty descriptions).
+    assert {"videos", "observations", "vectors", "people", "failed_files"} <= want.keys() and want["videos"]["columns"]["source_height"]
+    assert want["tracks"]["indexes"] and want["videos"]["constraints"] >= {("PRIMARY KEY", ("id",), None), ("UNIQUE", ("path",), None)}
+    assert schema_differences(got, want) == []
+
+    # A migration that forgets a column leaves a schema this comparison tells apart.
+    def forgetful_step(conn: sa.Connection) -> None:  # format 3 -> 4 without the videos' source_height
+        conn.execute(sa.text("ALTER TABLE videos ADD COLUMN IF NOT EXISTS source_width INTEGER"))
+        t.failed_files.create(conn, checkfirst=True)
+
+    monkeypatch.setitem(migrations.MIGRATIONS, 3, migrations.Migration(3, "forgets a column", forgetful_step))
+    forgetful = format1_library(tmp_path / "forgetful")
+    Library.open(forgetful)
+    assert schema_differences(library_schema(forgetful), want) == ["videos: column source_height missing"]
+
+
+@needs_data
 def test_format1_library_is_upgraded_and_answers_the_same_queries(tmp_path):
     library = format1_library(tmp_path)
     assert manifest(library)["format"] == 1 and database_format(library) is None
@@ -71,6 +137,7 @@ def test_format1_library_is_upgraded_and_answers_the_same_queries(tmp_path):
         assert con.execute("select count(*) from videos where path like '%raj1.png'").fetchone()[0] == 1
 
 
+@needs_data
 def test_crash_between_commit_and_manifest_is_finished_on_open(tmp_path):
     library = format1_library(tmp_path)
     lib = Library(library, manifest(library), read_only=False)
@@ -82,6 +149,7 @@ def test_crash_between_commit_and_manifest_is_finished_on_open(tmp_path):
     assert_consistent(library, thumbnails=False)  # the fixture leaves its thumbnails out
 
 
+@needs_data
 def test_newer_format_is_refused(tmp_path):
     library = format1_library(tmp_path)
     m = manifest(library)
@@ -94,6 +162,7 @@ def test_newer_format_is_refused(tmp_path):
     assert "made by a newer headsearch" in result.stderr
 
 
+@needs_data
 def test_upgrade_waits_for_a_running_indexer(tmp_path):
     library = format1_library(tmp_path)
     holder = Library(library, manifest(library), read_only=False)
@@ -105,6 +174,7 @@ def test_upgrade_waits_for_a_running_indexer(tmp_path):
     assert manifest(library)["format"] == migrations.FORMAT_VERSION
 
 
+@needs_data
 @pytest.mark.parametrize("broken", ['{"format": 1}', "not json", '{"model": {"name": "x"}}'])
 def test_unreadable_manifest_is_one_line(tmp_path, broken):
     library = format1_library(tmp_path)

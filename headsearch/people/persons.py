@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -26,8 +26,10 @@ from headsearch.basics.errors import HeadsearchError
 from headsearch.evaluation.thresholds import thresholds_for
 from headsearch.models.registry import find_spec
 from headsearch.people.clustering import average_linkage
-from headsearch.store.library import Library, PeopleStore
-from schemas.records import Box, SearchHit, VectorKind
+from headsearch.store.library import Library
+from headsearch.store.people_store import PeopleStore
+from headsearch.store.rows import FeedbackRow, PersonRow, Place
+from schemas.records import SearchHit, VectorKind
 
 # Used only when a library's model has no calibrated thresholds (`headsearch bench --calibrate`) and its spec
 # names no `people_threshold` (dlib's 0.93: best F1 at precision >= 0.99 on ../shared/data, `headsearch bench people --sweep`).
@@ -88,87 +90,83 @@ class UpdateSummary:
 class _State:
     """The people tables read at the start of an update, changed in memory, written at its end."""
 
-    persons: dict[int, dict]
+    persons: dict[int, PersonRow]
     members: dict[int, int]  # track -> person
+    new: set[int] = field(default_factory=set)  # persons made in this update, not stored yet
     pins: dict[int, int] = field(default_factory=dict)  # track -> person a user put it in
     nots: dict[int, set[int]] = field(default_factory=dict)  # track -> persons a user took it out of
     changed: set[int] = field(default_factory=set)  # persons whose row changed
     inherited: dict[int, int] = field(default_factory=dict)  # new track -> person of the old track at its place
 
     def centroid(self, pid: int) -> np.ndarray:
-        return np.frombuffer(self.persons[pid]["centroid"], "<f4").astype(np.float64)
+        return np.frombuffer(self.persons[pid].centroid, "<f4").astype(np.float64)
 
     def move(self, pid: int, vectors: list[np.ndarray], sign: int = 1) -> None:
         """Add (sign 1) or take out (-1) unit track vectors from a person's mean."""
         if not vectors:
             return
         p = self.persons[pid]
-        total = self.centroid(pid) * p["weight"] + sign * np.sum(vectors, axis=0)
-        weight = max(p["weight"] + sign * len(vectors), 0.0)
-        p["weight"] = weight
-        if weight > 0:
-            p["centroid"] = (total / weight).astype("<f4").tobytes()
+        total = self.centroid(pid) * p.weight + sign * np.sum(vectors, axis=0)
+        weight = max(p.weight + sign * len(vectors), 0.0)
+        self.persons[pid] = replace(p, weight=weight, centroid=(total / weight).astype("<f4").tobytes() if weight > 0 else p.centroid)
         self.changed.add(pid)
 
 
-def _iou(a: dict, b: dict) -> float:
-    return Box(a["x1"], a["y1"], a["x2"], a["y2"]).iou(Box(b["x1"], b["y1"], b["x2"], b["y2"]))
-
-
-def _find_again(store: PeopleStore, place: dict) -> int | None:
+def _find_again(store: PeopleStore, place: Place) -> int | None:
     """The track now at a place (file, time, head box) a vanished track was, if any."""
-    near = [s for s in store.sightings_near(place["video_path"], place["time"], REBIND_SECONDS) if _iou(s, place) >= REBIND_IOU]
+    box = place.head_box
+    near = [s for s in store.sightings_near(place.video_path, place.time, REBIND_SECONDS) if s.head_box.iou(box) >= REBIND_IOU]
     if not near:
         return None
-    return int(max(near, key=lambda s: (_iou(s, place), -abs(s["time"] - place["time"])))["track_id"])
+    return int(max(near, key=lambda s: (s.head_box.iou(box), -abs(s.time - place.time))).track_id)
 
 
-def _rebind(store: PeopleStore, feedback: list[dict], existing: set[int]) -> int:
-    """Point verdicts whose track vanished (its file was re-indexed) at the same head in the new tracks."""
-    rebound = 0
+def _rebind(store: PeopleStore, feedback: list[FeedbackRow], existing: set[int]) -> tuple[list[FeedbackRow], int]:
+    """Point verdicts whose track vanished (its file was re-indexed) at the same head in the new
+    tracks; returns the verdicts as they now are, and how many were moved."""
+    out, rebound = [], 0
     for f in feedback:
-        if f["track_id"] in existing:
-            continue
-        found = _find_again(store, f)
+        found = None if f.track_id in existing else _find_again(store, f.place)
         if found is not None:
-            store.update_feedback(f["id"], track_id=found)
-            f["track_id"] = found
+            store.update_feedback(f.id, track_id=found)
+            f = replace(f, track_id=found)
             rebound += 1
-    return rebound
+        out.append(f)
+    return out, rebound
 
 
 def _read_state(store: PeopleStore, existing: set[int], summary: UpdateSummary) -> _State:
-    feedback = store.feedback()
-    summary.rebound = _rebind(store, feedback, existing)
-    state = _State({p["id"]: p for p in store.persons()}, store.memberships())
+    feedback, summary.rebound = _rebind(store, store.feedback(), existing)
+    state = _State({p.id: p for p in store.persons()}, store.memberships())
     stale = [tr for tr in state.members if tr not in existing]
     places = store.membership_places(stale)
     store.unassign(stale)
     for tr in stale:
         del state.members[tr]
-    for place in places:  # a re-indexed file: its new tracks take the places of the old ones
-        new = _find_again(store, place)
+    for member in places:  # a re-indexed file: its new tracks take the places of the old ones
+        new = _find_again(store, member.place)
         if new is not None and new not in state.members:
-            state.members[new] = int(place["person_id"])
-            state.inherited[new] = int(place["person_id"])
+            state.members[new] = member.person_id
+            state.inherited[new] = member.person_id
     for f in feedback:  # later verdicts override earlier ones
-        if f["person_id"] not in state.persons or f["track_id"] not in existing:
+        if f.person_id not in state.persons or f.track_id not in existing:
             continue
-        if f["verdict"] == "is":
-            state.pins[f["track_id"]] = f["person_id"]
-            state.nots.get(f["track_id"], set()).discard(f["person_id"])
+        if f.verdict == "is":
+            state.pins[f.track_id] = f.person_id
+            state.nots.get(f.track_id, set()).discard(f.person_id)
         else:
-            state.nots.setdefault(f["track_id"], set()).add(f["person_id"])
-            if state.pins.get(f["track_id"]) == f["person_id"]:
-                del state.pins[f["track_id"]]
+            state.nots.setdefault(f.track_id, set()).add(f.person_id)
+            if state.pins.get(f.track_id) == f.person_id:
+                del state.pins[f.track_id]
     return state
 
 
 def _new_person(store: PeopleStore, state: _State, vectors: list[np.ndarray]) -> int:
     pid = max([store.next_id("people") - 1, *state.persons]) + 1  # persons made in this update are not stored yet
     mean = np.mean(vectors, axis=0)
-    state.persons[pid] = {"id": pid, "name": None, "hidden": False, "centroid": mean.astype("<f4").tobytes(),
-                          "weight": float(len(vectors)), "created_at": time.time(), "_new": True}
+    state.persons[pid] = PersonRow(id=pid, name=None, hidden=False, centroid=mean.astype("<f4").tobytes(), weight=float(len(vectors)),
+                                   created_at=time.time())
+    state.new.add(pid)
     state.changed.add(pid)
     return pid
 
@@ -177,13 +175,13 @@ def _cluster_batch(store: PeopleStore, state: _State, batch: list[int], vectors:
                    cannot: dict[int, set[int]], threshold: float, summary: UpdateSummary) -> None:
     """Cluster one batch of new tracks together with the persons they could join."""
     v = np.stack([vectors[tr] for tr in batch]).astype(np.float32)
-    pids = [pid for pid, p in state.persons.items() if p["weight"] > 0]
+    pids = [pid for pid, p in state.persons.items() if p.weight > 0]
     if pids:
         centroids = np.stack([state.centroid(pid) for pid in pids]).astype(np.float32)
         near = (v @ centroids.T).max(axis=0) >= threshold  # a person no track comes near cannot join any cluster
         pids = [pid for pid, keep in zip(pids, near, strict=True) if keep]
     nodes = np.concatenate([np.stack([state.centroid(p) for p in pids]), v]) if pids else v.astype(np.float64)
-    weights = np.array([state.persons[p]["weight"] for p in pids] + [1.0] * len(batch))
+    weights = np.array([state.persons[p].weight for p in pids] + [1.0] * len(batch))
     n_p = len(pids)
     blocked = np.zeros((len(nodes), len(nodes)), bool)
     blocked[:n_p, :n_p] = True  # persons are never merged by clustering
@@ -238,12 +236,12 @@ def _write(store: PeopleStore, state: _State, assigned: dict[int, int], summary:
         counts[pid] = counts.get(pid, 0) + 1
     for pid in sorted(state.changed):
         p = state.persons[pid]
-        if p.pop("_new", False):
+        if pid in state.new:
             store.add_person(p)
         else:
-            store.update_person(pid, centroid=p["centroid"], weight=p["weight"])
+            store.update_person(pid, centroid=p.centroid, weight=p.weight)
     for pid, p in state.persons.items():  # an empty person nobody named or corrected is gone
-        if not counts.get(pid) and not p["name"] and pid not in feedback_persons:
+        if not counts.get(pid) and not p.name and pid not in feedback_persons:
             store.delete_person(pid)
             summary.removed_people += 1
 
@@ -336,16 +334,16 @@ def list_people(library: Library, include_hidden: bool = False, with_looks: bool
     """Persons that have tracks, the most seen first."""
     with library.people_reading() as store:
         members = store.memberships()
-        tracks = {r["id"]: r for r in store.tracks(track_ids=list(members))} if members else {}
+        tracks = {r.id: r for r in store.tracks(track_ids=list(members))} if members else {}
         groups: dict[int, list[int]] = {}
         for tr, pid in members.items():
             if tr in tracks:
                 groups.setdefault(pid, []).append(tr)
-        rows = {p["id"]: p for p in store.persons()}
-        groups = {pid: sorted(trs, key=lambda tr: (tracks[tr]["video"], tracks[tr]["start_time"], tr))
-                  for pid, trs in groups.items() if pid in rows and (include_hidden or not rows[pid]["hidden"])}
+        rows = {p.id: p for p in store.persons()}
+        groups = {pid: sorted(trs, key=lambda tr: (tracks[tr].video, tracks[tr].start_time, tr))
+                  for pid, trs in groups.items() if pid in rows and (include_hidden or not rows[pid].hidden)}
         looks = _looks(store, library, groups) if with_looks else {}
-    people = [Person(pid, rows[pid]["name"], bool(rows[pid]["hidden"]), trs, list(dict.fromkeys(tracks[tr]["video"] for tr in trs)),
+    people = [Person(pid, rows[pid].name, bool(rows[pid].hidden), trs, list(dict.fromkeys(tracks[tr].video for tr in trs)),
                      len(looks.get(pid, [trs]))) for pid, trs in groups.items()]
     return sorted(people, key=lambda p: (-len(p.tracks), p.id))
 
@@ -382,19 +380,19 @@ def person_moments(library: Library, person: Person) -> list[SearchHit]:
     with library.people_reading() as store:
         rows = store.tracks(track_ids=person.tracks)
         vectors = store.track_vectors(VectorKind.ID, person.tracks)
-        centroid = next(np.frombuffer(p["centroid"], "<f4") for p in store.persons() if p["id"] == person.id)
-        best = {r["id"]: store.best_sighting(r["id"]) for r in rows}
+        centroid = next(np.frombuffer(p.centroid, "<f4") for p in store.persons() if p.id == person.id)
+        best = {r.id: store.best_sighting(r.id) for r in rows}
     unit = centroid / max(float(np.linalg.norm(centroid)), 1e-12)
-    return [SearchHit(track_id=r["id"], video=r["video"], start=r["start_time"], end=r["end_time"], time=r["best_time"],
-                      score=float(np.dot(vectors[r["id"]], unit)) if r["id"] in vectors else 0.0,
-                      thumbnail=str((library.root / r["thumbnail"]).resolve()),
-                      observation_id=best[r["id"]]["id"] if best[r["id"]] else None) for r in rows]
+    return [SearchHit(track_id=r.id, video=r.video, start=r.start_time, end=r.end_time, time=r.best_time,
+                      score=float(np.dot(vectors[r.id], unit)) if r.id in vectors else 0.0,
+                      thumbnail=str((library.root / r.thumbnail).resolve()),
+                      observation_id=best[r.id].id if best[r.id] else None) for r in rows]
 
 
 # ----- users' corrections --------------------------------------------------------------------------
-def _person_row(store: PeopleStore, person_id: int, root) -> dict:
+def _person_row(store: PeopleStore, person_id: int, root) -> PersonRow:
     for p in store.persons():
-        if p["id"] == person_id:
+        if p.id == person_id:
             return p
     raise PersonNotFound(f"no person with id {person_id} in {root} (`headsearch people` lists them)")
 
@@ -404,9 +402,9 @@ def _verdict(store: PeopleStore, person_id: int, track_id: int, verdict: str) ->
     video = store.track(track_id)
     if best is None or video is None:
         raise HeadsearchError(f"no track {track_id} in the library")
-    store.add_feedback({"id": store.next_id("person_feedback"), "person_id": person_id, "verdict": verdict, "track_id": track_id,
-                        "video_path": video["video"], "time": best["time"], "x1": best["x1"], "y1": best["y1"],
-                        "x2": best["x2"], "y2": best["y2"], "created_at": time.time()})
+    store.add_feedback(FeedbackRow(id=store.next_id("person_feedback"), person_id=person_id, verdict=verdict, track_id=track_id,
+                                   video_path=video.video, time=best.time, x1=best.x1, y1=best.y1, x2=best.x2, y2=best.y2,
+                                   created_at=time.time()))
 
 
 def name_person(library: Library, person_id: int, name: str) -> None:
@@ -414,10 +412,10 @@ def name_person(library: Library, person_id: int, name: str) -> None:
     name = " ".join(name.split())
     with library.people_writing() as store:
         _person_row(store, person_id, library.root)
-        clash = [p for p in store.persons() if name and p["name"] and p["name"].casefold() == name.casefold() and p["id"] != person_id]
+        clash = [p for p in store.persons() if name and p.name and p.name.casefold() == name.casefold() and p.id != person_id]
         if clash:
-            raise HeadsearchError(f"person {clash[0]['id']} is already named {name!r}; if they are the same person: "
-                                  f"headsearch people merge {clash[0]['id']} {person_id}")
+            raise HeadsearchError(f"person {clash[0].id} is already named {name!r}; if they are the same person: "
+                                  f"headsearch people merge {clash[0].id} {person_id}")
         store.update_person(person_id, name=name or None)
 
 
@@ -436,14 +434,14 @@ def merge_people(library: Library, into: int, other: int) -> None:
         members = store.memberships()
         moved = [tr for tr, pid in members.items() if pid == other]
         for f in store.feedback():  # what was said about `other` now holds for `into`
-            if f["person_id"] == other:
-                store.update_feedback(f["id"], person_id=into)
+            if f.person_id == other:
+                store.update_feedback(f.id, person_id=into)
         for tr in moved:
             _verdict(store, into, tr, "is")
-        total = a["weight"] + b["weight"]
+        total = a.weight + b.weight
         if total > 0:
-            mean = (np.frombuffer(a["centroid"], "<f4") * a["weight"] + np.frombuffer(b["centroid"], "<f4") * b["weight"]) / total
-            store.update_person(into, centroid=mean.astype("<f4").tobytes(), weight=total, name=a["name"] or b["name"])
+            mean = (np.frombuffer(a.centroid, "<f4") * a.weight + np.frombuffer(b.centroid, "<f4") * b.weight) / total
+            store.update_person(into, centroid=mean.astype("<f4").tobytes(), weight=total, name=a.name or b.name)
         store.assign({tr: into for tr in moved})
         store.delete_person(other)
 
@@ -460,13 +458,11 @@ def split_person(library: Library, person_id: int, track_ids: list[int]) -> int:
         if set(track_ids) >= set(mine):
             raise HeadsearchError(f"that is every track of person {person_id}; name or hide the person instead")
         vectors = store.track_vectors(VectorKind.ID, track_ids)
-        state = _State({p["id"]: p for p in store.persons()}, members)
+        state = _State({p.id: p for p in store.persons()}, members)
         state.move(person_id, [vectors[tr] for tr in track_ids if tr in vectors], sign=-1)
         new = _new_person(store, state, [vectors[tr] for tr in track_ids if tr in vectors])
-        p = state.persons[new]
-        p.pop("_new")
-        store.add_person(p)
-        store.update_person(person_id, centroid=state.persons[person_id]["centroid"], weight=state.persons[person_id]["weight"])
+        store.add_person(state.persons[new])
+        store.update_person(person_id, centroid=state.persons[person_id].centroid, weight=state.persons[person_id].weight)
         for tr in track_ids:
             _verdict(store, person_id, tr, "not")
             _verdict(store, new, tr, "is")

@@ -7,7 +7,8 @@ import numpy as np
 
 from headsearch.evaluation.thresholds import Thresholds
 from headsearch.search.ranking import rank_hits
-from headsearch.store.library import Library, LibraryReader
+from headsearch.store.library import Library
+from headsearch.store.readers import LibraryReader
 from schemas.records import SearchHit, VectorKind
 
 log = logging.getLogger(__name__)

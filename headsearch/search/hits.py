@@ -18,7 +18,8 @@ from headsearch.basics.timeline import format_time
 from headsearch.evaluation.thresholds import Thresholds
 from headsearch.search.engine import QueryEngine
 from headsearch.search.photo import QueryHead
-from headsearch.store.library import Library, Sighting
+from headsearch.store.library import Library
+from headsearch.store.rows import Sighting
 from schemas.records import SCORE_DIGITS, Box, MediaKind, SearchHit, VectorKind
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from headsearch.basics.errors import MediaError
 from headsearch.basics.files import write_bytes_atomic
 from headsearch.basics.images import encode_jpeg, read_image_rgb
 from headsearch.basics.media import fingerprint
-from headsearch.store.library import Sighting
+from headsearch.store.rows import Sighting
 from schemas.records import MediaKind
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,14 @@
+"""What a library folder holds, by name."""
+from __future__ import annotations
+
+MANIFEST = "manifest.json"  # the format and the model; written last, so a folder with one is a complete library
+DATABASE = "library.duckdb"  # the source of truth, vectors included
+THUMBNAILS = "thumbnails"  # one JPEG per track, `thumbnails/<track id>.jpg`
+PICTURES = "pictures"  # hits' pictures, `pictures/<sighting id>.jpg`, made on demand
+VECTOR_INDEX_GLOB = "vectors_*"  # the FAISS caches, one per vector kind
+WRITER_LOCK = ".writer.lock"
+PEOPLE_LOCK = ".people.lock"
+
+
+def vector_index_file(kind: str) -> str:
+    return f"vectors_{kind}.faiss"

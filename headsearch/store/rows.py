@@ -1,0 +1,262 @@
+"""The rows the library's readers return: frozen dataclasses, one per shape.
+
+A table's own row carries its columns under their names (`VideoRow`, `ShotRow`, `SightingRow` for
+`observations`, `PersonRow`, `MembershipRow` for `person_tracks`, `FeedbackRow` for `person_feedback`),
+so `dataclasses.asdict(row)` gives what a page's JSON showed when rows were dicts. Other rows are a
+read's own shape (a track with its file, an indexed file with its track count, a sighting placed in
+its file's own pixels). Pages and the JSON API turn rows into dicts with `dataclasses.asdict`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.records import Box, MediaKind
+
+
+# ----- files -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class VideoRow:
+    """An indexed file (a video, or a photo indexed as a one-frame item): its `videos` row."""
+
+    id: int
+    path: str
+    kind: str  # "video" or "image"
+    fingerprint: str
+    size: int
+    mtime: float
+    duration: float
+    fps: float
+    width: int  # the decoded frames' size, which the boxes are in
+    height: int
+    frames_decoded: int
+    frames_sampled: int
+    decoder: str
+    indexed_at: float
+    source_width: int | None  # the file's own frame size (None in rows of format 1-3 not yet probed)
+    source_height: int | None
+
+
+@dataclass(frozen=True)
+class ListedFile:
+    """An indexed file with its track count, as `headsearch list` and the files page show it."""
+
+    id: int
+    path: str
+    kind: str
+    duration: float
+    fps: float
+    width: int
+    height: int
+    size: int
+    mtime: float
+    fingerprint: str
+    decoder: str
+    indexed_at: float
+    tracks: int
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """Which version of a file the library holds (what the indexer compares with the disk)."""
+
+    id: int
+    path: str
+    fingerprint: str
+    size: int
+    mtime: float
+
+
+@dataclass(frozen=True)
+class FailedFile:
+    """A file that could not be indexed, and which version of it failed: its `failed_files` row."""
+
+    path: str
+    fingerprint: str
+    size: int
+    mtime: float
+    error: str
+    failed_at: float
+
+
+# ----- shots, tracks, sightings --------------------------------------------------------------------
+@dataclass(frozen=True)
+class ShotRow:
+    """A shot of a file: its `shots` row."""
+
+    id: int
+    video_id: int
+    shot_index: int
+    start_frame: int
+    end_frame: int
+    start_time: float
+    end_time: float
+
+
+@dataclass(frozen=True)
+class TrackRow:
+    """A head track: its `tracks` row with its file's path and kind."""
+
+    id: int
+    video_id: int
+    shot_id: int
+    start_time: float
+    end_time: float
+    best_time: float
+    n_observations: int
+    face_visible_share: float
+    thumbnail: str  # path relative to the library folder
+    video: str  # the file's path
+    video_kind: str  # "video" or "image"
+
+
+@dataclass(frozen=True)
+class SightingRow:
+    """One head seen at one moment of a track: its `observations` row (box in decoded pixels)."""
+
+    id: int
+    track_id: int
+    video_id: int
+    frame_index: int
+    time: float
+    x1: float
+    y1: float
+    x2: float
+    y2: float
+    face_visible: bool
+    face_score: float | None
+
+    @property
+    def head_box(self) -> Box:
+        return Box(self.x1, self.y1, self.x2, self.y2)
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """A sighting placed in its file, as a hit's picture needs it: the file and the version indexed,
+    the moment, the box in the file's own pixels, the shot."""
+
+    observation_id: int
+    path: str
+    time: float
+    kind: MediaKind
+    box: tuple[float, float, float, float]  # in the file's own pixels
+    face_visible: bool
+    shot_index: int
+    shot_start: float
+    shot_end: float
+    frame_size: tuple[int, int]  # (width, height) the boxes were stored in
+    source_size: tuple[int, int]  # the file's own (width, height)
+    size: int  # the indexed version of the file
+    mtime: float
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class HitRow:
+    """A track and one of its sightings, as a search hit shows them."""
+
+    path: str
+    start: float
+    end: float
+    time: float
+    thumbnail: str  # path relative to the library folder
+
+
+@dataclass(frozen=True)
+class VectorRow:
+    """A stored vector: its `vectors` row (`id` is its id in the FAISS index of its kind)."""
+
+    id: int
+    kind: str
+    observation_id: int
+    track_id: int
+    video_id: int
+    embedding: bytes  # float32, little-endian
+
+
+# ----- people ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PersonRow:
+    """A person: its `people` row."""
+
+    id: int
+    name: str | None
+    hidden: bool
+    centroid: bytes  # float32 mean of its tracks' unit identity vectors (not renormalised)
+    weight: float  # how many tracks that mean was taken over
+    created_at: float
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a track was: its file, the time and head box of its best sighting (to find it again
+    after its file is re-indexed under new ids)."""
+
+    video_path: str
+    time: float
+    x1: float
+    y1: float
+    x2: float
+    y2: float
+
+    @property
+    def head_box(self) -> Box:
+        return Box(self.x1, self.y1, self.x2, self.y2)
+
+
+@dataclass(frozen=True)
+class MembershipRow:
+    """A track in a person, with where the track was: its `person_tracks` row."""
+
+    track_id: int
+    person_id: int
+    video_path: str
+    time: float
+    x1: float
+    y1: float
+    x2: float
+    y2: float
+
+    @property
+    def place(self) -> Place:
+        return Place(self.video_path, self.time, self.x1, self.y1, self.x2, self.y2)
+
+
+@dataclass(frozen=True)
+class FeedbackRow:
+    """A user's verdict that a track is ("is") or is not ("not") a person, with where the track
+    was: its `person_feedback` row."""
+
+    id: int
+    person_id: int
+    verdict: str
+    track_id: int
+    video_path: str
+    time: float
+    x1: float
+    y1: float
+    x2: float
+    y2: float
+    created_at: float
+
+    @property
+    def place(self) -> Place:
+        return Place(self.video_path, self.time, self.x1, self.y1, self.x2, self.y2)
+
+
+# ----- the library as a whole ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class LibraryStats:
+    """Counts and totals of what a library holds (`headsearch stats`)."""
+
+    library: str
+    model: dict  # ModelInfo.to_dict()
+    videos: int  # files, photos included
+    shots: int
+    tracks: int
+    observations: int
+    vectors: int
+    images: int
+    video_seconds: float
+    generation: int
+    bytes: int
