@@ -28,6 +28,7 @@ from headsearch.evaluation.metrics import DEFAULT_FARS
 from headsearch.evaluation.thresholds import calibrate, write_thresholds, write_thresholds_file
 from headsearch.evaluation.verification import EvaluationReport, evaluate
 from headsearch.models import DEFAULT_MODEL, Embedder, load_embedder, mean_vector
+from headsearch.models.registry import find_spec
 from headsearch.search.photo import photo_heads, photo_pixels
 from indexer.analysis import analyse_file
 from schemas.records import HeadTrack, MediaKind, ModelInfo, VectorKind
@@ -135,8 +136,9 @@ def video_sample(file: LabeledFile, embedder: Embedder, detector: FaceDetector, 
     track = labelled_track(result.tracks)
     if track is None:
         raise MediaError(f"{file.path}: no head track with a visible face (sampled {result.frames_sampled} frames)")
-    kinds = track.observations[0].embeddings.keys()
-    vectors = {kind: mean_vector(o.embeddings[kind] for o in track.observations if kind in o.embeddings) for kind in kinds}
+    seen = [o for o in track.observations if o.face_visible and o.embeddings]  # the labelled face, as the photos show it
+    kinds = seen[0].embeddings.keys()
+    vectors = {kind: mean_vector(o.embeddings[kind] for o in seen if kind in o.embeddings) for kind in kinds}
     return Sample(file.path, file.identity, file.state, vectors, "video track")
 
 
@@ -196,7 +198,9 @@ def evaluate_samples(report: ModelReport, samples: Sequence[Sample], fars: Seque
     report.n_tracks = len(samples) - report.n_photos
     kinds = [VectorKind.ID] + ([VectorKind.HEAD] if samples and all(VectorKind.HEAD in s.vectors for s in samples) else [])
     vectors = {k: np.stack([s.vectors[k] for s in samples]) for k in kinds} if samples else {}
-    report.evaluation = evaluate(vectors, [s.identity for s in samples], [s.state for s in samples], fars)
+    spec = find_spec(report.model) if report.model is not None else None
+    report.evaluation = evaluate(vectors, [s.identity for s in samples], [s.state for s in samples], fars,
+                                 appearance_dims=spec.appearance_dims if spec is not None else 0)
     return report
 
 

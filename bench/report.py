@@ -145,9 +145,14 @@ def accuracy_text(run: AccuracyRun, roc: Path | None = None) -> str:
         parts.append(f"ROC curves: {roc}")
     c = run.calibration
     if c is not None:
-        parts.append(f"calibrated {c['path']} at FAR {run.options.calibrate:g} for {c['model']}: identity > {c['identity']:.4f} "
-                     f"(VR {c['vr']['identity']:.3f}), same_look > {c['same_look']:.4f} "
-                     f"(VR {c['vr']['same_look']:.3f}, {c['same_look_vectors']} vectors)")
+        look = "n/m" if c.get("same_look_accuracy") is None else f"{c['same_look_accuracy']:.3f}"
+        line = (f"calibrated {c['path']} at FAR {run.options.calibrate:g} for {c['model']}: identity > {c['identity']:.4f} "
+                f"(VR {c['vr']['identity']:.3f}), same_look > {c['same_look']:.4f} ({c['same_look_vectors']} vectors; same look told "
+                f"from other look with balanced accuracy {look})")
+        for name in ("head_identity", "appearance"):
+            if c.get(name) is not None:
+                line += f", {name} > {c[name]:.4f} (VR {c['vr'][name]:.3f})"
+        parts.append(line)
     return "\n\n".join(parts)
 
 

@@ -142,7 +142,7 @@ class _Analysis:
         px = self.settings.thumbnail_px
         for i, p in enumerate(self.pending):
             obs = p.track.observations[p.position]
-            obs.embeddings = {kind: v[i] for kind, v in vectors.items()}
+            obs.embeddings = {kind: v[i] for kind, v in vectors.items() if v[i].any()}  # a model gives no identity without a face
             best = p.track.observations[p.track.best_index]
             if p.track.thumbnail is None or _quality(obs) > _quality(best):
                 # Kept as a small JPEG: a long video holds thousands of tracks until it commits.

@@ -234,6 +234,8 @@ class SearchHit:
     head_score: float | None = None
     observation_id: int | None = None  # the sighting that matched best
     id_score: float | None = None  # the identity score (`score` is what the hit was ranked by; see headsearch.search.ranking)
+    appearance_score: float | None = None  # the look of the head alone, where the query or the sighting shows no face
+    matched_without_face: bool = False  # the person was recognised by the look of the head alone (no face evidence)
 
     @property
     def identity_score(self) -> float:
@@ -250,5 +252,7 @@ class SearchHit:
             "thumbnail": self.thumbnail,
             "tier": None if self.tier is None else str(self.tier),
             "head_score": None if self.head_score is None else round(self.head_score, SCORE_DIGITS),
-            "id_score": round(self.identity_score, SCORE_DIGITS),
+            "id_score": None if self.id_score is None and self.appearance_score is not None else round(self.identity_score, SCORE_DIGITS),
+            "appearance_score": None if self.appearance_score is None else round(self.appearance_score, SCORE_DIGITS),
+            "matched_without_face": self.matched_without_face,
         }

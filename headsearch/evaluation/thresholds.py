@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,27 +28,94 @@ log = logging.getLogger(__name__)
 
 THRESHOLDS_FILE = "thresholds.json"
 RULE = ("accept when score > threshold (exact VR@FAR: threshold = (k+1)-th highest impostor score, "
-        "k = floor(FAR x impostors))")
+        "k = floor(FAR x impostors); below 1/impostors, an exponential tail fitted to the highest impostor scores)")
+FALSE_HIT_BUDGET = 0.05  # expected false hits per query: the identity bar of a library of N tracks is set at FAR = budget / N
+MAX_LIBRARY_FAR = 1e-2  # ...but never looser than this, however small the library
+TAIL_KEEP = 2000  # highest impostor scores kept per score kind
+TAIL_FIT = 100  # of which the highest this many fit the exponential tail beyond the measured range
+
+
+@dataclass(frozen=True)
+class ImpostorTail:
+    """The highest impostor scores of one kind of score in a calibration: a threshold at any false-accept
+    rate, exact where the calibration had enough impostor pairs, extrapolated beyond."""
+
+    count: int  # impostor pairs scored
+    top: tuple[float, ...]  # the highest of them, descending
+
+    @classmethod
+    def of(cls, impostor: np.ndarray) -> ImpostorTail:
+        scores = np.sort(np.asarray(impostor, np.float64).ravel())[::-1]
+        return cls(int(scores.size), tuple(float(x) for x in scores[:TAIL_KEEP]))
+
+    def threshold(self, far: float) -> tuple[float, bool]:
+        """(threshold, extrapolated) at `far`: the (k+1)-th highest impostor score, k = floor(far x count), as
+        `vr_at_far`; where k < 1, u + lambda ln(m / (far x count)) of an exponential tail (mean excess lambda over
+        u, the m-th highest score) fitted to the m highest scores."""
+        k = int(np.floor(far * self.count + 1e-9))
+        if k >= 1:
+            return self.top[min(k, len(self.top) - 1)], False
+        m = min(TAIL_FIT, len(self.top))
+        if m < 2:
+            return self.top[0] if self.top else 1.0, True
+        u = self.top[m - 1]
+        excess = float(np.mean(np.array(self.top[: m - 1]) - u))
+        return float(u + max(excess, 1e-6) * np.log(m / (far * self.count))), True
+
+    def to_dict(self) -> dict:
+        return {"count": self.count, "top": [round(x, 6) for x in self.top]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ImpostorTail:
+        return cls(int(d["count"]), tuple(float(x) for x in d["top"]))
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Score thresholds at one false-accept rate, for one model."""
+    """Score thresholds for one model: at the false-accept rate they were calibrated at, or, for a library,
+    at the rate that holds its expected false hits per query to the budget (`for_library`)."""
 
     far: float
-    identity: float  # same person strictly above this z_id score
-    same_look: float  # same look strictly above this score (z_head for dual-CLS models, else z_id)
+    identity: float  # same person strictly above this identity score
+    same_look: float  # same look strictly above this head score (identity score for models without head vectors)
     model: str
     version: str
+    head_identity: float | None = None  # same person strictly above this head score (both sides show a face)
+    appearance: float | None = None  # same look strictly above this appearance-only score (a side without a face)
+    tails: dict[str, ImpostorTail] = field(default_factory=dict, compare=False, repr=False)
+    budget: str = ""  # how the identity bar was set, in words (for -v)
 
-    def tier(self, id_score: float, head_score: float | None) -> Tier:
-        if id_score <= self.identity:  # accepted only strictly above, as the thresholds were measured
-            return Tier.OTHER_PERSON
-        look = head_score if head_score is not None else id_score
-        return Tier.SAME_LOOK if look > self.same_look else Tier.OTHER_LOOK
+    def tier(self, id_score: float | None, head_score: float | None = None, appearance_score: float | None = None) -> Tier:
+        """The relation of a hit to the query: by its face (identity score, or the head score of face sightings),
+        else by the appearance of the head alone (a sighting or a query without a face) above its strict bar."""
+        by_face = id_score is not None and id_score > self.identity
+        by_head = head_score is not None and self.head_identity is not None and head_score > self.head_identity
+        if by_face or by_head:
+            look = head_score if head_score is not None else id_score
+            return Tier.SAME_LOOK if look is not None and look > self.same_look else Tier.OTHER_LOOK
+        if appearance_score is not None and self.appearance is not None and appearance_score > self.appearance:
+            return Tier.SAME_LOOK
+        return Tier.OTHER_PERSON
 
     def holds_for(self, model: ModelInfo) -> bool:
         return model.same_vectors_as(ModelInfo(self.model, self.version, model.dim))
+
+    def for_library(self, tracks: int, budget: float = FALSE_HIT_BUDGET) -> Thresholds:
+        """The bars for a library of `tracks` tracks: each "same person" bar at FAR = budget / tracks (at most
+        MAX_LIBRARY_FAR), so a query expects at most `budget` false hits; unchanged without calibration tails."""
+        if "identity" not in self.tails:
+            return self
+        far = min(MAX_LIBRARY_FAR, budget / max(tracks, 1))
+        bars, extrapolated = {}, []
+        for name in ("identity", "head_identity", "appearance"):
+            if name in self.tails:
+                bars[name], beyond = self.tails[name].threshold(far)
+                if beyond:
+                    extrapolated.append(name)
+        note = (f"false-hit budget {budget:g} per query over {tracks:,} tracks: FAR {far:.2g}"
+                + (f" ({', '.join(extrapolated)} extrapolated beyond the calibration's {self.tails['identity'].count:,} impostor pairs)"
+                   if extrapolated else ""))
+        return replace(self, far=far, budget=note, **bars)
 
 
 def thresholds_path(folder: Path) -> Path:
@@ -86,7 +153,10 @@ def read_thresholds_file(path: Path, model: ModelInfo | None = None) -> Threshol
         return None
     try:
         d = json.loads(path.read_text())
-        thresholds = Thresholds(float(d["far"]), float(d["identity"]), float(d["same_look"]), d["model"], d["version"])
+        optional = {name: float(d[name]) for name in ("head_identity", "appearance") if d.get(name) is not None}
+        tails = {name: ImpostorTail.from_dict(t) for name, t in (d.get("tails") or {}).items()}
+        thresholds = Thresholds(float(d["far"]), float(d["identity"]), float(d["same_look"]), d["model"], d["version"],
+                                tails=tails, **optional)
     except (OSError, ValueError, KeyError, TypeError) as e:
         log.warning("%s: ignoring unreadable thresholds (%s)", path, e)
         return None
@@ -97,34 +167,52 @@ def read_thresholds_file(path: Path, model: ModelInfo | None = None) -> Threshol
 
 
 def calibrate(evaluation: EvaluationReport, far: float, model: ModelInfo) -> dict:
-    """Exact thresholds at `far` (identity on the identity protocol, same_look on the head protocol),
-    as the record `write_thresholds` stores; HeadsearchError when not measurable at that FAR."""
-    results = {}
-    for protocol in ("identity", "head"):
-        genuine, impostor = evaluation.scores.get(protocol, (np.zeros(0), np.zeros(0)))
-        r = vr_at_far(genuine, impostor, far)
-        if not r.measurable:
-            raise HeadsearchError(
-                f"cannot calibrate at FAR {far:g}: the {PROTOCOL_TITLES[protocol]} protocol has {impostor.size} impostor "
-                f"and {genuine.size} genuine pairs; at least {needed_impostors(far)} impostor pairs and one genuine pair "
-                f"are needed (use a larger set or a higher FAR)")
-        results[protocol] = r
-    return {
-        "far": float(far),
-        "identity": results["identity"].threshold,
-        "same_look": results["head"].threshold,
-        "model": model.name,
-        "version": model.version,
-        "same_look_vectors": str(evaluation.head_kind),
-        "rule": RULE,
-        "vr": {"identity": results["identity"].vr, "same_look": results["head"].vr},
-        "counts": {
-            "samples": evaluation.n_samples, "identities": evaluation.n_identities, "pairs": dict(evaluation.pairs),
-            "identity": {"genuine": results["identity"].n_genuine, "impostor": results["identity"].n_impostor},
-            "same_look": {"genuine": results["head"].n_genuine, "impostor": results["head"].n_impostor},
-        },
-        "calibrated_at": time.time(),
-    }
+    """Thresholds at `far`, as the record `write_thresholds` stores; HeadsearchError when not measurable there.
+
+    - identity: identity scores, same person (R1, R2) against other people (R3), exact at `far`;
+    - same_look: the head score (identity score without head vectors) that best tells same look (R1) from other
+      look (R2) of the same person: the largest mean of the two rates (same looks above, other looks not above);
+    - head_identity, appearance (models with head vectors, with an appearance part): the head score on the
+      identity protocol, the appearance part alone on same look against other people, each at `far`;
+    - tails: the highest impostor scores of each, from which a library sets its bars for its own size."""
+    genuine, impostor = evaluation.scores.get("identity", (np.zeros(0), np.zeros(0)))
+    identity = vr_at_far(genuine, impostor, far)
+    if not identity.measurable:
+        raise HeadsearchError(
+            f"cannot calibrate at FAR {far:g}: the {PROTOCOL_TITLES['identity']} protocol has {impostor.size} impostor "
+            f"and {genuine.size} genuine pairs; at least {needed_impostors(far)} impostor pairs and one genuine pair "
+            f"are needed (use a larger set or a higher FAR)")
+    looks = evaluation.scores.get("looks", (np.zeros(0), np.zeros(0)))
+    same_look, look_accuracy = separating_threshold(*looks)
+    record = {"far": float(far), "identity": identity.threshold, "same_look": same_look, "model": model.name, "version": model.version,
+              "same_look_vectors": str(evaluation.head_kind), "rule": RULE,
+              "vr": {"identity": identity.vr}, "same_look_accuracy": look_accuracy,
+              "counts": {"samples": evaluation.n_samples, "identities": evaluation.n_identities, "pairs": dict(evaluation.pairs),
+                         "identity": {"genuine": identity.n_genuine, "impostor": identity.n_impostor},
+                         "same_look": {"same_look": int(len(looks[0])), "other_look": int(len(looks[1]))}},
+              "tails": {"identity": ImpostorTail.of(impostor).to_dict()}, "calibrated_at": time.time()}
+    for name in ("head_identity", "appearance"):
+        if name in evaluation.scores:
+            gen, imp = evaluation.scores[name]
+            r = vr_at_far(gen, imp, far)
+            if r.measurable:
+                record[name], record["vr"][name] = r.threshold, r.vr
+                record["tails"][name] = ImpostorTail.of(imp).to_dict()
+    return record
+
+
+def separating_threshold(positive: np.ndarray, negative: np.ndarray) -> tuple[float, float | None]:
+    """The threshold (accept strictly above) that maximises the mean of the share of `positive` above it and
+    the share of `negative` not above it; (1.0, None) when either side is empty."""
+    pos, neg = np.asarray(positive, np.float64), np.asarray(negative, np.float64)
+    if pos.size == 0 or neg.size == 0:
+        return 1.0, None
+    candidates = np.unique(np.concatenate([pos, neg]))
+    pos_sorted, neg_sorted = np.sort(pos), np.sort(neg)
+    tpr = 1.0 - np.searchsorted(pos_sorted, candidates, side="right") / pos.size
+    tnr = np.searchsorted(neg_sorted, candidates, side="right") / neg.size
+    best = int(np.argmax((tpr + tnr) / 2.0))
+    return float(candidates[best]), float((tpr[best] + tnr[best]) / 2.0)
 
 
 def write_thresholds(folder: Path, record: dict) -> Path:

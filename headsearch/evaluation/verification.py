@@ -10,6 +10,9 @@ import numpy as np
 from headsearch.evaluation.metrics import (
     DEFAULT_FARS,
     PROTOCOLS,
+    R1,
+    R2,
+    R3,
     ProtocolReport,
     evaluate_protocol,
     far_key,
@@ -18,6 +21,7 @@ from headsearch.evaluation.metrics import (
     protocol_scores,
     relation_counts,
 )
+from headsearch.models.scoring import appearance_part, has_face, head_matrix
 from schemas.records import VectorKind
 
 
@@ -69,21 +73,38 @@ def cosine_matrix(vectors: np.ndarray) -> np.ndarray:
 
 
 def evaluate(vectors: dict[VectorKind, np.ndarray], identities: Sequence[str], states: Sequence[str | None],
-             fars: Sequence[float] = DEFAULT_FARS) -> EvaluationReport:
+             fars: Sequence[float] = DEFAULT_FARS, appearance_dims: int = 0) -> EvaluationReport:
     """Both protocols (head similarity on head vectors when given, identity on id vectors), pair counts
-    and hierarchy accuracy of labelled vectors, one row per sample."""
+    and hierarchy accuracy of labelled vectors, one row per sample. Head vectors are compared as the search
+    compares them (`headsearch.models.scoring`: a sample without a face on its appearance part alone).
+
+    Besides the two protocols' scores, `scores` keeps what calibrating a head model needs: head vectors on
+    the identity protocol (`head_identity`), same look against other look of the same person (`looks`: R1
+    vs R2), and, for a model with an appearance part, that part alone on same look against other people
+    (`appearance`: R1 vs R3)."""
     report = EvaluationReport(n_samples=len(identities), n_identities=len(set(identities)))
     report.pairs = relation_counts(identities, states)
     if len(identities) < 2:
         report.problems.append(f"only {len(identities)} usable sample(s): no pairs to score")
         return report
     report.head_kind = VectorKind.HEAD if VectorKind.HEAD in vectors else VectorKind.ID
-    sims = {kind: cosine_matrix(v) for kind, v in vectors.items() if kind in (VectorKind.ID, report.head_kind)}
+    sims = {VectorKind.ID: cosine_matrix(vectors[VectorKind.ID])}
+    if report.head_kind == VectorKind.HEAD:
+        face = has_face(vectors[VectorKind.ID], len(identities))
+        sims[VectorKind.HEAD] = head_matrix(vectors[VectorKind.HEAD], face, appearance_dims)
     i, j, relation = pair_relations(identities, states)
     for protocol in PROTOCOLS:
         sim = sims[report.head_kind if protocol == "head" else VectorKind.ID]
         report.protocols[protocol] = evaluate_protocol(sim, i, j, relation, protocol, fars)
         report.scores[protocol] = protocol_scores(sim, i, j, relation, protocol)
+    head = sims[report.head_kind][i, j]
+    report.scores["looks"] = (head[relation == R1], head[relation == R2])
+    if report.head_kind == VectorKind.HEAD:
+        report.scores["head_identity"] = protocol_scores(sims[VectorKind.HEAD], i, j, relation, "identity")
+        if appearance_dims:
+            part = appearance_part(vectors[VectorKind.HEAD], appearance_dims).astype(np.float64)
+            app = (part @ part.T)[i, j]
+            report.scores["appearance"] = (app[relation == R1], app[relation == R3])
     pairs = report.pairs
     if pairs["R3"] == 0:
         report.problems.append("identity verification: no impostor pairs (R3): the set names a single identity; "

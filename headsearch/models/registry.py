@@ -32,6 +32,7 @@ ENTRY_POINT_GROUP = "headsearch.models"
 BUILTIN_MODULES = (
     "headsearch.models.sface",
     "headsearch.models.sface_hsv",
+    "headsearch.models.whole_head",
     "headsearch.models.dlib_resnet",
     "headsearch.models.arcface_onnx",
     "headsearch.models.head_similarity",
@@ -54,6 +55,8 @@ class ModelSpec:
     thresholds: str | None = None  # shipped thresholds: a file in WEIGHTS_DIR (path-loaded models: `<file>.thresholds.json`)
     cluster_threshold: float | None = None  # cosine of best-face vectors at which the dataset builder joins segments
     people_threshold: float | None = None  # identity threshold of people's grouping when no thresholds are calibrated
+    appearance_dims: int = 0  # the head vector's last dims describe the head without the face: compared alone when a side has no face
+    fusion: str = ""  # how the head vector's parts are weighted, in words
     load: Callable[[], Embedder] | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -73,7 +76,8 @@ class ModelSpec:
         return {"name": self.name, "summary": self.summary, "kinds": [str(k) for k in self.kinds], "dims": list(self.dims),
                 "sees_whole_head": self.sees_whole_head, "input": self.input, "licence": self.licence, "extra": self.extra,
                 "aliases": list(self.aliases), "thresholds": self.thresholds, "cluster_threshold": self.cluster_threshold,
-                "people_threshold": self.people_threshold, "loads_from": "name" if self.load is not None else "file"}
+                "people_threshold": self.people_threshold, "appearance_dims": self.appearance_dims, "fusion": self.fusion,
+                "loads_from": "name" if self.load is not None else "file"}
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,13 @@ import logging
 import numpy as np
 
 from headsearch.evaluation.thresholds import Thresholds
+from headsearch.models.registry import find_spec
+from headsearch.models.scoring import head_scores
 from headsearch.search.ranking import rank_hits
 from headsearch.store.library import Library
 from headsearch.store.readers import LibraryReader
-from schemas.records import SearchHit, VectorKind
+from headsearch.store.rows import TrackVectors
+from schemas.records import SearchHit, Tier, VectorKind
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +26,14 @@ class QueryEngine:
         self.ranking = ranking  # headsearch.search.ranking: appearance (tiers, then head score) or identity
 
     def search_vectors(self, query: dict[VectorKind, np.ndarray], k: int) -> list[SearchHit]:
+        """The k best distinct tracks for a query's vectors (`k` after tiering and ranking)."""
+        spec = find_spec(self.library.model)
+        if spec is not None and spec.sees_whole_head and VectorKind.HEAD in self.library.model.kinds and VectorKind.HEAD in query:
+            return WholeHeadSearch(self, spec.appearance_dims).search(query, k)
+        return self._search_faces(query, k)
+
+    def _search_faces(self, query: dict[VectorKind, np.ndarray], k: int) -> list[SearchHit]:
+        """Models that see faces only: tracks found by their identity vectors, the head score of the sighting that matched."""
         index = self.library.vector_index(VectorKind.ID)
         total = len(index)
         if total == 0 or k <= 0:
@@ -65,3 +76,83 @@ class QueryEngine:
         return SearchHit(track_id=track_id, video=row.path, start=row.start, end=row.end, time=row.time,
                          score=score, thumbnail=str((self.library.root / row.thumbnail).resolve()), tier=tier, head_score=head_score,
                          observation_id=obs_id, id_score=score)
+
+
+class WholeHeadSearch:
+    """A search with a model that sees whole heads: tracks are found by their identity vectors (sightings with a
+    face) and by their head vectors (every sighting), then each candidate track is scored on all its vectors:
+    its best identity score, its best head score where both sides show a face, and its best appearance score
+    where either side does not (`headsearch.models.scoring`). A track can then be the person by its face, or,
+    above a strict bar of its own, by the look of the head alone (`Thresholds.tier`)."""
+
+    def __init__(self, engine: QueryEngine, appearance_dims: int):
+        self.engine = engine
+        self.library = engine.library
+        self.appearance_dims = appearance_dims
+
+    def search(self, query: dict[VectorKind, np.ndarray], k: int) -> list[SearchHit]:
+        q_id = query.get(VectorKind.ID)
+        face = q_id is not None and bool(np.any(q_id))
+        wanted = max(4 * k, 32)
+        candidates: list[int] = []
+        with self.library.reading() as reader:
+            for kind, vector in ((VectorKind.ID, q_id if face else None), (VectorKind.HEAD, query[VectorKind.HEAD])):
+                if vector is not None:
+                    candidates += [tr for tr in self._tracks_by(reader, kind, vector, wanted) if tr not in candidates]
+            if not candidates:
+                return []
+            stored = reader.tracks_vectors(candidates)
+            scored = [self._score(tr, stored[tr], q_id if face else None, query[VectorKind.HEAD]) for tr in candidates if tr in stored]
+            hits = [self._hit(reader, *s) for s in scored]
+        return rank_hits(hits, self.engine.ranking)[:k]
+
+    def _tracks_by(self, reader: LibraryReader, kind: VectorKind, vector: np.ndarray, wanted: int) -> list[int]:
+        """The `wanted` tracks whose vectors of one kind are nearest, nearest first."""
+        index = self.library.vector_index(kind)
+        total = len(index)
+        fetch = min(total, max(64, 32 * wanted))
+        best: dict[int, tuple[float, int]] = {}
+        while fetch > 0:
+            scores, ids = index.search(vector, fetch)
+            best = QueryEngine._best_per_track(reader, scores[0], ids[0])
+            if len(best) >= wanted or fetch >= total:
+                break
+            fetch = min(total, fetch * 4)
+        return [tr for tr, _ in sorted(best.items(), key=lambda kv: -kv[1][0])[:wanted]]
+
+    def _score(self, track_id: int, vectors: TrackVectors, q_id: np.ndarray | None, q_head: np.ndarray) -> tuple:
+        """(track, identity score, head score, appearance score, the sighting that matched best)."""
+        id_score = head_score = appearance_score = None
+        best_obs = None
+        if q_id is not None and VectorKind.ID in vectors.kinds:
+            obs, _, v = vectors.kinds[VectorKind.ID]
+            scores = v @ q_id
+            id_score, best_obs = float(scores.max()), int(obs[int(scores.argmax())])
+        if VectorKind.HEAD in vectors.kinds:
+            obs, faces, v = vectors.kinds[VectorKind.HEAD]
+            if q_id is not None and faces.any():
+                scores = v[faces] @ q_head
+                head_score = float(scores.max())
+                best_obs = best_obs if best_obs is not None else int(obs[faces][int(scores.argmax())])
+            alone = ~faces if q_id is not None else np.ones(len(obs), bool)
+            if self.appearance_dims and alone.any():
+                scores = head_scores(q_head, False, v[alone], faces[alone], self.appearance_dims)
+                appearance_score = float(scores.max())
+                appearance_obs = int(obs[alone][int(scores.argmax())])
+                thresholds = self.engine.thresholds
+                if best_obs is None or (thresholds is not None and thresholds.tier(id_score, head_score) == Tier.OTHER_PERSON
+                                        and thresholds.tier(None, None, appearance_score) != Tier.OTHER_PERSON):
+                    best_obs = appearance_obs
+        return track_id, id_score, head_score, appearance_score, best_obs
+
+    def _hit(self, reader: LibraryReader, track_id: int, id_score: float | None, head_score: float | None,
+             appearance_score: float | None, obs_id: int) -> SearchHit:
+        row = reader.hit(track_id, obs_id)
+        thresholds = self.engine.thresholds
+        tier = thresholds.tier(id_score, head_score, appearance_score) if thresholds else None
+        by_face = thresholds is not None and thresholds.tier(id_score, head_score) != Tier.OTHER_PERSON
+        without_face = tier is not None and tier != Tier.OTHER_PERSON and not by_face
+        score = id_score if id_score is not None else (appearance_score if appearance_score is not None else 0.0)
+        return SearchHit(track_id=track_id, video=row.path, start=row.start, end=row.end, time=row.time, score=score,
+                         thumbnail=str((self.library.root / row.thumbnail).resolve()), tier=tier, head_score=head_score,
+                         observation_id=obs_id, id_score=id_score, appearance_score=appearance_score, matched_without_face=without_face)

@@ -20,7 +20,7 @@ from headsearch.search.engine import QueryEngine
 from headsearch.search.photo import QueryHead
 from headsearch.store.library import Library
 from headsearch.store.rows import Sighting
-from schemas.records import SCORE_DIGITS, Box, MediaKind, SearchHit, VectorKind
+from schemas.records import SCORE_DIGITS, Box, MediaKind, SearchHit, Tier, VectorKind
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +69,10 @@ class Scope:
 
 @dataclass(frozen=True)
 class Confidence:
-    """Which identity scores are shown: above the identity threshold (calibrated), at least --min-score,
-    or all of them (uncalibrated, or --show-weak)."""
+    """Which hits are shown: those the calibrated thresholds call the same person (their tier), those whose
+    identity score is at least --min-score, or all of them (uncalibrated, or --show-weak)."""
 
-    bar: float | None = None  # scores must pass this to be confident
+    bar: float | None = None  # the identity threshold, or --min-score
     inclusive: bool = False  # --min-score X shows X itself; a calibrated threshold accepts strictly above
     show_weak: bool = False  # show the hits below the bar too, marked
     source: str = ""  # what the bar is, for messages
@@ -81,14 +81,17 @@ class Confidence:
     def calibrated(self) -> bool:
         return self.bar is not None
 
-    def confident(self, score: float) -> bool | None:
+    def confident(self, hit: SearchHit) -> bool | None:
         if self.bar is None:
             return None
-        # --min-score X keeps a hit whose score is X in JSON: it compares the score as --json shows it.
-        return round(score, SCORE_DIGITS) >= self.bar if self.inclusive else score > self.bar
+        if self.inclusive:  # --min-score X keeps a hit whose score is X in JSON: it compares the score as --json shows it.
+            return round(hit.identity_score, SCORE_DIGITS) >= self.bar
+        if hit.tier is not None:  # the thresholds' verdict: by the face, or by the look of the head alone
+            return hit.tier != Tier.OTHER_PERSON
+        return hit.identity_score > self.bar
 
-    def shows(self, score: float) -> bool:
-        return self.show_weak or self.confident(score) is not False
+    def shows(self, hit: SearchHit) -> bool:
+        return self.show_weak or self.confident(hit) is not False
 
 
 def confidence_for(thresholds: Thresholds | None, min_score: float | None = None, show_weak: bool = False) -> Confidence:
@@ -96,7 +99,7 @@ def confidence_for(thresholds: Thresholds | None, min_score: float | None = None
     if min_score is not None:
         return Confidence(float(min_score), True, show_weak, f"--min-score {min_score:g}")
     if thresholds is not None:
-        return Confidence(thresholds.identity, False, show_weak, f"identity threshold {thresholds.identity:.3f} (FAR {thresholds.far:g})")
+        return Confidence(thresholds.identity, False, show_weak, f"identity threshold {thresholds.identity:.3f} (FAR {thresholds.far:.2g})")
     return Confidence(None, False, True, "")
 
 
@@ -148,15 +151,16 @@ def scoped_search_vectors(engine: QueryEngine, query: dict[VectorKind, object], 
         with library.reading() as reader:
             sightings = reader.sightings([h.observation_id for h in hits if h.observation_id is not None])
         admitted = [h for h in hits if scope.admits(h.video, _kind(sightings, h))]
-        shown = [h for h in admitted if confidence.shows(h.identity_score)]
+        shown = [h for h in admitted if confidence.shows(h)]
         exhausted = len(hits) < want or want >= total
-        below = confidence.bar is not None and not confidence.show_weak and hits and confidence.confident(min(h.identity_score for h in hits)) is False
+        # ranked hits are the same person first: once the last one is not, asking for more finds no more that are
+        below = confidence.bar is not None and not confidence.show_weak and hits and confidence.confident(hits[-1]) is False
         if len(shown) >= k or exhausted or below:
             break
         want *= 4
     shown = shown[:k]
-    weak = [h for h in admitted if not confidence.shows(h.identity_score)]
-    result = HeadResult(None, [ShownHit(h, sightings.get(h.observation_id), confidence.confident(h.identity_score)) for h in shown],
+    weak = [h for h in admitted if not confidence.shows(h)]
+    result = HeadResult(None, [ShownHit(h, sightings.get(h.observation_id), confidence.confident(h)) for h in shown],
                         len(weak), max((h.identity_score for h in weak), default=None))
     log.info("query: %d tracks looked at, %d in scope, %d shown, %d below the bar (%s)", len(hits), len(admitted), len(shown),
              len(weak), confidence.source or "uncalibrated")
@@ -226,6 +230,7 @@ def hit_line(rank: int, shown: ShownHit, indent: str = "") -> str:
     h = shown.hit
     tier = f"  {h.tier}" if h.tier else ""
     weak = "  (below the confidence bar)" if shown.confident is False else ""
+    weak += "  (matched without a face)" if h.matched_without_face else ""
     picture = shown.picture or h.thumbnail
     return f"{indent}{rank:>2}. {h.score:.3f}  {_time_range(shown)}  {h.video}  [{picture}]{tier}{weak}"
 

@@ -4,7 +4,9 @@ With thresholds (a library's calibration or the model's bundled ones), `rank_hit
 same person and same look (`same_look`), same person in another look (`other_look`), then everybody else
 (`other_person`). Inside the two same-person tiers hits are ordered by their head score (whole-head
 appearance; the identity score for models without head vectors), the rest by their identity score. Each hit's
-`score` is the score it was ranked by. `identity` ranking (or no thresholds) is the plain identity order.
+`score` is the score it was ranked by. A hit found by the look of the head alone (no face on one side:
+`matched_without_face`) is ranked by its appearance score, after the hits of its tier that a face vouches for.
+`identity` ranking (or no thresholds) is the plain identity order.
 """
 from __future__ import annotations
 
@@ -25,9 +27,12 @@ def rank_hits(hits: Sequence[SearchHit], ranking: str = "appearance") -> list[Se
         return sorted((replace(h, score=h.identity_score) for h in hits), key=lambda h: -h.score)
 
     def ranked_by(h: SearchHit) -> float:
+        if h.matched_without_face and h.appearance_score is not None:
+            return h.appearance_score
         if h.tier == Tier.OTHER_PERSON or h.head_score is None:
             return h.identity_score
         return h.head_score
 
     scored = [replace(h, score=ranked_by(h)) for h in hits]
-    return sorted(scored, key=lambda h: (TIER_ORDER[h.tier], -h.score, -h.identity_score))
+    # Inside a tier, hits the face vouches for come before those the look of the head alone found.
+    return sorted(scored, key=lambda h: (TIER_ORDER[h.tier], h.matched_without_face, -h.score, -h.identity_score))

@@ -8,6 +8,7 @@ and cut at the confidence bar; each hit gets its picture (the matched moment, he
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -26,6 +27,8 @@ from headsearch.search.photo import photo_heads, photo_pixels
 from headsearch.search.pictures import render_hit_pictures
 from headsearch.store.library import Library
 from schemas.records import SearchHit, VectorKind
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -86,8 +89,17 @@ class SearchService:
         return self._detector
 
     def thresholds(self) -> Thresholds | None:
-        """The library's own thresholds, else those shipped with its model; None: uncalibrated."""
-        return thresholds_for(self.library.root, self.library.model)
+        """The library's own thresholds, else those shipped with its model, with the "same person" bars set for
+        the library's size (`Thresholds.for_library`); None: uncalibrated."""
+        found = thresholds_for(self.library.root, self.library.model)
+        if found is None:
+            return None
+        with self.library.reading() as reader:
+            sized = found.for_library(reader.track_count())
+        if sized.budget:
+            log.info("thresholds: %s; identity > %.4f%s", sized.budget, sized.identity,
+                     "".join(f", {name} > {getattr(sized, name):.4f}" for name in ("head_identity", "appearance") if getattr(sized, name) is not None))
+        return sized
 
     def engine(self, ranking: str = "appearance") -> QueryEngine:
         """The engine over the library's vectors as they are now (an index run may have committed since)."""

@@ -8,7 +8,7 @@ from typing import TypeVar
 import numpy as np
 import sqlalchemy as sa
 
-from headsearch.store.rows import HitRow, ListedFile, ShotRow, Sighting, SightingRow, TrackRow, VideoRow
+from headsearch.store.rows import HitRow, ListedFile, ShotRow, Sighting, SightingRow, TrackRow, TrackVectors, VideoRow
 from schemas import tables as t
 from schemas.records import MediaKind, VectorKind
 
@@ -84,6 +84,21 @@ class LibraryReader:
                                  .where(t.vectors.c.observation_id == observation_id, t.vectors.c.kind == str(kind))).scalar()
         return None if emb is None else np.frombuffer(emb, "<f4")
 
+    def tracks_vectors(self, track_ids: list[int]) -> dict[int, TrackVectors]:
+        """Every stored vector of these tracks, by kind, with the sighting and whether its face was seen."""
+        if not track_ids:
+            return {}
+        rows = self._conn.execute(
+            sa.select(t.vectors.c.track_id, t.vectors.c.observation_id, t.vectors.c.kind, t.vectors.c.embedding, t.observations.c.face_visible)
+            .select_from(t.vectors.join(t.observations, t.observations.c.id == t.vectors.c.observation_id))
+            .where(t.vectors.c.track_id.in_([int(i) for i in track_ids])).order_by(t.vectors.c.id))
+        parts: dict[int, dict[str, list[tuple[int, bool, np.ndarray]]]] = {}
+        for track_id, obs_id, kind, emb, face in rows:
+            parts.setdefault(int(track_id), {}).setdefault(kind, []).append((int(obs_id), bool(face), np.frombuffer(emb, "<f4")))
+        return {tr: TrackVectors({VectorKind(k): (np.array([o for o, _, _ in v], np.int64), np.array([f for _, f, _ in v], bool),
+                                                   np.stack([x for _, _, x in v])) for k, v in kinds.items()})
+                for tr, kinds in parts.items()}
+
 
 _TRACK_COLUMNS = (t.tracks.c.id, t.tracks.c.video_id, t.tracks.c.shot_id, t.tracks.c.start_time, t.tracks.c.end_time,
                   t.tracks.c.best_time, t.tracks.c.n_observations, t.tracks.c.face_visible_share, t.tracks.c.thumbnail,
@@ -133,8 +148,8 @@ class BrowseReader(LibraryReader):
             .order_by(sa.func.abs(t.observations.c.time - t.tracks.c.best_time), t.observations.c.id).limit(1)).first())
 
     def track_vectors(self, kind: VectorKind, track_ids: list[int] | None = None) -> dict[int, np.ndarray]:
-        """Each track's vector of one kind: the renormalised mean of its sightings' vectors (for identity,
-        of the sightings that showed a face, when any did)."""
+        """Each track's vector of one kind: the renormalised mean of its sightings' vectors (of the sightings
+        that showed a face, when any did)."""
         q = (sa.select(t.vectors.c.track_id, t.vectors.c.embedding, t.observations.c.face_visible)
              .select_from(t.vectors.join(t.observations, t.observations.c.id == t.vectors.c.observation_id))
              .where(t.vectors.c.kind == str(kind)))
@@ -143,7 +158,7 @@ class BrowseReader(LibraryReader):
         groups: dict[int, tuple[list, list]] = {}
         for track_id, emb, face in self._conn.execute(q):
             faces, others = groups.setdefault(int(track_id), ([], []))
-            (faces if face or kind != VectorKind.ID else others).append(np.frombuffer(emb, "<f4"))
+            (faces if face else others).append(np.frombuffer(emb, "<f4"))
         out = {}
         for track_id, (faces, others) in groups.items():
             m = np.mean(np.stack(faces or others), axis=0)

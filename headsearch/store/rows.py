@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.records import Box, MediaKind
+import numpy as np
+
+from schemas.records import Box, MediaKind, VectorKind
 
 
 # ----- files -------------------------------------------------------------------------------------
@@ -260,3 +262,10 @@ class LibraryStats:
     video_seconds: float
     generation: int
     bytes: int
+
+
+@dataclass(frozen=True)
+class TrackVectors:
+    """A track's stored vectors: per kind, (sighting ids, whether each sighting showed a face, the vectors as rows)."""
+
+    kinds: dict[VectorKind, tuple[np.ndarray, np.ndarray, np.ndarray]]

