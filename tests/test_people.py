@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import AMY_DIR, DATA, EXAMPLES, HAMILTON, library_db, needs_data, run
+from conftest import AMY_DIR, DATA, EXAMPLES, HAMILTON, library_db, needs_data, needs_train, run
 from test_library_format import format1_library
 
 from headsearch.people.clustering import average_linkage
@@ -177,6 +177,7 @@ def test_average_linkage_respects_blocks_and_fixed_clusters():
     assert labels[0] != labels[1] and labels[2] in (labels[0], labels[1])
 
 
+@needs_train
 def test_looks_from_head_vectors(tmp_path):
     """A dual-CLS model's head vectors split a person into looks at the same-look threshold."""
     import torch

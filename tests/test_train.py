@@ -13,6 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import require_train_extra
+
+require_train_extra()  # torch, timm, safetensors below
+
 import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file
