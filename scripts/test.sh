@@ -27,7 +27,8 @@ flock --shared "$in_use"
 build_venv() {
     tmp="$(mktemp -d "$cache/.building-venv-$key.XXXXXX")"
     trap 'rm -rf "$tmp"' EXIT  # a failed or interrupted build leaves nothing behind
-    "$PYTHON" -m venv "$tmp"
+    chmod 755 "$tmp"
+    "$PYTHON" -m venv --prompt "venv-$key" "$tmp"
     "$tmp/bin/python" -m pip install --quiet --upgrade pip
     "$tmp/bin/python" -m pip install --quiet -e '.[test,train,ray]'
     # Console scripts and activate name the folder they were made in: name the final one.
