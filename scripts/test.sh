@@ -68,7 +68,7 @@ if [ ! -f "$venv/.complete" ]; then
     flock --exclusive "$building"
     if [ ! -f "$venv/.complete" ]; then  # not built by another run while this one waited
         build_venv
-        remove_unused_venvs
+        remove_unused_venvs || echo "warning: could not remove every unused venv in $cache" >&2
     fi
     exec {building}>&-
 fi
