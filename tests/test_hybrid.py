@@ -6,6 +6,10 @@ import json
 
 import numpy as np
 import pytest
+from conftest import require_train_extra
+
+require_train_extra()  # torch, timm, safetensors below
+
 import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file

@@ -5,7 +5,7 @@ import json
 import shutil
 
 import numpy as np
-from conftest import DATA, EXAMPLES, HAMILTON, library_db, needs_data, pixel_copy, query_json, run
+from conftest import DATA, EXAMPLES, HAMILTON, library_db, needs_data, needs_train, pixel_copy, query_json, run
 
 from headsearch.models import DEFAULT_MODEL
 from headsearch.store.library import Library
@@ -156,6 +156,7 @@ def test_faiss_cache_rebuilt_from_database(tmp_path):
     assert np.isclose(before[0]["score"], 1.0, atol=1e-3)
 
 
+@needs_train
 def test_dual_cls_checkpoint_stores_id_and_head_vectors(tmp_path):
     from headsearch.models.dual_cls import HeadModelConfig, HeadSimilarityModel, save_checkpoint
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import require_train_extra
+
+require_train_extra()  # torch, timm, safetensors below
+
 import torch
 import torch.nn.functional as F
 

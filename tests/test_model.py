@@ -5,6 +5,10 @@ import json
 from functools import partial
 
 import pytest
+from conftest import require_train_extra
+
+require_train_extra()  # torch, timm, safetensors below
+
 import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import AMY_DIR, DATA, EXAMPLES, HAMILTON, library_db, needs_data, run
+from conftest import AMY_DIR, DATA, EXAMPLES, HAMILTON, library_db, needs_data, needs_train, run
 from test_library_format import format1_library
 
 from headsearch.people.clustering import average_linkage
@@ -76,10 +76,12 @@ def test_new_files_join_known_people(people_library):
     assert len(new) == 1
     joined = person_of(after, new[0])
     assert str(HAMILTON) in joined["videos"], "Miranda's photo joins the person of his frontal shot in the clip"
-    kept = {p["id"]: p["tracks"] for p in before}
-    for p in after:  # known people keep their ids and tracks; the photo only adds to one
-        if p["id"] in kept:
-            assert set(kept[p["id"]]) <= set(p["tracks"])
+    # Known people keep their ids and tracks; the photo only adds to one of them.
+    kept = {p["id"]: set(p["tracks"]) for p in before}
+    now = {p["id"]: set(p["tracks"]) for p in after}
+    assert kept.keys() <= now.keys(), sorted(kept.keys() - now.keys())
+    assert all(kept[i] <= now[i] for i in kept)
+    assert [i for i in kept if now[i] != kept[i]] == [joined["id"]]
 
 
 def test_corrections_are_kept_across_reindexing(people_library):
@@ -177,6 +179,7 @@ def test_average_linkage_respects_blocks_and_fixed_clusters():
     assert labels[0] != labels[1] and labels[2] in (labels[0], labels[1])
 
 
+@needs_train
 def test_looks_from_head_vectors(tmp_path):
     """A dual-CLS model's head vectors split a person into looks at the same-look threshold."""
     import torch

@@ -7,8 +7,7 @@ import json
 
 import numpy as np
 import pytest
-import torch
-from conftest import FACES, needs_data, run
+from conftest import FACES, needs_data, needs_train, run
 
 from headsearch.basics.images import read_image_rgb
 from headsearch.detection.crops import HeadCrop
@@ -56,8 +55,10 @@ def test_unwritable_cache_is_one_clear_error(tmp_path, monkeypatch):
     assert "cannot write the converted SFace model" in result.output and "Traceback" not in result.output
 
 
+@needs_train
 def test_torch_trunk_reproduces_onnxruntime(cache):
     import onnxruntime as ort
+    import torch
 
     from headsearch.models.stems import SFaceNet, SFaceStem, load_sface_weights
 
@@ -75,7 +76,10 @@ def test_torch_trunk_reproduces_onnxruntime(cache):
         assert stem.eval()(torch.zeros(1, 3, 112, 112)).shape == (1, 768, 14, 14)
 
 
+@needs_train
 def test_efficientnet_lite0_weights_load_by_key_order():
+    import torch
+
     from headsearch.models.stems import EfficientNetLite0Stem, efficientnet_lite0_file, load_efficientnet_lite0_weights
 
     stem = EfficientNetLite0Stem()

@@ -13,6 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import require_train_extra
+
+require_train_extra()  # torch, timm, safetensors below
+
 import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file
@@ -176,16 +180,21 @@ def test_sampler_gives_every_anchor_r1_r2_r3_partners():
             st += [f"s{s}"] * (3 + (i + s) % 4)
     identity, _ = encode_labels(ids)
     state, _ = encode_labels(list(zip(ids, st, strict=True)))
+    n = len(identity)
     multi = {i for i in set(identity.tolist()) if len(set(state[identity == i].tolist())) > 1}
+    assert len(multi) == 6  # identities 0-5 have several looks, 6 has one
     for bs in (8, 12, 16, 32):
         sampler = MixedBatchSampler(identity, state, bs, samples_per_state=4, seed=1)
         for epoch in range(3):
             sampler.set_epoch(epoch)
-            for batch in sampler:
-                assert len(batch) == bs and len(set(batch)) == bs
+            batches = list(sampler)
+            assert len(batches) == len(sampler) == n // bs >= 1, (bs, epoch, len(batches))
+            for batch in batches:
+                assert len(batch) == bs and len(set(batch)) == bs and all(0 <= b < n for b in batch)
                 rep = partner_report(identity, state, batch)
                 assert rep["r1"].all() and rep["r3"].all()
-                assert all(rep["r2"][a] for a, b in enumerate(batch) if identity[b] in multi)
+                with_looks = [a for a, b in enumerate(batch) if identity[b] in multi]
+                assert with_looks and all(rep["r2"][a] for a in with_looks)  # R2 partners checked on every batch
 
 
 def test_sampler_is_deterministic_per_seed_and_epoch():
