@@ -123,8 +123,8 @@ def embed_photos(files: Sequence[LabeledFile], embedder: Embedder, detector: Fac
 
 def labelled_track(tracks: Sequence[HeadTrack]) -> HeadTrack | None:
     """The labelled person's track of a one-person video: the longest track with a visible face
-    (most observations), the one with the largest mean head box on a tie; None when no track saw a face."""
-    candidates = [tr for tr in tracks if any(o.face_visible for o in tr.observations) and tr.observations[0].embeddings]
+    (most observations), the one with the largest mean head box on a tie; None when no track has an embedded face."""
+    candidates = [tr for tr in tracks if any(o.face_visible and o.embeddings for o in tr.observations)]
     if not candidates:
         return None
     return max(candidates, key=lambda tr: (len(tr.observations), float(np.mean([o.head.area for o in tr.observations]))))

@@ -21,7 +21,7 @@ def _echo_err(message: str) -> None:
 
 @click.group(invoke_without_command=True)
 @library_option
-@click.option("--json", "as_json", is_flag=True, help='A JSON list of {"id", "name", "tracks", "videos", "looks"}.')
+@click.option("--json", "as_json", is_flag=True, help='A JSON list of {"id", "name", "tracks", "videos", "looks"} (looks: the tracks grouped by look).')
 @click.option("--all", "include_hidden", is_flag=True, help="Hidden people too.")
 @click.pass_context
 def people(ctx: click.Context, library: Path | None, as_json: bool, include_hidden: bool) -> None:
@@ -47,7 +47,7 @@ def people(ctx: click.Context, library: Path | None, as_json: bool, include_hidd
     for p in found:
         hidden = "  (hidden)" if p.hidden else ""
         videos = ", ".join(Path(v).name for v in p.videos[:3]) + (f" +{len(p.videos) - 3}" if len(p.videos) > 3 else "")
-        click.echo(f"{p.id:>5}  {p.label():<24} {len(p.tracks):>4} tracks  {len(p.videos):>3} files  {p.looks} looks  {videos}{hidden}")
+        click.echo(f"{p.id:>5}  {p.label():<24} {len(p.tracks):>4} tracks  {len(p.videos):>3} files  {len(p.looks)} look{'s' if len(p.looks) != 1 else ''}  {videos}{hidden}")
 
 
 def _library(ctx: click.Context, library: Path | None):

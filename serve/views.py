@@ -128,7 +128,7 @@ class Site:
         looks = person_looks(self.library, person_id)
         moments = person_moments(self.library, person)
         by_track = {h.track_id: h for h in moments}
-        return {"person": {**person.to_dict(), "looks": len(looks), "label": person.label(), "hidden": person.hidden},
+        return {"person": {**person.to_dict(), "looks": looks, "label": person.label(), "hidden": person.hidden},
                 "looks": [[{"track_id": tr, "video": by_track[tr].video, "start": by_track[tr].start, "end": by_track[tr].end}
                            for tr in look if tr in by_track] for look in looks],
                 "moments": [{**c, "moment": True} for c in self.cards(found_hits(self.library, moments).hits)]}

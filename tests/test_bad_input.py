@@ -83,9 +83,13 @@ def test_query_photo_without_head(tmp_path):
     one_line_error(run("query", blank, "--library", lib, ok=False), "no head found", "wall.png")
     one_line_error(run("query", tmp_path / "nope.jpg", "--library", lib, ok=False), "nope.jpg")
     one_line_error(run("query", blank, "--library", tmp_path / "no-library", ok=False), "no headsearch library")
-    # --whole-image with a face-recognition model says it has no face to see (a whole-head model
-    # accepts such a photo: tests/test_evidence.py).
-    one_line_error(run("query", blank, "--library", lib, "--whole-image", ok=False), "face-recognition model", "wall.png")
+    # --whole-image: the default model sees whole heads and searches with the photo as a head (a wall
+    # matches nobody); a face-recognition model says it has no face to see.
+    result = run("query", blank, "--library", lib, "--whole-image")
+    assert "no confident match" in result.output and "Traceback" not in result.output
+    faces_only = tmp_path / "faces-only"
+    run("index", AMY_DIR / "amy1.png", "--library", faces_only, "--model", "sface", "-q")
+    one_line_error(run("query", blank, "--library", faces_only, "--whole-image", ok=False), "face-recognition model", "wall.png")
 
 
 def test_other_model_and_missing_model(tmp_path):

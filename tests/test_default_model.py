@@ -19,10 +19,14 @@ LEONARD = FACES / "leonard"  # glasses in 1, 4, 5; none in 2, 3
 
 def test_default_names_the_default_model_with_its_thresholds():
     embedder = load_embedder("default")
-    assert embedder.name == DEFAULT_MODEL == load_embedder(None).name == "sface" and embedder.source == DEFAULT_MODEL
+    assert embedder.name == DEFAULT_MODEL == load_embedder(None).name == "sface+lite0" and embedder.source == DEFAULT_MODEL
+    assert embedder.sees_whole_head and embedder.spec.appearance_dims == 1280
     thresholds = read_thresholds_file(shipped_thresholds_path(DEFAULT_MODEL), embedder.describe())
-    assert thresholds is not None and thresholds.far == 1e-3  # calibrated on held-out identities, shipped with it
-    assert thresholds.same_look > thresholds.identity
+    assert thresholds is not None and thresholds.far == 1e-3  # calibrated on the public pairs, shipped with it
+    assert thresholds.same_look > thresholds.identity and thresholds.head_identity and thresholds.appearance
+    assert thresholds.tails["identity"].count > 10_000  # a library sets its bars for its size from these
+    small, large = thresholds.for_library(10), thresholds.for_library(100_000)
+    assert small.identity < large.identity and large.far == pytest.approx(0.05 / 100_000)
     assert (WEIGHTS_DIR / "MODEL_CARD.md").is_file()
 
 
@@ -52,7 +56,8 @@ def test_tiers_without_calibration_and_library_override(leonard_library):
     assert [h["id_score"] for h in identity] == sorted((h["id_score"] for h in identity), reverse=True)
     # A library's own thresholds.json wins over the bundled ones.
     record = json.loads(shipped_thresholds_path(DEFAULT_MODEL).read_text())
-    (lib / "thresholds.json").write_text(json.dumps({**record, "identity": 0.9999, "same_look": 0.9999}))
+    strict = {"identity": 0.9999, "same_look": 0.9999, "head_identity": 0.9999, "appearance": 0.9999, "tails": {}}
+    (lib / "thresholds.json").write_text(json.dumps({**record, **strict}))
     try:
         assert {h["tier"] for h in query_json(lib, LEONARD / "leonard1.png", "-k", "10", "--show-weak")} == {"other_person"}
     finally:

@@ -83,22 +83,49 @@ def test_static_overlay_is_dropped(tmp_path):
     assert in_corner == 0  # nothing left of the pasted picture
 
 
-def test_face_less_sightings_not_embedded_by_a_face_model(hamilton_library, tmp_path):
-    with library_db(hamilton_library) as con:
-        faceless = con.execute("select count(*) from observations where not face_visible").fetchone()[0]
-        faceless_vectors = con.execute("""select count(*) from vectors x join observations o on x.observation_id = o.id
-                                          where not o.face_visible""").fetchone()[0]
-        face_obs = con.execute("select count(*) from observations where face_visible").fetchone()[0]
-        vectors = con.execute("select count(*) from vectors").fetchone()[0]
-        tracks_without = con.execute("select count(*) from tracks t where not exists "
-                                     "(select 1 from vectors x where x.track_id = t.id)").fetchone()[0]
+def _vector_counts(library) -> dict[str, int]:
+    with library_db(library) as con:
+        one = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
+        return {
+            "faceless": one("select count(*) from observations where not face_visible"),
+            "face_obs": one("select count(*) from observations where face_visible"),
+            "faceless_id": one("""select count(*) from vectors x join observations o on x.observation_id = o.id
+                                  where not o.face_visible and x.kind = 'id'"""),
+            "faceless_head": one("""select count(*) from vectors x join observations o on x.observation_id = o.id
+                                    where not o.face_visible and x.kind = 'head'"""),
+            "id": one("select count(*) from vectors where kind = 'id'"),
+            "tracks_without": one("select count(*) from tracks t where not exists (select 1 from vectors x where x.track_id = t.id)"),
+        }
+
+
+def test_face_less_sightings_not_embedded_by_a_face_model(tmp_path):
+    lib = tmp_path / "lib"
+    run("index", HAMILTON, "--library", lib, "--model", "sface", "-q")
+    n = _vector_counts(lib)
     # The face model sees faces only; of them, each track embeds one per second (every track some).
-    assert faceless > 0 and faceless_vectors == 0 and 0 < vectors <= face_obs and tracks_without == 0
+    assert n["faceless"] > 0 and n["faceless_id"] == n["faceless_head"] == 0 and 0 < n["id"] <= n["face_obs"]
+    assert n["tracks_without"] == 0
     # --whole-image with a face-only model says why it cannot search (no 0.978 against a ghost any more).
     wall = tmp_path / "wall.png"
     cv2.imwrite(str(wall), np.full((200, 300, 3), 128, np.uint8))
-    result = run("query", wall, "--whole-image", "--library", hamilton_library, ok=False)
+    result = run("query", wall, "--whole-image", "--library", lib, ok=False)
     assert "face-recognition model" in result.stderr and "Traceback" not in result.output
+
+
+def test_face_less_sightings_get_head_vectors_from_the_default_model(hamilton_library, tmp_path):
+    # The default sees whole heads: sightings without a face get a head vector (its appearance part), never an
+    # identity vector; every track has vectors.
+    n = _vector_counts(hamilton_library)
+    assert n["faceless"] > 0 and n["faceless_id"] == 0 and 0 < n["faceless_head"] <= n["faceless"]
+    assert 0 < n["id"] <= n["face_obs"] and n["tracks_without"] == 0
+    # --whole-image: a photo without a face is searched by the look of the head; a grey wall looks like nobody.
+    wall = tmp_path / "wall.png"
+    cv2.imwrite(str(wall), np.full((200, 300, 3), 128, np.uint8))
+    result = run("query", wall, "--whole-image", "--library", hamilton_library)
+    assert "no confident match" in result.output
+    weak = query_json(hamilton_library, wall, "--whole-image", "--show-weak", "-k", "3")
+    assert len(weak) == 3 and all(h["id_score"] is None and h["appearance_score"] is not None for h in weak)
+    assert all(h["tier"] == "other_person" for h in weak)
 
 
 @needs_train

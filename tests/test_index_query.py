@@ -5,6 +5,7 @@ import json
 import shutil
 
 import numpy as np
+import pytest
 from conftest import DATA, EXAMPLES, HAMILTON, library_db, needs_data, needs_train, pixel_copy, query_json, run
 
 from headsearch.models import DEFAULT_MODEL
@@ -69,10 +70,18 @@ def test_obama_in_audience_shot_top3(hamilton_library):
     assert any(h["video"] == str(HAMILTON) and h["start"] >= 7.0 for h in hits), hits
 
 
-def test_alex_lacamoire_found_in_second_shot(hamilton_library):
-    # He turns away from the camera in the second shot (decoded frames 20-81: 0.67-2.74 s from the first frame).
+def test_alex_lacamoire_found_in_first_shot(hamilton_library):
+    # The pianist in the wide first shot (0.852-1.519 s on the file's timeline).
     hits = query_json(hamilton_library, EXAMPLES / "alex-lacamoire.png", "-k", "3")
-    assert any(h["video"] == str(HAMILTON) and h["start"] >= 0.6 and h["end"] <= 2.8 for h in hits), hits
+    assert any(h["video"] == str(HAMILTON) and h["start"] >= 0.85 and h["end"] <= 1.52 for h in hits), hits
+
+
+@pytest.mark.xfail(strict=True, reason="in the second shot (1.519-3.588 s) he is in hard profile and turned away: SFace scores "
+                   "the profile 0.264, the fused head 0.409, the look of his head alone 0.543, each far below its bar at this "
+                   "library's false-hit budget (identity 0.36, head 0.53, appearance 0.86); see the model card")
+def test_alex_lacamoire_found_in_second_shot(hamilton_library):
+    hits = query_json(hamilton_library, EXAMPLES / "alex-lacamoire.png", "-k", "3")
+    assert any(h["video"] == str(HAMILTON) and h["start"] >= 1.51 and h["end"] <= 3.6 for h in hits), hits
 
 
 def test_top_k_are_distinct_tracks(hamilton_library):
@@ -80,12 +89,19 @@ def test_top_k_are_distinct_tracks(hamilton_library):
     assert len(hits) == 8
     assert len({h["track_id"] for h in hits}) == 8
     assert [h["score"] for h in hits] == [h["id_score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
-    # Appearance ranking (the default): the shipped thresholds label every hit; tiers in order, then the ranking score
-    # (a face model has no head vectors: its head score is absent and its hits rank by identity inside each tier).
+    # Appearance ranking (the default): the shipped thresholds label every hit; tiers in order (inside one, the
+    # hits a face vouches for first), then the ranking score: the head score for the same person, else identity.
     ranked = query_json(hamilton_library, LIN, "-k", "8", "--show-weak")
     order = {"same_look": 0, "other_look": 1, "other_person": 2}
-    keys = [(order[h["tier"]], -h["score"]) for h in ranked]
-    assert keys == sorted(keys) and all(h["head_score"] is None and h["score"] == h["id_score"] for h in ranked)
+    keys = [(order[h["tier"]], h["matched_without_face"], -h["score"]) for h in ranked]
+    assert keys == sorted(keys)
+    for h in ranked:
+        if h["matched_without_face"]:
+            assert h["score"] == h["appearance_score"]
+        elif h["tier"] == "other_person" or h["head_score"] is None:
+            assert h["score"] == h["id_score"]
+        else:
+            assert h["score"] == h["head_score"]
     assert {h["track_id"] for h in ranked} <= {h["track_id"] for h in query_json(hamilton_library, LIN, "-k", "64", "--rank", "identity", "--show-weak")}
 
 
@@ -93,7 +109,13 @@ def test_table_output_and_stats(hamilton_library):
     out = run("query", LIN, "--library", hamilton_library, "-k", "2", "--show-weak").stdout
     assert out.count(str(HAMILTON)) >= 1 and len(out.strip().splitlines()) == 2
     stats = json.loads(run("stats", "--library", hamilton_library, "--json").stdout)
-    assert stats["videos"] == 6 and stats["shots"] >= 4 and 0 < stats["vectors"] <= stats["observations"]  # sightings without a face: no vector from a face model
+    assert stats["videos"] == 6 and stats["shots"] >= 4
+    with library_db(hamilton_library) as con:  # identity vectors for sightings with a face, head vectors for any
+        kinds = dict(con.execute("""select x.kind, count(*) filter (where not o.face_visible) from vectors x
+                                    join observations o on o.id = x.observation_id group by x.kind""").fetchall())
+        total = dict(con.execute("select kind, count(*) from vectors group by kind").fetchall())
+    assert kinds["id"] == 0 and kinds["head"] > 0 and 0 < total["id"] <= total["head"] <= stats["observations"]
+    assert stats["vectors"] == total["id"] + total["head"]
     assert stats["model"]["name"] == DEFAULT_MODEL
 
 

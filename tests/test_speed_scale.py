@@ -79,8 +79,10 @@ def test_a_bounded_subset_of_sightings_is_embedded_best_face_included():
     chosen = analyse_file(HAMILTON, IndexSettings(embed_every_s=1.0), detector, embedder)
     assert chosen.tracks and _tracks(every) != _tracks(chosen)  # fewer sightings carry vectors...
     assert [t.shot_index for t in every.tracks] == [t.shot_index for t in chosen.tracks]  # ...of the same tracks
-    faces = sum(o.face is not None for t in [*every.tracks, *(t for t, _ in every.dropped_tracks)] for o in t.observations)
-    assert every.embedded == faces and chosen.embedded < every.embedded
+    seen = [o for t in [*every.tracks, *(t for t, _ in every.dropped_tracks)] for o in t.observations]
+    # the default model sees whole heads: every sighting, face or not, is embedded when asked to embed all
+    assert every.embedded == (len(seen) if embedder.sees_whole_head else sum(o.face is not None for o in seen))
+    assert chosen.embedded < every.embedded
     for t in chosen.tracks:
         times = [o.time for o in t.observations if o.embeddings]
         assert len(times) <= int((t.observations[-1].time - t.observations[0].time) // 1.0) + 1  # one per second at most

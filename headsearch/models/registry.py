@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"  # model files, licences, cards and thresholds shipped in the package
-DEFAULT_MODEL = "sface"  # what `--model default` (or no --model) loads
+DEFAULT_MODEL = "sface+lite0"  # what `--model default` (or no --model) loads
 ENTRY_POINT_GROUP = "headsearch.models"
 BUILTIN_MODULES = (
     "headsearch.models.sface",

@@ -301,7 +301,7 @@ class Person:
     hidden: bool
     tracks: list[int]
     videos: list[str]
-    looks: int = 1
+    looks: list[list[int]] = field(default_factory=list)  # the tracks grouped by look (head vectors), the largest first
 
     def label(self) -> str:
         return self.name or f"person {self.id}"
@@ -344,7 +344,7 @@ def list_people(library: Library, include_hidden: bool = False, with_looks: bool
                   for pid, trs in groups.items() if pid in rows and (include_hidden or not rows[pid].hidden)}
         looks = _looks(store, library, groups) if with_looks else {}
     people = [Person(pid, rows[pid].name, bool(rows[pid].hidden), trs, list(dict.fromkeys(tracks[tr].video for tr in trs)),
-                     len(looks.get(pid, [trs]))) for pid, trs in groups.items()]
+                     looks.get(pid, [trs])) for pid, trs in groups.items()]
     return sorted(people, key=lambda p: (-len(p.tracks), p.id))
 
 

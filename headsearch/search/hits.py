@@ -120,6 +120,7 @@ class ShownHit:
     picture: str | None = None  # the matched moment with the head boxed
     picture_note: str | None = None  # why the picture is the track's thumbnail instead
     clip: dict | None = None  # {"path", "start", "end", "method"} when exported
+    look: int | None = None  # which of a person's looks the track is in (1: the most seen), for a person's moments
 
 
 @dataclass
@@ -132,11 +133,14 @@ class HeadResult:
     best_hidden: float | None = None
 
 
-def found_hits(library: Library, hits: Sequence[SearchHit], scope: Scope = Scope()) -> HeadResult:
-    """Hits found another way (e.g. a person's moments) as one result, with their sightings, inside the scope."""
+def found_hits(library: Library, hits: Sequence[SearchHit], scope: Scope = Scope(), looks: Sequence[Sequence[int]] = ()) -> HeadResult:
+    """Hits found another way (e.g. a person's moments, with the person's `looks`: track ids grouped by look)
+    as one result, with their sightings, inside the scope."""
     with library.reading() as reader:
         sightings = reader.sightings([h.observation_id for h in hits if h.observation_id is not None])
-    shown = [ShownHit(h, sightings.get(h.observation_id)) for h in hits if scope.admits(h.video, _kind(sightings, h))]
+    look_of = {tr: n for n, look in enumerate(looks, 1) for tr in look}
+    shown = [ShownHit(h, sightings.get(h.observation_id), look=look_of.get(h.track_id))
+             for h in hits if scope.admits(h.video, _kind(sightings, h))]
     return HeadResult(None, shown)
 
 
@@ -195,6 +199,8 @@ def hit_json(shown: ShownHit) -> dict:
     })
     if shown.clip is not None:
         d["clip"] = shown.clip
+    if shown.look is not None:
+        d["look"] = shown.look
     return d
 
 
@@ -231,6 +237,7 @@ def hit_line(rank: int, shown: ShownHit, indent: str = "") -> str:
     tier = f"  {h.tier}" if h.tier else ""
     weak = "  (below the confidence bar)" if shown.confident is False else ""
     weak += "  (matched without a face)" if h.matched_without_face else ""
+    weak += f"  look {shown.look}" if shown.look is not None else ""
     picture = shown.picture or h.thumbnail
     return f"{indent}{rank:>2}. {h.score:.3f}  {_time_range(shown)}  {h.video}  [{picture}]{tier}{weak}"
 
