@@ -160,36 +160,38 @@ def finish_model(model, source_sha: str, note: str):
     return model
 
 
-def canonicalize(model):
-    """Byte-stable output: tf2onnx names the tensors it makes from counters whose order changes from
-    run to run. Hash every tensor by what computes it (op, attributes, inputs; initialisers by value),
-    order the nodes topologically with ties broken by hash, and rename every inner tensor t0, t1, ..."""
+def _digest(*parts) -> str:
     import hashlib as hl
-    import heapq
 
+    h = hl.sha256()
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else str(part).encode())
+        h.update(b"|")
+    return h.hexdigest()
+
+
+def _tensor_and_node_hashes(graph):
+    """A hash per tensor from what computes it (op, attributes, inputs; initialisers by value)."""
     from onnx import numpy_helper
 
-    graph = model.graph
-    keep = {v.name for v in graph.input} | {v.name for v in graph.output}
-
-    def digest(*parts) -> str:
-        h = hl.sha256()
-        for part in parts:
-            h.update(part if isinstance(part, bytes) else str(part).encode())
-            h.update(b"|")
-        return h.hexdigest()
-
-    tensor_hash = {v.name: digest("input", v.name) for v in graph.input}
+    tensor_hash = {v.name: _digest("input", v.name) for v in graph.input}
     for init in graph.initializer:
         arr = numpy_helper.to_array(init)
-        tensor_hash[init.name] = digest("init", arr.dtype.str, arr.shape, arr.tobytes())
+        tensor_hash[init.name] = _digest("init", arr.dtype.str, arr.shape, arr.tobytes())
     node_hash = []
     for node in graph.node:  # ONNX graphs are stored in topological order
         attrs = [a.SerializeToString() for a in sorted(node.attribute, key=lambda a: a.name)]
-        key = digest(node.op_type, node.domain, *attrs, *[tensor_hash.get(i, "") for i in node.input])
+        key = _digest(node.op_type, node.domain, *attrs, *[tensor_hash.get(i, "") for i in node.input])
         for k, out in enumerate(node.output):
-            tensor_hash[out] = digest(key, k)
+            tensor_hash[out] = _digest(key, k)
         node_hash.append(key)
+    return tensor_hash, node_hash
+
+
+def _canonical_order(graph, node_hash) -> list[int]:
+    """Topological order of the nodes, ties broken by hash."""
+    import heapq
+
     producers = {out: i for i, n in enumerate(graph.node) for out in n.output}
     deps = [{producers[i] for i in n.input if i in producers} for n in graph.node]
     users = [[] for _ in graph.node]
@@ -208,6 +210,17 @@ def canonicalize(model):
             if waiting[u] == 0:
                 heapq.heappush(ready, (node_hash[u], u))
     assert len(order) == len(graph.node)
+    return order
+
+
+def canonicalize(model):
+    """Byte-stable output: tf2onnx names the tensors it makes from counters whose order changes from
+    run to run. Hash every tensor by what computes it, order the nodes topologically with ties broken
+    by hash, and rename every inner tensor t0, t1, ... and node n0_Op, n1_Op, ..."""
+    graph = model.graph
+    keep = {v.name for v in graph.input} | {v.name for v in graph.output}
+    tensor_hash, node_hash = _tensor_and_node_hashes(graph)
+    order = _canonical_order(graph, node_hash)
     inits = sorted(graph.initializer, key=lambda t: tensor_hash[t.name])
     names = {}
     for t in inits:
