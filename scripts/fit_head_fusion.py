@@ -14,7 +14,7 @@ Data (built by `scripts/split_labels.py ../shared/data/LABELS.csv --more ../shar
            the largest head-protocol AUC, ties broken by hierarchy accuracy, then by the smaller w.
   report   SPLIT/heldout-all.csv (face-api.js, openface, and halle_berry, keanu_reeves, tom_hanks of more/: evaluation
            only) and SPLIT/heldout.csv (its public-licence part: face-api.js and openface).
-Photos: `headsearch.query.query_crops` with `headsearch.detect.FaceDetector` (the largest head, 256 px, as
+Photos: `headsearch.search.photo.photo_heads` with `headsearch.detection.faces.FaceDetector` (the largest head, 256 px, as
 `headsearch bench` and the indexer crop it). Videos: the indexer's own analysis (`indexer.analysis.analyse_file`,
 default settings) and the labelled person's track (longest track with a face), one sample = the renormalised mean of
 the per-sighting vectors of its embedded face sightings, as `headsearch bench` does.
@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from headsearch.crops import HeadCrop  # noqa: E402
-from headsearch.embedders.base import Embedder, l2_normalise, mean_vector  # noqa: E402
+from headsearch.models.base import Embedder, l2_normalise, mean_vector  # noqa: E402
 from schemas.records import VectorKind  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
@@ -131,7 +131,7 @@ def load_sets(split: Path) -> dict[str, list]:
 
 def collect_crops(sets: dict[str, list], cache: Path) -> tuple[dict[str, HeadCrop], dict[str, list[Sample]], list[str]]:
     """Head crops of every labelled file (cached), the samples of each set, and the files that gave none."""
-    from headsearch.detect import FaceDetector
+    from headsearch.detection.faces import FaceDetector
     from headsearch.errors import HeadsearchError
     from headsearch.media import media_kind
     from headsearch.query import query_crops
@@ -211,7 +211,7 @@ def masked(crop: HeadCrop, how: str) -> np.ndarray:
 
 def model_vectors(spec: str, keys: list[str], crops: dict[str, HeadCrop], cache: Path) -> dict[str, dict[VectorKind, np.ndarray]]:
     """Per crop key, a project embedder's vectors (cached per model name and version)."""
-    from headsearch.embedders import load_embedder
+    from headsearch.models import load_embedder
 
     embedder = load_embedder(spec)
     store = cache / f"vectors-{embedder.name}-{embedder.version}.pkl".replace("/", "_")
@@ -265,7 +265,7 @@ def lite_only(lite: dict[str, np.ndarray], mean: np.ndarray | None):
 # ---------------------------------------------------------------------------------------------------- metrics
 
 def scores(samples: Sequence[Sample], vectors: dict[VectorKind, np.ndarray]) -> dict:
-    from headsearch.evaluation import evaluate
+    from headsearch.evaluation.verification import evaluate
     from headsearch.metrics import far_key
 
     report = evaluate(vectors, [s.identity for s in samples], [s.state for s in samples], FARS)

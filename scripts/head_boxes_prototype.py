@@ -20,7 +20,7 @@ The rule (`Rule` defaults, fitted by `eval --fit` on bench/sets/heads.csv):
   one kind is missing); y at the head points' mean minus 0.1 x side (hair above eyes and ears).
 - Keypoint heads under 24 px are dropped; of two keypoint heads with IoU >= 0.5 (the same person
   seen in two windows) the higher-scored one stays (score = person score x mean head-point score).
-- Face heads: headsearch.detect.detect_heads (RetinaFace, default settings), each box scaled by 0.8
+- Face heads: headsearch.detection.faces.detect_heads (RetinaFace, default settings), each box scaled by 0.8
   about its centre (as is, head_box_from_face's squares are larger than the labelled heads: faces-only
   F1 at IoU 0.5 peaks at 0.8 over 0.6-1.0).
 - Merge: a keypoint head is the same head as a face head when the face box's centre lies inside it
@@ -224,7 +224,7 @@ def scaled(h: Head, k: float) -> Head:
 
 
 def face_heads(detector, rgb: np.ndarray) -> list[Head]:
-    from headsearch.detect import detect_heads, yaw_hint
+    from headsearch.detection.faces import detect_heads, yaw_hint
 
     out = []
     for d in detect_heads(detector, rgb):
@@ -496,7 +496,7 @@ def main(argv=None):
                       f"min {min(per):.1f}; CPU time median {np.median(cpu):.1f} ms/frame (incl. resize, 2 threads, {len(per)} frames)")
         return
 
-    from headsearch.detect import FaceDetector
+    from headsearch.detection.faces import FaceDetector
 
     detector = FaceDetector()
     mn = MoveNet()
