@@ -484,7 +484,61 @@ def run_fit(ctx: Context, args, result: dict) -> dict[str, tuple[Variant, str]]:
     return chosen
 
 
-def run_heldout(ctx: Context, chosen: dict[str, tuple[Variant, str]], result: dict) -> None:
+def fhf_cos(v: np.ndarray) -> np.ndarray:
+    u = l2_normalise(v)
+    return u @ u.T
+
+
+def bootstrap_vr(sims: dict[str, np.ndarray], items: list[Item], rel: tuple, pairs: list[tuple[str, str]], n: int = 1000,
+                 seed: int = 0) -> dict:
+    """Paired bootstrap over identities (resampled with replacement; a drawn identity brings all its photos, pairs
+    weighted by how often their identities were drawn) of the head VR@1e-2 / 1e-3 difference of each (A, B) pair of
+    systems: median and the 5th / 95th percentiles, the share of draws where A > B, and how many draws could measure it."""
+    from headsearch.metrics import R1, vr_at_far
+
+    i, j, relation = rel
+    names = sorted({it.identity for it in items})
+    index = {name: k for k, name in enumerate(names)}
+    ii = np.array([index[items[x].identity] for x in i])
+    jj = np.array([index[items[x].identity] for x in j])
+    rng = np.random.default_rng(seed)
+    out = {f"{a} - {b}": {far: [] for far in fhf.FARS} for a, b in pairs}
+    for _ in range(n):
+        count = np.bincount(rng.integers(len(names), size=len(names)), minlength=len(names))
+        w = np.where(ii == jj, count[ii], count[ii] * count[jj])
+        for a, b in pairs:
+            for far in fhf.FARS:
+                vr = []
+                for name in (a, b):
+                    sc = np.repeat(sims[name][i, j], w)
+                    rel_w = np.repeat(relation, w)
+                    vr.append(vr_at_far(sc[rel_w == R1], sc[rel_w != R1], far).vr)
+                if None not in vr:  # a draw with fewer than 1/far impostor pairs is left out
+                    out[f"{a} - {b}"][far].append(vr[0] - vr[1])
+    return {key: {f"vr@{far:g}": {"median": float(np.median(d)), "p5": float(np.percentile(d, 5)), "p95": float(np.percentile(d, 95)),
+                                  "share_a_better": float(np.mean(np.array(d) > 0)), "draws": len(d)} for far, d in by_far.items()}
+            for key, by_far in out.items()}
+
+
+def onnx_rows(ctx: Context, specs: list[str], names: tuple[str, ...], threads: int) -> dict[str, list[tuple[str, dict]]]:
+    """Rows for exported graphs: FILE:W means head = [u_SFace, sqrt(W) * unit(graph output)] (for a region graph,
+    whose output is R unit vectors, the Lite0 cosine is the mean region cosine, as in `Variant`)."""
+    out: dict[str, list[tuple[str, dict]]] = {n: [] for n in names}
+    for spec in specs:
+        path, _, w = spec.rpartition(":")
+        lite = fhf.Lite0Onnx(Path(path), threads)
+        keys = sorted({it.key for n in names for it in ctx.sets[n]})
+        feats = fhf.lite0_vectors(lite, keys, ctx.images, ctx.cache)
+        for n in names:
+            items = ctx.sets[n]
+            u = l2_normalise(np.stack([feats[it.key] for it in items]))
+            s_u = l2_normalise(np.stack([ctx.sface[it.key][VectorKind.ID] for it in items]))
+            head = np.concatenate([s_u, np.sqrt(float(w)) * u], axis=1)
+            out[n].append((f"ONNX {Path(path).name} (SHA-256 {lite.sha256[:12]}), w {float(w):g}", fhf.scores(items, {VectorKind.ID: s_u, VectorKind.HEAD: head})))
+    return out
+
+
+def run_heldout(ctx: Context, chosen: dict[str, tuple[Variant, str]], result: dict, extra_rows: dict | None = None) -> None:
     sets, crops, parts_of, cache = ctx.sets, ctx.crops, ctx.parts_of, ctx.cache
     from headsearch.metrics import R1, R2, roc_auc
     for name in ("heldout-all", "heldout"):
@@ -500,6 +554,7 @@ def run_heldout(ctx: Context, chosen: dict[str, tuple[Variant, str]], result: di
             r = fhf.scores(items, {VectorKind.ID: parts.sface_u(), VectorKind.HEAD: parts.head_vectors(v)})
             rows.append((f"{label}: {v.name()}", r))
             sims[f"{label}: {v.name()}"] = parts.similarity(v)
+        rows += (extra_rows or {}).get(name, [])
         print(f"\n## {name} ({len(items)} samples, pairs {rows[0][1]['pairs']})\n")
         print(fhf.table(rows))
         result[name] = {n: r for n, r in rows}
@@ -517,6 +572,18 @@ def run_heldout(ctx: Context, chosen: dict[str, tuple[Variant, str]], result: di
         for label, x in sep.items():
             print(f"  {fhf.fmt(x, 4)}  {label}")
         result[name]["r1_vs_r2_auc"] = sep
+        if name == "heldout-all":
+            for spec in ("dlib-resnet",):
+                vec = fhf.model_vectors(spec, [it.key for it in items], crops, cache)
+                sims[spec] = fhf_cos(np.stack([vec[it.key][VectorKind.ID] for it in items]))
+            pick, ship = chosen[f"chosen on {PRIMARY}"][0], chosen["shipped (w=0.75)"][0]
+            a, b = f"chosen on {PRIMARY}: {pick.name()}", f"shipped (w=0.75): {ship.name()}"
+            boot = bootstrap_vr(sims, items, rel_h, [(a, "sface"), (a, "sface+hsv"), (a, "dlib-resnet"), (a, b)])
+            print("\npaired bootstrap over identities (1000 draws), head VR difference: median [5%, 95%], share of draws A > B (measurable draws)")
+            for key, by_far in boot.items():
+                print("  " + key + ": " + "; ".join(f"{f} {x['median']:+.3f} [{x['p5']:+.3f}, {x['p95']:+.3f}] {x['share_a_better']:.2f} ({x['draws']})"
+                                                    for f, x in by_far.items()))
+            result[name]["bootstrap"] = boot
 
 
 def main() -> None:
@@ -526,6 +593,9 @@ def main() -> None:
     parser.add_argument("--fit-only", action="store_true")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--max-dims", type=int, default=MAX_DIMS, help="widest Lite0 output in the grid (information runs only)")
+    parser.add_argument("--save-means", type=Path, default=None,
+                        help=".npy: the chosen variant's region means (R, C) of the primary fitting set, for export_lite0_onnx.py --region-means")
+    parser.add_argument("--onnx", nargs="*", default=[], help="exported graphs to score too, as FILE:W (head = [u_SFace, sqrt(W) unit(output)])")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--also", nargs="*", default=[], help="extra variants to report, as JSON Variant dicts")
     args = parser.parse_args()
@@ -533,8 +603,19 @@ def main() -> None:
     result: dict = {"primary_fit_set": PRIMARY}
     ctx = prepare(args, result)
     chosen = run_fit(ctx, args, result)
+    if args.save_means:
+        v = chosen[f"chosen on {PRIMARY}"][0]
+        if not (v.b and v.centre):
+            raise SystemExit(f"the chosen variant {v.name()} has no centred regions")
+        np.save(args.save_means, ctx.means[PRIMARY][(v.layer, v.partition, v.mirror)].astype(np.float32))
+        print(f"wrote {args.save_means} (means of {v.layer} {v.partition}{' mirror' if v.mirror else ''} over {PRIMARY})")
+    extra = onnx_rows(ctx, args.onnx, (PRIMARY, "heldout-all", "heldout"), args.threads) if args.onnx else {}
+    if extra:
+        print(f"\n## exported graphs on {PRIMARY}\n")
+        print(fhf.table(extra[PRIMARY]))
+        result["onnx_fit"] = {n: r for n, r in extra[PRIMARY]}
     if not args.fit_only:
-        run_heldout(ctx, chosen, result)
+        run_heldout(ctx, chosen, result, extra)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))
         print(f"\nwrote {args.json}")
