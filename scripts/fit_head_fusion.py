@@ -18,7 +18,7 @@ Photos: `headsearch.search.photo.photo_heads` with `headsearch.detection.faces.F
 `headsearch bench` and the indexer crop it). Videos: the indexer's own analysis (`indexer.analysis.analyse_file`,
 default settings) and the labelled person's track (longest track with a face), one sample = the renormalised mean of
 the per-sighting vectors of its embedded face sightings, as `headsearch bench` does.
-Metrics: `headsearch.evaluation.evaluate` (head protocol R1 vs R2+R3: VR@1e-2, VR@1e-3, AUC; identity R1+R2 vs R3;
+Metrics: `headsearch.evaluation.verification.evaluate` (head protocol R1 vs R2+R3: VR@1e-2, VR@1e-3, AUC; identity R1+R2 vs R3;
 hierarchy accuracy).
 
 Head-only part: Lite0 cosines alone, same person same look (R1) against different people (R3) on the held-out photos:
@@ -51,7 +51,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from headsearch.crops import HeadCrop  # noqa: E402
+from headsearch.detection.crops import HeadCrop  # noqa: E402
 from headsearch.models.base import Embedder, l2_normalise, mean_vector  # noqa: E402
 from schemas.records import VectorKind  # noqa: E402
 
@@ -71,7 +71,7 @@ class Lite0Onnx:
     """The exported Lite0 head graph on onnxruntime: uint8 RGB head crops in, raw 1280-d features out."""
 
     def __init__(self, path: Path, threads: int | None = None):
-        from headsearch.runtime import inference_session
+        from headsearch.basics.runtime import inference_session
 
         self.path = Path(path)
         self.session = inference_session(self.path, threads)
@@ -122,7 +122,7 @@ def source_of(path: Path) -> str | None:
 
 
 def load_sets(split: Path) -> dict[str, list]:
-    from headsearch.labels import read_label_set
+    from headsearch.evaluation.labels import read_label_set
 
     fit = [f for f in read_label_set(split / "train.csv").files if source_of(f.path) in PERMISSIVE_SOURCES]
     return {"fit": fit, "heldout-all": read_label_set(split / "heldout-all.csv").files,
@@ -131,11 +131,11 @@ def load_sets(split: Path) -> dict[str, list]:
 
 def collect_crops(sets: dict[str, list], cache: Path) -> tuple[dict[str, HeadCrop], dict[str, list[Sample]], list[str]]:
     """Head crops of every labelled file (cached), the samples of each set, and the files that gave none."""
+    from headsearch.basics.errors import HeadsearchError
+    from headsearch.basics.media import media_kind
+    from headsearch.basics.settings import IndexSettings
     from headsearch.detection.faces import FaceDetector
-    from headsearch.errors import HeadsearchError
-    from headsearch.media import media_kind
-    from headsearch.query import query_crops
-    from headsearch.settings import IndexSettings
+    from headsearch.search.photo import photo_heads, photo_pixels
     from indexer.analysis import analyse_file
     from schemas.records import MediaKind
 
@@ -155,7 +155,7 @@ def collect_crops(sets: dict[str, list], cache: Path) -> tuple[dict[str, HeadCro
             changed = True
             try:
                 if media_kind(f.path) == MediaKind.IMAGE:
-                    crops[key] = query_crops(f.path, detector, all_heads=False, whole_image=False)[0]
+                    crops[key] = photo_heads(photo_pixels(f.path), f.path, detector, _Collector())[0].crop
                     per_file[key] = [key]
                 else:
                     collector = _Collector()
@@ -265,8 +265,8 @@ def lite_only(lite: dict[str, np.ndarray], mean: np.ndarray | None):
 # ---------------------------------------------------------------------------------------------------- metrics
 
 def scores(samples: Sequence[Sample], vectors: dict[VectorKind, np.ndarray]) -> dict:
+    from headsearch.evaluation.metrics import far_key
     from headsearch.evaluation.verification import evaluate
-    from headsearch.metrics import far_key
 
     report = evaluate(vectors, [s.identity for s in samples], [s.state for s in samples], FARS)
     out = {"n": report.n_samples, "identities": report.n_identities, "pairs": dict(report.pairs)}
@@ -303,7 +303,7 @@ def r1_r3(sim: np.ndarray, samples: Sequence[Sample], symmetric: bool = True, sa
 
 def head_only(gen: np.ndarray, imp: np.ndarray, reference: dict | None = None) -> dict:
     """AUC, threshold and VR at FAR 1e-2 / 1e-3 among R3; with `reference` thresholds, VR and FAR at those too."""
-    from headsearch.metrics import far_key, roc_auc, vr_at_far
+    from headsearch.evaluation.metrics import far_key, roc_auc, vr_at_far
 
     out = {"r1": int(gen.size), "r3": int(imp.size), "auc": roc_auc(gen, imp)}
     for far in FARS:

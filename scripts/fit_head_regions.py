@@ -1,6 +1,6 @@
 """Look-sensitive variants of the SFace + EfficientNet-Lite0 head vector (issue 16, after scripts/fit_head_fusion.py):
 region pooling of Lite0 maps, a three-way fusion with the HSV histogram of `sface+hsv`, mirror averaging. Fitted on
-an enlarged permissive fitting set, reported on the held-out sets with `headsearch.evaluation.evaluate`.
+an enlarged permissive fitting set, reported on the held-out sets with `headsearch.evaluation.verification.evaluate`.
 
 Head score of a variant (every part a unit vector, so the fused head vector [u_S, sqrt(a) u_G, sqrt(b/R) u_1..u_R,
 sqrt(c) h] has cosine s / (1 + a + b + c), the same order as)
@@ -59,8 +59,8 @@ sys.path.insert(0, str(SCRIPTS.parent))
 import fit_head_fusion as fhf  # noqa: E402
 import synthetic_looks  # noqa: E402
 
-from headsearch.crops import HeadCrop  # noqa: E402
-from headsearch.embedders.base import l2_normalise  # noqa: E402
+from headsearch.detection.crops import HeadCrop  # noqa: E402
+from headsearch.models.base import l2_normalise  # noqa: E402
 from schemas.records import VectorKind  # noqa: E402
 
 FRAMES_PER_VIDEO = 4
@@ -69,7 +69,7 @@ LAYERS = {"b3": ("blocks.3", 80, 14), "b4": ("blocks.4", 112, 14), "b5": ("block
           "head": ("head", 1280, 7)}
 PARTITIONS = ("bands3", "grid3")
 BAND_CUTS = (3 / 7, 5 / 7)  # crop fractions: hair+forehead | eyes+nose | mouth+chin (the face box of a detected face
-# lies at about y 0.31..0.88 of the head crop, headsearch.crops._DEFAULT_FACE_IN_HEAD)
+# lies at about y 0.31..0.88 of the head crop, headsearch.detection.crops._DEFAULT_FACE_IN_HEAD)
 MAX_DIMS = 1536
 GRID_A = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
 GRID_B = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0)
@@ -84,7 +84,7 @@ REGION_PARTS = [(layer, part) for layer in ("b3", "b4", "b5", "b6", "head") for 
 def region_weights(partition: str, grid: int, size: int = SIZE) -> np.ndarray:
     """(R, grid, grid) float32: per region, each cell's share of pixels inside the region and the head ellipse,
     normalised to sum 1 (`ellipse`: one region, the shipped pooling)."""
-    from headsearch.embedders.sface_hsv import head_mask
+    from headsearch.models.sface_hsv import head_mask
 
     inside = head_mask(size) > 0
     ys, xs = np.mgrid[0:size, 0:size] / size
@@ -118,7 +118,7 @@ def lite0_maps(images: dict[str, np.ndarray], cache: Path, threads: int = 2) -> 
     import cv2
     import torch
 
-    from headsearch.stems import efficientnet_lite0_imagenet
+    from headsearch.models.stems import efficientnet_lite0_imagenet
 
     store = cache / "lite0-maps.pkl"
     got = pickle.loads(store.read_bytes()) if store.is_file() else {}
@@ -184,7 +184,7 @@ def build_sets(split: Path, cache: Path, seed: int = 0) -> tuple[dict[str, list[
     """The held-out sets and three fitting sets: `fit-real` (photos and video frames), `fit-looks` (plus the
     synthetic looks) and `fit` (the same samples, every video-derived one with its background replaced by one of a
     shared pool and a photometric change, every photo with a photometric change: scene randomisation)."""
-    from headsearch.labels import read_label_set
+    from headsearch.evaluation.labels import read_label_set
 
     sets = fhf.load_sets(split)
     more_lp = [f for f in read_label_set(split / "more-train.csv").files if fhf.collection(f.path) == "more/LivePortrait"]
@@ -289,7 +289,7 @@ class Parts:
 
     def hsv(self) -> np.ndarray:
         if "hsv" not in self._cache:
-            from headsearch.embedders.sface_hsv import hsv_vector
+            from headsearch.models.sface_hsv import hsv_vector
             self._cache["hsv"] = np.stack([hsv_vector(self.images[k]) for k in self.keys])
         return self._cache["hsv"]
 
@@ -349,7 +349,7 @@ class Parts:
 
 def fast_scores(sim: np.ndarray, rel: tuple, identities, states) -> dict:
     """head VR@1e-2 / 1e-3, head AUC, hierarchy from a similarity matrix (the same functions `evaluate` uses)."""
-    from headsearch.metrics import evaluate_protocol, hierarchy_accuracy
+    from headsearch.evaluation.metrics import evaluate_protocol, hierarchy_accuracy
 
     i, j, relation = rel
     p = evaluate_protocol(sim, i, j, relation, "head", fhf.FARS)
@@ -399,7 +399,7 @@ class Context:
     cache: Path
 
     def parts_of(self, name: str, fit_set: str) -> tuple[Parts, tuple, list, list]:
-        from headsearch.metrics import pair_relations
+        from headsearch.evaluation.metrics import pair_relations
 
         items = self.sets[name]
         ids, sts = [it.identity for it in items], [it.state for it in items]
@@ -407,7 +407,7 @@ class Context:
 
 
 def prepare(args, result: dict) -> Context:
-    from headsearch.metrics import relation_counts
+    from headsearch.evaluation.metrics import relation_counts
 
     sets, crops, failed = build_sets(args.split, args.cache)
     for line in failed:
@@ -494,7 +494,7 @@ def bootstrap_vr(sims: dict[str, np.ndarray], items: list[Item], rel: tuple, pai
     """Paired bootstrap over identities (resampled with replacement; a drawn identity brings all its photos, pairs
     weighted by how often their identities were drawn) of the head VR@1e-2 / 1e-3 difference of each (A, B) pair of
     systems: median and the 5th / 95th percentiles, the share of draws where A > B, and how many draws could measure it."""
-    from headsearch.metrics import R1, vr_at_far
+    from headsearch.evaluation.metrics import R1, vr_at_far
 
     i, j, relation = rel
     names = sorted({it.identity for it in items})
@@ -540,7 +540,7 @@ def onnx_rows(ctx: Context, specs: list[str], names: tuple[str, ...], threads: i
 
 def run_heldout(ctx: Context, chosen: dict[str, tuple[Variant, str]], result: dict, extra_rows: dict | None = None) -> None:
     sets, crops, parts_of, cache = ctx.sets, ctx.crops, ctx.parts_of, ctx.cache
-    from headsearch.metrics import R1, R2, roc_auc
+    from headsearch.evaluation.metrics import R1, R2, roc_auc
     for name in ("heldout-all", "heldout"):
         items = sets[name]
         rows = []

