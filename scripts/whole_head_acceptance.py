@@ -30,10 +30,14 @@ def headsearch(*args: str | Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cli.main", *map(str, args)], capture_output=True, text=True)
 
 
+FAILED: list[str] = []  # queries that gave an error line (e.g. a photo without a head), reported
+
+
 def query(library: Path, photo: Path, *extra: str) -> list[dict]:
     result = headsearch("query", photo, "--library", library, "--json", "--no-pictures", *extra)
     if result.returncode != 0:
-        raise RuntimeError(f"query {photo}: {result.stderr.strip()}")
+        FAILED.append(result.stderr.strip().splitlines()[-1] if result.stderr.strip() else f"{photo}: exit {result.returncode}")
+        return []
     return json.loads(result.stdout)
 
 
@@ -96,6 +100,7 @@ def main() -> None:
         if len(names) == 1:
             by_person[names.pop()].append(len(p["looks"]))
     out["people_looks"] = {who: by_person.get(who, []) for who in sorted(several)}
+    out["failed_queries"] = FAILED
     print(json.dumps(out, indent=2))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
