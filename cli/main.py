@@ -63,13 +63,13 @@ def _quiet_exit(code: int) -> None:
     raise SystemExit(code)
 
 
-def _interrupted() -> None:
+def _interrupted(line: str = INTERRUPTED) -> None:
     # Leaving with 130 now: a second SIGINT (pressed again, or re-raised by a native library on its
     # way out) must not kill the process by signal while it tears down (seen in CI as exit -2).
     with contextlib.suppress(ValueError):  # ValueError: not the main thread
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(OSError, ValueError):
-        click.echo(INTERRUPTED, err=True)
+        click.echo(line, err=True)
     _quiet_exit(EXIT_INTERRUPTED)
 
 
@@ -181,6 +181,41 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
     click.echo(f"{summary.line()} [{summary.stages_line()}]")
     if summary.failed:
         sys.exit(EXIT_PARTIAL if summary.indexed or summary.skipped or summary.failed_before else 1)
+
+
+@main.command()
+@library_option
+@model_option("--model", "-m", prefix="Model to re-embed the library with", suffix="; default: the default model.")
+@click.option("--fps", "sample_fps", type=click.FloatRange(min=0.01), default=IndexSettings.sample_fps, show_default=True, help="Frames sampled per second.")
+@progress_option
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars (same as --no-progress).")
+@click.option("--workers", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Processes analysing files at once (this process alone stores them).")
+@click.option("--delete-old", is_flag=True, help="Delete the old library once the new one is in place (default: keep it "
+              "beside, renamed, and say where).")
+@click.option("--leave-out-failed", is_flag=True, help="Swap even when some files could not be re-embedded (they stay "
+              "recorded as failed; `index --retry-failed` tries them again).")
+def reindex(library: Path | None, model: str | None, sample_fps: float, progress: bool | None, quiet: bool, workers: int = 1,
+            delete_old: bool = False, leave_out_failed: bool = False) -> None:
+    """Re-embed every file of the library with another model (default: the default model).
+
+    The files the library holds are analysed again into a new library beside it (LIBRARY.reindexing);
+    people, names and corrections come over; then the new library takes the old one's place in one
+    rename, and the old one is kept as LIBRARY.before-MODEL-DATE (or deleted with --delete-old). Until
+    then the library answers as before: interrupt at any time, and run the same command again to resume.
+    Files gone from disk are left out; its thresholds.json, calibrated for the old model, stays behind.
+    """
+    from indexer.reindex import Reindexer
+
+    job = Reindexer(library_path(library), model, IndexSettings.from_env(sample_fps=sample_fps), progress=show_progress(progress, quiet),
+                    workers=workers, delete_old=delete_old, leave_out_failed=leave_out_failed, report=lambda m: click.echo(m, err=True))
+    try:
+        summary = job.run()
+    except KeyboardInterrupt:
+        _interrupted(job.interrupted_line())
+    click.echo(summary.line())
+    if summary.failed:
+        sys.exit(EXIT_PARTIAL)
 
 
 @main.command()

@@ -136,7 +136,7 @@ class Indexer:
 
     def __init__(self, library: Library, embedder: Embedder, settings: IndexSettings | None = None, progress: bool = True,
                  retry_failed: bool = False, workers: int = 1, engine: str = "local", address: str | None = None,
-                 batch_files: int = 64, batch_seconds: float = 5.0):
+                 batch_files: int = 64, batch_seconds: float = 5.0, group_people: bool = True):
         self.library = library
         self.embedder = embedder
         self.settings = settings or IndexSettings()
@@ -148,6 +148,7 @@ class Indexer:
         self.address = address
         self.batch_files = max(1, batch_files)
         self.batch_seconds = batch_seconds
+        self.group_people = group_people  # new tracks join people at the end (`headsearch reindex` brings its people over itself)
         self._failed: dict[str, FailedFile] = {}
         self._batch = _Batch()
 
@@ -200,7 +201,7 @@ class Indexer:
             frame_bar.close()
             overall.close()
             self.library.save_indexes()
-            if summary.indexed or summary.removed:
+            if self.group_people and (summary.indexed or summary.removed):
                 update_people(self.library)  # new tracks join known people or start new ones
         summary.wall_seconds = time.perf_counter() - start
         return summary

@@ -46,3 +46,39 @@ def model_cache_dir() -> Path:
         return Path(os.environ["HEADSEARCH_CACHE"]).expanduser() / "models"
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
     return base / "headsearch" / "models"
+
+
+def exchange_paths(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux `renameat2(RENAME_EXCHANGE)`), so that each name always names a
+    complete folder: readers see the old one or the new one, never neither. False, with nothing changed,
+    where the system or the file system cannot (the caller then renames twice)."""
+    import ctypes
+    import errno
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make the renames inside a folder durable (best effort: some file systems cannot)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

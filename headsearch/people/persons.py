@@ -246,11 +246,29 @@ def _write(store: PeopleStore, state: _State, assigned: dict[int, int], summary:
             summary.removed_people += 1
 
 
-def _update(store: PeopleStore, library: Library, report: Callable[[str], None] | None) -> UpdateSummary:
+def _retake_means(store: PeopleStore, state: _State, dim: int) -> None:
+    """Each person's mean taken again from its tracks as they are now, found in their places (their vectors
+    were all made anew by another model: `headsearch reindex`); a person without tracks keeps its name at
+    weight 0, its mean a zero vector of the new width."""
+    vectors = store.track_vectors(VectorKind.ID, sorted(state.members))
+    tracks_of: dict[int, list[np.ndarray]] = {}
+    for tr, pid in state.members.items():
+        if tr in vectors:
+            tracks_of.setdefault(pid, []).append(vectors[tr])
+    for pid, p in state.persons.items():
+        vs = tracks_of.get(pid, [])
+        mean = np.mean(vs, axis=0) if vs else np.zeros(dim)
+        state.persons[pid] = replace(p, centroid=mean.astype("<f4").tobytes(), weight=float(len(vs)))
+        store.update_person(pid, centroid=state.persons[pid].centroid, weight=state.persons[pid].weight)
+
+
+def _update(store: PeopleStore, library: Library, report: Callable[[str], None] | None, fresh_vectors: bool = False) -> UpdateSummary:
     th = people_thresholds(library)
     summary = UpdateSummary(threshold=th.identity, source=th.source)
     existing = store.track_ids()
     state = _read_state(store, existing, summary)
+    if fresh_vectors:
+        _retake_means(store, state, library.model.dim_of(VectorKind.ID))
     # Tracks whose place a verdict contradicts leave it; pinned tracks go where the user put them.
     loose = [tr for tr, pid in state.members.items() if pid in state.nots.get(tr, ()) or state.pins.get(tr, pid) != pid]
     new = sorted(tr for tr in existing if tr not in state.members) + loose
@@ -286,11 +304,13 @@ def _update(store: PeopleStore, library: Library, report: Callable[[str], None] 
     return summary
 
 
-def update_people(library: Library, report: Callable[[str], None] | None = None) -> UpdateSummary:
+def update_people(library: Library, report: Callable[[str], None] | None = None, fresh_vectors: bool = False) -> UpdateSummary:
     """Put every track not yet in a person into one (joining a known person or starting a new one),
-    honouring users' verdicts; one transaction on the people tables."""
+    honouring users' verdicts; one transaction on the people tables. `fresh_vectors`: every vector was made
+    anew by another model since the people were grouped (`headsearch reindex`): tracks found in their places
+    keep their persons, whose means are taken again from them before the other tracks are grouped."""
     with library.people_writing() as store:
-        return _update(store, library, report)
+        return _update(store, library, report, fresh_vectors)
 
 
 # ----- what users see ------------------------------------------------------------------------------

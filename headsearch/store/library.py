@@ -132,7 +132,8 @@ class Library:
         if not mine.same_vectors_as(model):
             raise ModelMismatch(
                 f"{self.root}: library vectors were made by {mine.label()}, not by {model.label()}; use --model "
-                f"{mine.name} or a new --library (a model change means re-embedding every video)"
+                f"{mine.name}, a new --library, or re-embed this library with `headsearch reindex --model "
+                f"{model.source or model.name} --library {self.root}` (a model change means re-embedding every video)"
             )
 
     def discard_if_empty(self, remove_folder: bool) -> bool:

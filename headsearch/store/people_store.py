@@ -31,6 +31,10 @@ class PeopleStore(BrowseReader):
         return rows_of(MembershipRow, self._conn.execute(
             sa.select(t.person_tracks).where(t.person_tracks.c.track_id.in_([int(i) for i in track_ids]))))
 
+    def all_memberships(self) -> list[MembershipRow]:
+        """Every membership with its place, by track."""
+        return rows_of(MembershipRow, self._conn.execute(sa.select(t.person_tracks).order_by(t.person_tracks.c.track_id)))
+
     def places(self, track_ids: list[int]) -> dict[int, Place]:
         """Each track's best sighting with its file: where it is, to find it again after re-indexing."""
         if not track_ids:
@@ -91,6 +95,17 @@ class PeopleStore(BrowseReader):
 
     def update_feedback(self, feedback_id: int, **values) -> None:
         self._conn.execute(sa.update(t.person_feedback).where(t.person_feedback.c.id == feedback_id).values(**values))
+
+    def replace_people(self, persons: list[PersonRow], members: list[MembershipRow], feedback: list[FeedbackRow],
+                       next_ids: dict[str, int]) -> None:
+        """Replace the people tables with these rows, as they are (a library re-embedded from another, whose
+        people and verdicts come over: `headsearch.store.reembedding`); ids stay above `next_ids`."""
+        for table in (t.person_tracks, t.person_feedback, t.people):
+            self._conn.execute(sa.delete(table))
+        bulk_insert(self._conn, t.people, persons)
+        bulk_insert(self._conn, t.person_tracks, members)
+        bulk_insert(self._conn, t.person_feedback, feedback)
+        save_next_ids(self._conn, {name: max(int(value), self.next_id(name)) for name, value in next_ids.items()})
 
     def delete_feedback(self, feedback_ids: list[int]) -> None:
         if feedback_ids:
