@@ -1,8 +1,9 @@
 """`headsearch serve`: search, watch and browse a library in a browser (Starlette + Jinja2, no build step).
 
 Every page has a JSON twin under /api with the same data. Media, thumbnails and frames are served by
-id (the path comes from the library, never from the request); nothing lists folders. Uploads are
-capped and checked before anything decodes them. Off the loopback, every request needs the token.
+id (the path comes from the library, never from the request); nothing lists folders. Ids are whole
+numbers below 2^63 (DuckDB's BIGINT); any other is not found. Uploads are capped and checked before
+anything decodes them. Off the loopback, every request needs the token.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
@@ -33,6 +35,34 @@ log = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent
 TOKEN_COOKIE = "headsearch_token"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+MAX_ID = 2**63 - 1  # DuckDB's BIGINT, the type of every id
+
+
+def parse_id(raw: str) -> int | None:
+    """A decimal id, or None when it is no whole number within BIGINT (it names nothing in the library)."""
+    raw = raw.strip()
+    if not raw.isascii() or not raw.isdigit() or len(raw.lstrip("0")) > 19:  # also keeps int() off 4,300-digit strings
+        return None
+    value = int(raw)
+    return value if value <= MAX_ID else None
+
+
+class IdConvertor(Convertor[int]):
+    """`{name:id}` in a route: digits only; a number past BIGINT is not found (404), never sent to the database."""
+
+    regex = "[0-9]+"
+
+    def convert(self, value: str) -> int:
+        parsed = parse_id(value)
+        if parsed is None:
+            raise NotFound(f"not found: {value[:20]}{'...' if len(value) > 20 else ''} is no id (ids are below 2^63)")
+        return parsed
+
+    def to_string(self, value: int) -> str:
+        return str(value)
+
+
+register_url_convertor("id", IdConvertor())
 
 
 def hms(seconds: float | None) -> str:
@@ -145,11 +175,20 @@ async def watch(request: Request) -> Response:
     start = _float_param(request, "start", 0.0)
     end = _float_param(request, "end", start)
     track_id = request.query_params.get("track")
-    if track_id is not None and not track_id.isdigit():
-        raise HTTPException(400, "track must be a track id")
-    data = await run_in_threadpool(_site(request).watch_page, request.path_params["video_id"], start, end,
-                                   None if track_id is None else int(track_id))
+    track = None if track_id is None else _id_field(track_id, "track")
+    data = await run_in_threadpool(_site(request).watch_page, request.path_params["video_id"], start, end, track)
     return _page(request, "watch.html", data)
+
+
+def _id_field(raw: object, what: str) -> int:
+    """An id given in a form, JSON body or query string: 400 when it is no number, 404 past BIGINT."""
+    text = str(raw).strip()
+    if not text.isascii() or not text.isdigit():
+        raise HTTPException(400, f"{what} must be a {what} id")
+    value = parse_id(text)
+    if value is None:
+        raise NotFound(f"no {what} {text[:20]}{'...' if len(text) > 20 else ''} (ids are below 2^63)")
+    return value
 
 
 # ----- corrections (forms post here; /api twins answer JSON) ----------------------------------------
@@ -184,17 +223,15 @@ async def person_hide(request: Request) -> Response:
 
 async def person_merge(request: Request) -> Response:
     pid = request.path_params["person_id"]
-    other = str((await _form(request)).get("other", ""))
-    if not other.isdigit():
-        raise HTTPException(400, "other must be a person id")
-    await run_in_threadpool(merge_people, _site(request).library, pid, int(other))
-    return _done(request, f"/people/{pid}", {"id": pid, "merged": int(other)})
+    other = _id_field((await _form(request)).get("other", ""), "person")
+    await run_in_threadpool(merge_people, _site(request).library, pid, other)
+    return _done(request, f"/people/{pid}", {"id": pid, "merged": other})
 
 
 async def person_split(request: Request) -> Response:
     pid = request.path_params["person_id"]
     raw = (await _form(request)).get("tracks", "")
-    tracks = [int(x) for x in str(raw).replace(",", " ").split() if x.isdigit()]
+    tracks = [_id_field(x, "track") for x in str(raw).replace(",", " ").split() if x.isdigit()]
     if not tracks:
         raise HTTPException(400, "tracks must list track ids")
     new = await run_in_threadpool(split_person, _site(request).library, pid, tracks)
@@ -203,9 +240,9 @@ async def person_split(request: Request) -> Response:
 
 async def track_not_this_person(request: Request) -> Response:
     tid = request.path_params["track_id"]
-    raw = str((await _form(request)).get("person", ""))
+    raw = str((await _form(request)).get("person", "")).strip()
     site = _site(request)
-    was = await run_in_threadpool(not_this_person, site.library, tid, int(raw) if raw.isdigit() else None)
+    was = await run_in_threadpool(not_this_person, site.library, tid, _id_field(raw, "person") if raw.isdigit() else None)
     return _done(request, f"/people/{was}", {"track_id": tid, "was": was})
 
 
@@ -307,7 +344,7 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
                allowed_hosts: set[str] | None = None, max_upload: int | None = None) -> Starlette:
     """The web app for one library (opened read-only here; a missing or newer library raises LibraryError)."""
     site = Site(library, cache_dir, model)
-    pid = "{person_id:int}"
+    pid = "{person_id:id}"
     routes = [
         Route("/", search_form, methods=["GET"]),
         Route("/", search, methods=["POST"]),
@@ -317,23 +354,23 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
     for prefix in ("", "/api"):
         routes += [
             Route(f"{prefix}/videos", videos),
-            Route(f"{prefix}/videos/{{video_id:int}}", video),
-            Route(f"{prefix}/tracks/{{track_id:int}}", track),
+            Route(f"{prefix}/videos/{{video_id:id}}", video),
+            Route(f"{prefix}/tracks/{{track_id:id}}", track),
             Route(f"{prefix}/people", people),
             Route(f"{prefix}/people/{pid}", person),
-            Route(f"{prefix}/watch/{{video_id:int}}", watch),
+            Route(f"{prefix}/watch/{{video_id:id}}", watch),
             Route(f"{prefix}/people/update", people_update, methods=["POST"]),
             Route(f"{prefix}/people/{pid}/name", person_name, methods=["POST"]),
             Route(f"{prefix}/people/{pid}/hide", person_hide, methods=["POST"]),
             Route(f"{prefix}/people/{pid}/merge", person_merge, methods=["POST"]),
             Route(f"{prefix}/people/{pid}/split", person_split, methods=["POST"]),
-            Route(f"{prefix}/tracks/{{track_id:int}}/not-this-person", track_not_this_person, methods=["POST"]),
+            Route(f"{prefix}/tracks/{{track_id:id}}/not-this-person", track_not_this_person, methods=["POST"]),
         ]
     routes += [
-        Route("/media/{video_id:int}", media),
-        Route("/media/{video_id:int}/preview", preview),
-        Route("/thumbnails/{track_id:int}.jpg", thumbnail),
-        Route("/frames/{sighting_id:int}.jpg", frame),
+        Route("/media/{video_id:id}", media),
+        Route("/media/{video_id:id}/preview", preview),
+        Route("/thumbnails/{track_id:id}.jpg", thumbnail),
+        Route("/frames/{sighting_id:id}.jpg", frame),
     ]
     app = Starlette(routes=routes, middleware=[Middleware(Guard)],
                     exception_handlers={HTTPException: on_http, UploadRefused: on_refused, HeadsearchError: on_domain})

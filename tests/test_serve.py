@@ -1,6 +1,7 @@
 """`headsearch serve` through Starlette's TestClient: every route and its JSON twin, /api/query equal to
 `query --json`, corrections from the web page, preview clips, and the safety cases (paths in
-requests, unknown ids, oversized, non-image and decompression-bomb uploads, Range requests, tokens)."""
+requests, unknown ids and ids past BIGINT, oversized, non-image and decompression-bomb uploads,
+Range requests, tokens)."""
 from __future__ import annotations
 
 import io
@@ -269,3 +270,23 @@ def test_the_app_sees_a_running_index_and_never_holds_the_database(library, tmp_
     itself = client.post("/api/query?k=3", content=MIRANDA.read_bytes(), headers={"content-type": "image/png"}).json()
     assert itself and all(h["video"] != str(MIRANDA) for h in itself)  # other hits (Lin in the clip) are still there
     run("remove", MIRANDA, "--library", library)
+
+
+# ----- ids past DuckDB's BIGINT ---------------------------------------------------------------------
+HUGE_IDS = ["9" * 52, str(2**63), str(2**64), "1" + "0" * 5000]
+
+
+def test_ids_out_of_range_are_not_found_on_every_id_route(client, library):
+    vid = video_id(library, HAMILTON)
+    person = json.loads(run("people", "--library", library, "--json", "--all").stdout)[0]["id"]
+    for n in HUGE_IDS:
+        for url in ("/media/{}", "/media/{}/preview", "/thumbnails/{}.jpg", "/frames/{}.jpg", "/videos/{}", "/api/videos/{}", "/tracks/{}",
+                    "/api/tracks/{}", "/people/{}", "/api/people/{}", "/watch/{}", "/api/watch/{}", f"/watch/{vid}?track={{}}"):
+            r = client.get(url.format(n))
+            assert r.status_code == 404, (url, len(n), r.status_code)
+        for url, form in (("/api/people/{}/name", {"name": "x"}), ("/api/people/{}/hide", {}), ("/api/people/{}/merge", {"other": "1"}),
+                          ("/api/people/{}/split", {"tracks": "1"}), ("/api/tracks/{}/not-this-person", {}),
+                          (f"/api/people/{person}/merge", {"other": n}), (f"/api/people/{person}/split", {"tracks": n}),
+                          ("/api/tracks/1/not-this-person", {"person": n}), ("/people/{}/name", {"name": "x"})):
+            r = client.post(url.format(n), data=form, follow_redirects=False)
+            assert r.status_code == 404 and "below 2^63" in r.text, (url, form.keys(), len(n), r.status_code)
