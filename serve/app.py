@@ -1,9 +1,10 @@
 """`headsearch serve`: search, watch and browse a library in a browser (Starlette + Jinja2, no build step).
 
 Every page has a JSON twin under /api with the same data. Media, thumbnails and frames are served by
-id (the path comes from the library, never from the request); nothing lists folders. Ids are whole
-numbers below 2^63 (DuckDB's BIGINT); any other is not found. Uploads are capped and checked before
-anything decodes them. Off the loopback, every request needs the token.
+id (the path comes from the library, never from the request), only as the files indexed, never
+through a symbolic link (`serve.files`); nothing lists folders. Ids are whole numbers below 2^63
+(DuckDB's BIGINT); any other is not found. Uploads are capped and checked before anything decodes
+them. Off the loopback, every request needs the token.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -27,6 +28,7 @@ from starlette.templating import Jinja2Templates
 from headsearch.basics.errors import HeadsearchError, LibraryError, MediaError, NoHeadFound
 from headsearch.basics.settings import MediaLimits
 from headsearch.people.persons import PersonNotFound, hide_person, merge_people, name_person, not_this_person, split_person, update_people
+from serve.files import FileChanged, FileNotServed, OpenFileResponse
 from serve.uploads import UploadRefused, query_upload
 from serve.views import MAX_K, NotFound, Site
 
@@ -253,15 +255,17 @@ async def people_update(request: Request) -> Response:
 
 # ----- media by id ---------------------------------------------------------------------------------
 async def media(request: Request) -> Response:
-    """The file itself, with HTTP Range support (seeking in the player)."""
+    """The file itself, with HTTP Range support (seeking in the player): only the version indexed, never through a link."""
     site = _site(request)
     v = await run_in_threadpool(site.video_row, request.path_params["video_id"])
-    path = Path(v.path)
-    if not path.is_file():
-        raise NotFound(f"video {v.id}: the file is no longer there")
-    if v.kind != "image" and not (await run_in_threadpool(site.playback, v)).direct:
-        raise HTTPException(415, "browsers cannot play this file; use its preview")
-    return FileResponse(path, headers={"Cache-Control": "private, max-age=60"})
+    opened = await run_in_threadpool(site.open_indexed, v)
+    try:
+        if v.kind != "image" and not (await run_in_threadpool(site.playback, v)).direct:
+            raise HTTPException(415, "browsers cannot play this file; use its preview")
+    except BaseException:
+        opened.close()
+        raise
+    return OpenFileResponse(opened, headers={"Cache-Control": "private, max-age=60"})  # the media type guessed from the path
 
 
 async def preview(request: Request) -> Response:
@@ -271,18 +275,18 @@ async def preview(request: Request) -> Response:
     v = await run_in_threadpool(site.video_row, request.path_params["video_id"])
     if v.kind == "image":
         raise HTTPException(415, "a photo has no preview clip")
-    clip, _ = await run_in_threadpool(site.cache.preview, v, start, end)
-    return FileResponse(clip, media_type="video/mp4", headers={"Cache-Control": "private, max-age=3600"})
+    clip, _ = await run_in_threadpool(site.cache.preview, v, start, end, site.files)
+    return OpenFileResponse(clip, media_type="video/mp4", headers={"Cache-Control": "private, max-age=3600"})
 
 
 async def thumbnail(request: Request) -> Response:
-    path = await run_in_threadpool(_site(request).thumbnail, request.path_params["track_id"])
-    return FileResponse(path, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
+    opened = await run_in_threadpool(_site(request).thumbnail, request.path_params["track_id"])
+    return OpenFileResponse(opened, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
 
 
 async def frame(request: Request) -> Response:
-    path = await run_in_threadpool(_site(request).frame, request.path_params["sighting_id"])
-    return FileResponse(path, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
+    opened = await run_in_threadpool(_site(request).frame, request.path_params["sighting_id"])
+    return OpenFileResponse(opened, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
 
 
 # ----- errors --------------------------------------------------------------------------------------
@@ -302,8 +306,10 @@ async def on_refused(request: Request, exc: UploadRefused) -> Response:
 
 
 async def on_domain(request: Request, exc: HeadsearchError) -> Response:
-    if isinstance(exc, NotFound | PersonNotFound):
+    if isinstance(exc, NotFound | PersonNotFound | FileNotServed):
         status = 404
+    elif isinstance(exc, FileChanged):
+        status = 409
     elif isinstance(exc, NoHeadFound):
         status = 422
     elif isinstance(exc, LibraryError):

@@ -1,11 +1,13 @@
 """`headsearch serve` through Starlette's TestClient: every route and its JSON twin, /api/query equal to
 `query --json`, corrections from the web page, preview clips, and the safety cases (paths in
 requests, unknown ids and ids past BIGINT, oversized, non-image and decompression-bomb uploads,
-Range requests, tokens)."""
+Range requests, tokens, files swapped or linked behind the library)."""
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import shutil
 import struct
 import zlib
@@ -18,7 +20,9 @@ import pytest
 from conftest import EXAMPLES, HAMILTON, library_db, needs_data, pixel_copy, query_json, run
 from starlette.testclient import TestClient
 
+from headsearch.basics.media import fingerprint
 from serve.app import create_app, hms
+from serve.files import IndexedFiles, OpenFileResponse
 
 pytestmark = needs_data
 
@@ -290,3 +294,136 @@ def test_ids_out_of_range_are_not_found_on_every_id_route(client, library):
                           ("/api/tracks/1/not-this-person", {"person": n}), ("/people/{}/name", {"name": "x"})):
             r = client.post(url.format(n), data=form, follow_redirects=False)
             assert r.status_code == 404 and "below 2^63" in r.text, (url, form.keys(), len(n), r.status_code)
+
+
+# ----- files served only as indexed ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def own_files(tmp_path_factory) -> tuple[Path, Path, Path, Path]:
+    """A library of our own copies of a photo and a video (the tests swap them behind its back), and a
+    secret file beside them that must never come out."""
+    root = tmp_path_factory.mktemp("swapped").resolve()
+    media = root / "media"
+    media.mkdir()
+    photo, clip = media / "two_people.jpg", media / "clip.mp4"
+    shutil.copyfile(TWO_PEOPLE, photo)
+    shutil.copyfile(HAMILTON, clip)
+    secret = root / "secret.txt"
+    secret.write_bytes(b"SECRET-KEY " * 5000)
+    library = root / "library"
+    run("index", media, "--library", library, "-q")
+    return library, photo, clip, secret
+
+
+@contextlib.contextmanager
+def swapped(path: Path, replace) -> None:
+    """`path` replaced by whatever `replace(path, original)` puts there (the original moved aside), then put back."""
+    aside = path.with_name(path.name + ".aside")
+    os.rename(path, aside)
+    try:
+        replace(path, aside)
+        yield
+    finally:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            path.unlink()
+        os.rename(aside, path)
+
+
+def link_to(target: Path):
+    return lambda path, _: os.symlink(target, path)
+
+
+def same_size_other_bytes(path: Path, original: Path) -> None:
+    data = bytearray(original.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    st = original.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # even the same mtime
+
+
+def test_media_thumbnails_and_pictures_only_as_indexed(own_files, tmp_path):
+    library, photo, clip, secret = own_files
+    client = TestClient(create_app(library, cache_dir=tmp_path / "cache"))
+    pid, vid = video_id(library, photo), video_id(library, clip)
+    track = ids(library, f"select id from tracks where video_id = {vid} order by id")[0]
+    sighting = ids(library, f"select id from observations where track_id = {track} order by id")[0]
+    thumbnail = library / "thumbnails" / f"{track}.jpg"
+    urls = {photo: [f"/media/{pid}"], clip: [f"/media/{vid}", f"/media/{vid}/preview?start=1&end=2", f"/frames/{sighting}.jpg"]}
+    for url in [*urls[photo], *urls[clip], f"/thumbnails/{track}.jpg"]:
+        assert client.get(url).status_code == 200, url
+    picture = library / "pictures" / f"{sighting}.jpg"
+    assert picture.is_file()
+
+    def refused(url: str, status: int, words: str) -> None:
+        r = client.get(url)
+        assert r.status_code == status and words in r.json()["error"], (url, r.status_code, r.text[:300])
+        assert b"SECRET" not in r.content and len(r.json()["error"].splitlines()) == 1
+
+    def fifo(path: Path, _) -> None:
+        os.mkfifo(path)
+
+    def folder_link(folder: Path, original: Path) -> None:  # the folder: a link to a copy holding the very same files
+        copy = folder.with_name(folder.name + ".copy")
+        shutil.copytree(original, copy, symlinks=True, copy_function=shutil.copy2)
+        os.symlink(copy, folder)
+
+    for path in (photo, clip):
+        with swapped(path, link_to(secret)):
+            for url in urls[path]:
+                refused(url, 404, "symbolic link")
+        with swapped(path, lambda p, original: os.symlink(original, p)):  # a link to the very file indexed: not what was indexed
+            for url in urls[path]:
+                refused(url, 404, "symbolic link")
+        with swapped(path, lambda p, _: os.link(secret, p)):  # a hard link to another file
+            refused(urls[path][0], 409, "changed since it was indexed")
+        with swapped(path, same_size_other_bytes):
+            for url in urls[path]:
+                refused(url, 409, "changed since it was indexed")
+        with swapped(path, fifo):
+            refused(urls[path][0], 404, "not a regular file")
+        with swapped(path, lambda p, _: None):
+            refused(urls[path][0], 404, "no longer there")
+    with swapped(photo.parent, folder_link):
+        refused(urls[photo][0], 404, "symbolic link")
+        refused(urls[clip][0], 404, "symbolic link")
+    os.utime(photo)  # touched, the same content: still the file indexed (as for the indexer)
+    assert client.get(urls[photo][0]).content == TWO_PEOPLE.read_bytes()
+
+    with swapped(thumbnail, link_to(secret)):
+        refused(f"/thumbnails/{track}.jpg", 404, "symbolic link")
+    with swapped(thumbnail, fifo):
+        refused(f"/thumbnails/{track}.jpg", 404, "not a regular file")
+    with swapped(library / "thumbnails", folder_link):
+        refused(f"/thumbnails/{track}.jpg", 404, "symbolic link")
+    with swapped(picture, link_to(secret)):
+        refused(f"/frames/{sighting}.jpg", 404, "symbolic link")
+    with swapped(library / "pictures", folder_link):
+        refused(f"/frames/{sighting}.jpg", 404, "symbolic link")
+    for url in [*urls[photo], *urls[clip], f"/thumbnails/{track}.jpg"]:  # all put back: served again
+        assert client.get(url).status_code == 200, url
+
+
+def test_the_file_checked_is_the_file_sent(tmp_path):
+    """Swapped between the check and the sending, the file sent is still the one checked."""
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    indexed, secret = tmp_path / "clip.mp4", tmp_path / "secret.txt"
+    indexed.write_bytes(b"indexed " * 4096)
+    secret.write_bytes(b"SECRET " * 4096)
+    size, digest = indexed.stat().st_size, fingerprint(indexed, indexed.stat().st_size)
+    files = IndexedFiles()
+
+    async def send(request):
+        opened = files.open(str(indexed), size, digest, "video 1")
+        os.rename(indexed, tmp_path / "moved")
+        os.symlink(secret, indexed)
+        return OpenFileResponse(opened)
+
+    client = TestClient(Starlette(routes=[Route("/", send)]))
+    for headers, body in (({}, b"indexed " * 4096), ({"Range": "bytes=8-15"}, b"indexed ")):
+        r = client.get("/", headers=headers)
+        assert r.content == body and b"SECRET" not in r.content
+        indexed.unlink()
+        os.rename(tmp_path / "moved", indexed)
