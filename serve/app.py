@@ -3,8 +3,8 @@
 Every page has a JSON twin under /api with the same data. Media, thumbnails and frames are served by
 id (the path comes from the library, never from the request), only as the files indexed, never
 through a symbolic link (`serve.files`); nothing lists folders. Ids are whole numbers below 2^63
-(DuckDB's BIGINT); any other is not found. Uploads are capped and checked before anything decodes
-them. Off the loopback, every request needs the token.
+(DuckDB's BIGINT); any other is not found. Uploads are capped, streamed to disk, a few at a time,
+and checked before anything decodes them (`serve.uploads`). Off the loopback, every request needs the token.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from headsearch.basics.errors import HeadsearchError, LibraryError, MediaError, 
 from headsearch.basics.settings import MediaLimits
 from headsearch.people.persons import PersonNotFound, hide_person, merge_people, name_person, not_this_person, split_person, update_people
 from serve.files import FileChanged, FileNotServed, OpenFileResponse
-from serve.uploads import UploadRefused, query_upload
+from serve.uploads import UploadRefused, UploadSlots, read_form, received_photo
 from serve.views import MAX_K, NotFound, Site
 
 log = logging.getLogger(__name__)
@@ -132,16 +132,19 @@ async def search_form(request: Request) -> Response:
 async def search(request: Request) -> Response:
     """POST / and POST /api/query: a photo in (multipart field `photo`, or the raw image as the body);
     /api/query answers exactly what `headsearch query --json` prints for that photo."""
-    data, name, fields = await query_upload(request, request.app.state.max_upload)
-    try:
-        k = int(fields.get("k", 5))
-    except ValueError as e:
-        raise HTTPException(400, "k must be a whole number") from e
-    if not 1 <= k <= MAX_K:
-        raise HTTPException(400, f"k must be between 1 and {MAX_K}")
-    all_heads, whole_image, show_weak = _flag(fields.get("all")), _flag(fields.get("whole_image")), _flag(fields.get("show_weak"))
-    site = _site(request)
-    answer = await run_in_threadpool(site.search, data, name, k, all_heads, whole_image, show_weak)
+    state = request.app.state
+    async with received_photo(request, state.max_upload, state.upload_slots) as photo:
+        fields = photo.fields
+        try:
+            k = int(fields.get("k", 5))
+        except ValueError as e:
+            raise HTTPException(400, "k must be a whole number") from e
+        if not 1 <= k <= MAX_K:
+            raise HTTPException(400, f"k must be between 1 and {MAX_K}")
+        all_heads, whole_image, show_weak = _flag(fields.get("all")), _flag(fields.get("whole_image")), _flag(fields.get("show_weak"))
+        site = _site(request)
+        answer = await run_in_threadpool(site.search, photo.path, photo.name, k, all_heads, whole_image, show_weak)
+        name = photo.name
     if _wants_json(request):
         from headsearch.search.hits import results_json
 
@@ -195,11 +198,8 @@ def _id_field(raw: object, what: str) -> int:
 
 # ----- corrections (forms post here; /api twins answer JSON) ----------------------------------------
 async def _form(request: Request) -> dict:
-    if request.headers.get("content-type", "").startswith("application/json"):
-        body = await request.json()
-        return body if isinstance(body, dict) else {}
-    form = await request.form(max_files=0, max_fields=20)
-    return {k: v for k, v in form.items() if isinstance(v, str)}
+    """The fields of a correction (a form or a JSON object, at most a few KiB)."""
+    return await read_form(request)
 
 
 def _done(request: Request, back: str, result: dict) -> Response:
@@ -302,7 +302,9 @@ async def on_http(request: Request, exc: HTTPException) -> Response:
 
 
 async def on_refused(request: Request, exc: UploadRefused) -> Response:
-    return _error(request, exc.status, str(exc))
+    response = _error(request, exc.status, str(exc))
+    response.headers.update(exc.headers)
+    return response
 
 
 async def on_domain(request: Request, exc: HeadsearchError) -> Response:
@@ -347,7 +349,7 @@ class Guard(BaseHTTPMiddleware):
 
 
 def create_app(library: Path, token: str | None = None, cache_dir: Path | None = None, model: str | None = None,
-               allowed_hosts: set[str] | None = None, max_upload: int | None = None) -> Starlette:
+               allowed_hosts: set[str] | None = None, max_upload: int | None = None, upload_slots: int | None = None) -> Starlette:
     """The web app for one library (opened read-only here; a missing or newer library raises LibraryError)."""
     site = Site(library, cache_dir, model)
     pid = "{person_id:id}"
@@ -384,4 +386,5 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
     app.state.token = token
     app.state.allowed_hosts = allowed_hosts
     app.state.max_upload = max_upload if max_upload is not None else MediaLimits.from_env().max_upload_bytes  # $HEADSEARCH_MAX_UPLOAD_BYTES
+    app.state.upload_slots = UploadSlots() if upload_slots is None else UploadSlots(upload_slots)
     return app

@@ -7,6 +7,7 @@ database before each search.
 from __future__ import annotations
 
 import base64
+import threading
 from dataclasses import asdict
 from pathlib import Path, PurePosixPath
 
@@ -48,11 +49,15 @@ class Site:
         self.service = SearchService(self.library, model, media_guard=decoding)
         self.files = IndexedFiles()
         self._playback: dict[tuple[int, str], Playback] = {}
+        self._searching = threading.Lock()
 
     # ----- searching --------------------------------------------------------------------------------
-    def search(self, data: bytes, name: str, k: int, all_heads: bool, whole_image: bool, show_weak: bool = False) -> Answer:
-        """The answer `headsearch query` gives for a photo (confident hits only unless `show_weak`; never the photo itself)."""
-        return self.service.search_photo(data, QueryOptions(k=k, all_heads=all_heads, whole_image=whole_image, show_weak=show_weak), name)
+    def search(self, photo: Path, name: str, k: int, all_heads: bool, whole_image: bool, show_weak: bool = False) -> Answer:
+        """The answer `headsearch query` gives for an uploaded photo (a temporary file; named `name` in messages): confident
+        hits only unless `show_weak`, never the photo itself. One search at a time: a photo is read and decoded whole."""
+        options = QueryOptions(k=k, all_heads=all_heads, whole_image=whole_image, show_weak=show_weak)
+        with self._searching:
+            return self.service.search_photo(photo.read_bytes(), options, name)
 
     # ----- pages ------------------------------------------------------------------------------------
     def query_page(self, answer: Answer, all_heads: bool) -> dict:

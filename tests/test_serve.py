@@ -1,7 +1,8 @@
 """`headsearch serve` through Starlette's TestClient: every route and its JSON twin, /api/query equal to
 `query --json`, corrections from the web page, preview clips, and the safety cases (paths in
 requests, unknown ids and ids past BIGINT, oversized, non-image and decompression-bomb uploads,
-Range requests, tokens, files swapped or linked behind the library)."""
+Range requests, tokens, files swapped or linked behind the library, many large uploads at once
+against a real server)."""
 from __future__ import annotations
 
 import contextlib
@@ -9,7 +10,11 @@ import io
 import json
 import os
 import shutil
+import socket
 import struct
+import sys
+import threading
+import time
 import zlib
 from fractions import Fraction
 from pathlib import Path
@@ -23,6 +28,9 @@ from starlette.testclient import TestClient
 from headsearch.basics.media import fingerprint
 from serve.app import create_app, hms
 from serve.files import IndexedFiles, OpenFileResponse
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import upload_memory  # noqa: E402
 
 pytestmark = needs_data
 
@@ -427,3 +435,101 @@ def test_the_file_checked_is_the_file_sent(tmp_path):
         assert r.content == body and b"SECRET" not in r.content
         indexed.unlink()
         os.rename(tmp_path / "moved", indexed)
+
+
+# ----- uploads: MiB, bounded, streamed ----------------------------------------------------------------
+def test_upload_cap_is_said_in_mib_and_holds_without_a_length(library, tmp_path):
+    client = TestClient(create_app(library, cache_dir=tmp_path))  # the default cap, 20 MiB
+    r = client.post("/api/query", content=b"\0" * (20 * 2**20 + 1), headers={"content-type": "image/png"})
+    assert r.status_code == 413 and "at most 20 MiB" in r.json()["error"] and "MB" not in r.json()["error"]
+
+    def chunks(head: bytes = b""):  # no Content-Length: the cap is counted as the body streams in ("more than")
+        yield head
+        for _ in range(40):
+            yield b"\0" * 2**20
+
+    boundary = b"--cap\r\nContent-Disposition: form-data; name=\"photo\"; filename=\"x.png\"\r\nContent-Type: image/png\r\n\r\n"
+    for body, kind in ((chunks(), "image/png"), (chunks(boundary), "multipart/form-data; boundary=cap")):
+        r = client.post("/api/query", content=body, headers={"content-type": kind})
+        assert r.status_code == 413 and "more than 20 MiB" in r.json()["error"], (kind, r.status_code, r.text[:200])
+
+
+@contextlib.contextmanager
+def serving(app):
+    """The app under uvicorn on a free loopback port, in a thread; yields the port."""
+    import uvicorn
+
+    port = upload_memory.free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "the server did not start"
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def _answer(s: socket.socket, timeout: float = 10.0) -> tuple[int, str]:
+    """The status and head of an HTTP answer on a socket."""
+    s.settimeout(timeout)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        part = s.recv(65536)
+        assert part, "the connection closed without an answer"
+        data += part
+    head = data.split(b"\r\n\r\n")[0].decode("latin-1")
+    return int(head.split()[1]), head.lower()
+
+
+def test_an_upload_past_the_slots_is_refused_at_once(library, tmp_path, monkeypatch):
+    app = create_app(library, cache_dir=tmp_path, upload_slots=1)
+    with serving(app) as port:
+        def head(length: int) -> bytes:
+            return (f"POST /api/query HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: image/png\r\n"
+                    f"Content-Length: {length}\r\n\r\n").encode()
+
+        with socket.create_connection(("127.0.0.1", port)) as first, socket.create_connection(("127.0.0.1", port)) as second:
+            first.sendall(head(3_000_000) + b"\0" * 1_000_000)  # holds the one slot: two thirds still to come
+            time.sleep(0.5)
+            start = time.monotonic()
+            second.sendall(head(3_000_000) + b"\0" * 65536)
+            status, second_head = _answer(second)
+            assert status == 503 and "retry-after: 2" in second_head and time.monotonic() - start < 2.0
+            first.sendall(b"\0" * 2_000_000)
+            assert _answer(first)[0] == 415  # the first one is read to its end and answered
+        with socket.create_connection(("127.0.0.1", port)) as big:  # over the cap: refused before a byte of the body
+            big.sendall(head(100 * 2**20))
+            status, _ = _answer(big)
+            assert status == 413
+        monkeypatch.setattr("serve.uploads.UPLOAD_SECONDS", 1.0)
+        with socket.create_connection(("127.0.0.1", port)) as slow:  # too slow: refused, and its slot is free again
+            slow.sendall(head(3_000_000) + b"\0" * 1000)
+            assert _answer(slow)[0] == 408
+        with socket.create_connection(("127.0.0.1", port)) as after:
+            after.sendall(head(1000) + b"\0" * 1000)
+            assert _answer(after)[0] == 415
+
+
+def test_many_large_uploads_keep_the_server_small(library, tmp_path):
+    """10 concurrent 19 MB uploads (raw bodies, then forms) to the real server (`headsearch serve`): every
+    one is answered (415, or 503 past the slots), its memory grows by far less than the uploads, and no
+    upload is left in the temporary folder. (scripts/upload_memory.py runs the issue's 50.)"""
+    spool = tmp_path / "tmp"
+    spool.mkdir()
+    port = upload_memory.free_port()
+    server = upload_memory.start_server(library, port, env={"TMPDIR": str(spool)})
+    try:
+        for form in (False, True):
+            memory, answers = upload_memory.measure(port, server.pid, 10, 19_000_000, timeout=60, form=form, settle=0.5)
+            assert all(a.status in (415, 503) for a in answers), [(a.status, a.error) for a in answers]
+            assert all(a.retry_after == "2" for a in answers if a.status == 503)
+            assert sum(a.status == 415 for a in answers) >= 4
+            assert memory.peak - memory.before < 150, (form, memory.before, memory.peak)  # 190 MB were sent
+    finally:
+        upload_memory.stop_server(server)
+    assert not [p.name for p in spool.iterdir() if p.name.startswith("headsearch-upload")]
