@@ -4,23 +4,21 @@ Every page has a JSON twin under /api with the same data. Media, thumbnails and 
 id (the path comes from the library, never from the request), only as the files indexed, never
 through a symbolic link (`serve.files`); nothing lists folders. Ids are whole numbers below 2^63
 (DuckDB's BIGINT); any other is not found. Uploads are capped, streamed to disk, a few at a time,
-and checked before anything decodes them (`serve.uploads`). Off the loopback, every request needs the token.
+and checked before anything decodes them (`serve.uploads`). Requests that change something need the
+same origin and the session's token; off the loopback, every request needs the token (`serve.guard`).
 """
 from __future__ import annotations
 
-import hmac
 import logging
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -29,14 +27,13 @@ from headsearch.basics.errors import HeadsearchError, LibraryError, MediaError, 
 from headsearch.basics.settings import MediaLimits
 from headsearch.people.persons import PersonNotFound, hide_person, merge_people, name_person, not_this_person, split_person, update_people
 from serve.files import FileChanged, FileNotServed, OpenFileResponse
+from serve.guard import CSRF_FIELD, CSRF_HEADER, Guard, SessionTokens, csrf_token, require_csrf_token
 from serve.uploads import UploadRefused, UploadSlots, read_form, received_photo
 from serve.views import MAX_K, NotFound, Site
 
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
-TOKEN_COOKIE = "headsearch_token"
-LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 MAX_ID = 2**63 - 1  # DuckDB's BIGINT, the type of every id
 
 
@@ -90,8 +87,8 @@ def _wants_json(request: Request) -> bool:
 def _page(request: Request, template: str, data: dict, status: int = 200) -> Response:
     if _wants_json(request):
         return JSONResponse(data, status_code=status)
-    return templates.TemplateResponse(request, template, {"data": data, "token_needed": request.app.state.token is not None},
-                                      status_code=status)
+    return templates.TemplateResponse(request, template, {"data": data, "token_needed": request.app.state.token is not None,
+                                                          "csrf": csrf_token(request), "csrf_field": CSRF_FIELD}, status_code=status)
 
 
 def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
@@ -131,10 +128,13 @@ async def search_form(request: Request) -> Response:
 
 async def search(request: Request) -> Response:
     """POST / and POST /api/query: a photo in (multipart field `photo`, or the raw image as the body);
-    /api/query answers exactly what `headsearch query --json` prints for that photo."""
+    /api/query answers exactly what `headsearch query --json` prints for that photo. The page's form
+    carries the session's token; /api/query, which changes nothing, needs none (`serve.guard`)."""
     state = request.app.state
     async with received_photo(request, state.max_upload, state.upload_slots) as photo:
         fields = photo.fields
+        if not _wants_json(request):
+            require_csrf_token(request, fields)
         try:
             k = int(fields.get("k", 5))
         except ValueError as e:
@@ -198,8 +198,10 @@ def _id_field(raw: object, what: str) -> int:
 
 # ----- corrections (forms post here; /api twins answer JSON) ----------------------------------------
 async def _form(request: Request) -> dict:
-    """The fields of a correction (a form or a JSON object, at most a few KiB)."""
-    return await read_form(request)
+    """The fields of a correction (a form or a JSON object, at most a few KiB), once its session token is checked."""
+    fields = await read_form(request)
+    require_csrf_token(request, fields)
+    return fields
 
 
 def _done(request: Request, back: str, result: dict) -> Response:
@@ -249,6 +251,7 @@ async def track_not_this_person(request: Request) -> Response:
 
 
 async def people_update(request: Request) -> Response:
+    await _form(request)
     summary = await run_in_threadpool(update_people, _site(request).library)
     return _done(request, "/people", {"summary": summary.line()})
 
@@ -289,6 +292,11 @@ async def frame(request: Request) -> Response:
     return OpenFileResponse(opened, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
 
 
+async def csrf(request: Request) -> Response:
+    """GET /api/csrf: the session's token for scripts (the cookie comes with it), and where to put it."""
+    return JSONResponse({"token": csrf_token(request), "header": CSRF_HEADER, "field": CSRF_FIELD})
+
+
 # ----- errors --------------------------------------------------------------------------------------
 def _error(request: Request, status: int, message: str) -> Response:
     if _wants_json(request) or request.url.path.startswith(("/media/", "/thumbnails/", "/frames/", "/static/")):
@@ -323,31 +331,6 @@ async def on_domain(request: Request, exc: HeadsearchError) -> Response:
     return _error(request, status, str(exc))
 
 
-# ----- guard: token, same-origin posts, host names -------------------------------------------------
-class Guard(BaseHTTPMiddleware):
-    async def dispatch(self, request: Request, call_next):
-        state = request.app.state
-        hosts = state.allowed_hosts
-        if hosts is not None and (request.url.hostname or "") not in hosts:
-            return PlainTextResponse("unknown host name", status_code=400)
-        if request.method not in ("GET", "HEAD"):
-            origin = request.headers.get("origin")
-            if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
-                return PlainTextResponse("cross-site request refused", status_code=403)
-        if state.token is None:
-            return await call_next(request)
-        given = request.query_params.get("token") or request.cookies.get(TOKEN_COOKIE) or ""
-        auth = request.headers.get("authorization", "")
-        if auth.lower().startswith("bearer "):
-            given = auth[7:].strip()
-        if not hmac.compare_digest(given.encode(), state.token.encode()):
-            return PlainTextResponse("a token is needed: open the address `headsearch serve` printed", status_code=401)
-        response = await call_next(request)
-        if request.query_params.get("token"):
-            response.set_cookie(TOKEN_COOKIE, state.token, httponly=True, samesite="strict")
-        return response
-
-
 def create_app(library: Path, token: str | None = None, cache_dir: Path | None = None, model: str | None = None,
                allowed_hosts: set[str] | None = None, max_upload: int | None = None, upload_slots: int | None = None) -> Starlette:
     """The web app for one library (opened read-only here; a missing or newer library raises LibraryError)."""
@@ -357,6 +340,7 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
         Route("/", search_form, methods=["GET"]),
         Route("/", search, methods=["POST"]),
         Route("/api/query", search, methods=["POST"]),
+        Route("/api/csrf", csrf, methods=["GET"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     for prefix in ("", "/api"):
@@ -387,4 +371,5 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
     app.state.allowed_hosts = allowed_hosts
     app.state.max_upload = max_upload if max_upload is not None else MediaLimits.from_env().max_upload_bytes  # $HEADSEARCH_MAX_UPLOAD_BYTES
     app.state.upload_slots = UploadSlots() if upload_slots is None else UploadSlots(upload_slots)
+    app.state.csrf = SessionTokens()
     return app

@@ -1,14 +1,15 @@
 """`headsearch serve` through Starlette's TestClient: every route and its JSON twin, /api/query equal to
 `query --json`, corrections from the web page, preview clips, and the safety cases (paths in
 requests, unknown ids and ids past BIGINT, oversized, non-image and decompression-bomb uploads,
-Range requests, tokens, files swapped or linked behind the library, many large uploads at once
-against a real server)."""
+Range requests, tokens, cross-site posts and the session's token, files swapped or linked behind the
+library, many large uploads at once against a real server)."""
 from __future__ import annotations
 
 import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import socket
 import struct
@@ -28,6 +29,7 @@ from starlette.testclient import TestClient
 from headsearch.basics.media import fingerprint
 from serve.app import create_app, hms
 from serve.files import IndexedFiles, OpenFileResponse
+from serve.guard import CSRF_HEADER
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import upload_memory  # noqa: E402
@@ -61,9 +63,16 @@ def library(hamilton_library, tmp_path_factory) -> Path:
     return lib
 
 
+def as_the_pages(client: TestClient) -> TestClient:
+    """The client posts as the app's own pages do: from its origin, with the session cookie and its token."""
+    client.headers["origin"] = str(client.base_url).rstrip("/")
+    client.headers[CSRF_HEADER] = client.get("/api/csrf").json()["token"]
+    return client
+
+
 @pytest.fixture(scope="module")
 def client(library, tmp_path_factory) -> TestClient:
-    return TestClient(create_app(library, cache_dir=tmp_path_factory.mktemp("cache")))
+    return as_the_pages(TestClient(create_app(library, cache_dir=tmp_path_factory.mktemp("cache"))))
 
 
 def ids(library: Path, sql: str) -> list:
@@ -199,7 +208,7 @@ def _png_header_only(width: int, height: int) -> bytes:
 
 
 def test_uploads_are_checked_before_decoding(library, tmp_path):
-    client = TestClient(create_app(library, cache_dir=tmp_path, max_upload=2_000_000))
+    client = as_the_pages(TestClient(create_app(library, cache_dir=tmp_path, max_upload=2_000_000)))
     big = MIRANDA.read_bytes() + b"\0" * 2_000_000
     for body, status, message in [
         (big, 413, "too large"),
@@ -238,7 +247,8 @@ def test_token_and_origin_and_host(library, tmp_path):
     assert local.get("/videos", headers={"host": "evil.example"}).status_code == 400  # DNS rebinding
     r = local.post("/api/people/update", headers={"origin": "http://evil.example"})
     assert r.status_code == 403
-    assert local.post("/api/people/update", headers={"origin": "http://127.0.0.1"}).status_code == 200
+    token = local.get("/api/csrf").json()["token"]
+    assert local.post("/api/people/update", headers={"origin": "http://127.0.0.1", CSRF_HEADER: token}).status_code == 200
 
 
 def test_serve_refuses_other_hosts_without_a_token(library):
@@ -435,6 +445,65 @@ def test_the_file_checked_is_the_file_sent(tmp_path):
         assert r.content == body and b"SECRET" not in r.content
         indexed.unlink()
         os.rename(tmp_path / "moved", indexed)
+
+
+# ----- cross-site requests and the session's token -------------------------------------------------
+def test_every_change_needs_the_same_origin_and_the_session_token(library, tmp_path):
+    from starlette.routing import Route
+
+    own = "http://127.0.0.1:8765"
+    app = create_app(library, cache_dir=tmp_path, allowed_hosts={"127.0.0.1", "localhost"})
+    client = TestClient(app, base_url=own)
+    run("people", "--library", library)
+    people = json.loads(run("people", "--library", library, "--json", "--all").stdout)
+    person, other = people[0], people[1]
+    posts = sorted({r.path for r in app.routes if isinstance(r, Route) and "POST" in r.methods} - {"/api/query"})
+    assert len(posts) == 13  # POST / and six corrections, each with its /api twin
+    token = client.get("/api/csrf").json()["token"]
+    stranger = TestClient(app, base_url=own).get("/api/csrf").json()["token"]  # another session's token
+    refused = [{CSRF_HEADER: token},  # names no origin (neither Origin nor Referer)
+               {"origin": "null", CSRF_HEADER: token},  # a sandboxed frame, a data: or file: page
+               {"origin": "http://evil.example", CSRF_HEADER: token},
+               {"origin": "http://127.0.0.1:9999", CSRF_HEADER: token},  # another port is another origin
+               {"referer": "http://evil.example/page.html", CSRF_HEADER: token},
+               {"origin": own},  # no token
+               {"origin": own, CSRF_HEADER: "0" * 64},
+               {"origin": own, CSRF_HEADER: stranger}]
+    form = {"name": "Mallory", "hidden": "1", "other": str(other["id"]), "tracks": str(person["tracks"][0]), "person": str(person["id"])}
+    before = client.get("/api/people?all=1").json()
+    for path in posts:
+        url = re.sub(r"\{track_id[^}]*\}", str(person["tracks"][0]), re.sub(r"\{person_id[^}]*\}", str(person["id"]), path))
+        for headers in refused:
+            files = {"photo": ("two.jpg", TWO_PEOPLE.read_bytes(), "image/jpeg")} if path == "/" else None
+            r = client.post(url, data=form, files=files, headers=headers, follow_redirects=False)
+            assert r.status_code == 403, (url, headers, r.status_code)
+            assert "refused" in r.text or "token" in r.text
+    assert client.get("/api/people?all=1").json() == before  # nothing changed
+    # The page's own form, as a browser posts it: its hidden field, its Origin (or only a Referer).
+    page = client.get(f"/people/{person['id']}").text
+    field = re.search(r'name="csrf" value="([0-9a-f]{64})"', page).group(1)
+    assert field == token and page.count('name="csrf"') == page.count('method="post"') >= 4
+    r = client.post(f"/people/{person['id']}/name", data={"name": "Page Name", "csrf": field}, headers={"origin": own},
+                    follow_redirects=False)
+    assert r.status_code == 303
+    r = client.post(f"/api/people/{person['id']}/hide", json={"hidden": False}, headers={"referer": own + "/people", CSRF_HEADER: token})
+    assert r.status_code == 200
+    assert any(p["name"] == "Page Name" for p in client.get("/api/people").json()["people"])
+    # A restarted server (a new key) asks open pages to be reloaded.
+    again = create_app(library, cache_dir=tmp_path)
+    again_client = TestClient(again, base_url=own, cookies=client.cookies)
+    r = again_client.post(f"/api/people/{person['id']}/name", json={"name": "x"}, headers={"origin": own, CSRF_HEADER: token})
+    assert r.status_code == 403 and "reload the page" in r.text
+
+
+def test_api_query_is_open_to_scripts_but_not_to_other_sites(client, library):
+    """/api/query changes nothing: a script posts without a token; a browser page of another site cannot."""
+    photo = {"photo": ("lmm.png", MIRANDA.read_bytes(), "image/png")}
+    bare = TestClient(client.app)
+    assert bare.post("/api/query", files=photo, data={"k": "1"}).status_code == 200
+    assert bare.post("/api/query", files=photo, data={"k": "1"}, headers={"origin": "http://testserver"}).status_code == 200
+    for headers in ({"origin": "null"}, {"origin": "http://evil.example"}, {"referer": "http://evil.example/"}):
+        assert bare.post("/api/query", files=photo, data={"k": "1"}, headers=headers).status_code == 403, headers
 
 
 # ----- uploads: MiB, bounded, streamed ----------------------------------------------------------------
