@@ -31,7 +31,7 @@ from headsearch.basics.media import fingerprint_open
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # O_NONBLOCK: opening a FIFO must not wait for a writer
-_LINK_ERRORS = {errno.ELOOP, errno.ENOTDIR, errno.EMLINK}  # O_NOFOLLOW met a link (EMLINK on FreeBSD), or a folder is no folder now
+_LINK_ERRORS = {errno.ELOOP, errno.EMLINK}  # O_NOFOLLOW met a link (EMLINK on FreeBSD)
 MAX_VERIFIED = 4096  # file versions whose fingerprint was checked, remembered
 
 
@@ -65,7 +65,12 @@ def open_without_links(base: str | Path, parts: tuple[str, ...]) -> int:
     folder = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the base itself may be reached by a link: it is trusted
     try:
         for part in parts[:-1]:
-            inner = os.open(part, _DIRECTORY, dir_fd=folder)
+            try:
+                inner = os.open(part, _DIRECTORY, dir_fd=folder)
+            except NotADirectoryError:  # a link, or a file where a folder was: Linux says ENOTDIR for both
+                if stat.S_ISLNK(os.stat(part, dir_fd=folder, follow_symlinks=False).st_mode):
+                    raise OSError(errno.ELOOP, "a symbolic link on the way") from None
+                raise
             os.close(folder)
             folder = inner
         return os.open(parts[-1], _FILE, dir_fd=folder)
@@ -88,6 +93,8 @@ def _open_error(e: OSError, path: str, what: str) -> FileNotServed:
         return FileNotServed(f"{what}: {path} is no longer there")
     if e.errno in _LINK_ERRORS:
         return FileNotServed(f"{what}: {path} now leads through a symbolic link the library did not index; not served")
+    if e.errno == errno.ENOTDIR:
+        return FileNotServed(f"{what}: {path} is not there as indexed (a file stands where a folder was)")
     return FileNotServed(f"{what}: cannot read {path} ({e.strerror or e})")
 
 
@@ -139,7 +146,7 @@ def open_in_folder(base: Path, relative: str, what: str) -> OpenFile:
     """A file the app keeps inside `base` (a thumbnail, a picture, a preview clip) at `relative`: a
     regular file reached without any link below `base`; FileNotServed otherwise."""
     parts = PurePosixPath(relative).parts
-    shown = f"{relative}"
+    shown = relative
     try:
         fd = open_without_links(base, parts)
     except OSError as e:
@@ -147,6 +154,8 @@ def open_in_folder(base: Path, relative: str, what: str) -> OpenFile:
             raise FileNotServed(f"{what}: {shown} is missing") from e
         if e.errno in _LINK_ERRORS:
             raise FileNotServed(f"{what}: {shown} is a symbolic link (or lies behind one); not served") from e
+        if e.errno == errno.ENOTDIR:
+            raise FileNotServed(f"{what}: {shown} is missing (a file stands where its folder was)") from e
         if e.errno == errno.EINVAL:
             raise FileNotServed(f"{what}: {shown} is not a file of the library folder") from e
         raise FileNotServed(f"{what}: cannot read {shown} ({e.strerror or e})") from e

@@ -405,6 +405,8 @@ def test_media_thumbnails_and_pictures_only_as_indexed(own_files, tmp_path):
     with swapped(photo.parent, folder_link):
         refused(urls[photo][0], 404, "symbolic link")
         refused(urls[clip][0], 404, "symbolic link")
+    with swapped(photo.parent, lambda p, _: p.write_bytes(b"a file where the folder was")):
+        refused(urls[photo][0], 404, "a file stands where a folder was")
     os.utime(photo)  # touched, the same content: still the file indexed (as for the indexer)
     assert client.get(urls[photo][0]).content == TWO_PEOPLE.read_bytes()
 
