@@ -189,7 +189,7 @@ def small_library(folder: Path, source: Path = HERE) -> Path:
     library = folder / "library"
     code = "import sys; from cli.main import main; sys.argv[0] = 'headsearch'; main()"
     subprocess.run([sys.executable, "-c", code, "index", str(PHOTO), "--library", str(library), "-q"],
-                   env={**os.environ, "PYTHONPATH": str(source)}, check=True, timeout=600)
+                   env={**os.environ, "PYTHONPATH": str(source)}, check=True, timeout=600, stdout=subprocess.DEVNULL)
     return library
 
 
