@@ -1,23 +1,24 @@
 """`headsearch serve`: search, watch and browse a library in a browser (Starlette + Jinja2, no build step).
 
 Every page has a JSON twin under /api with the same data. Media, thumbnails and frames are served by
-id (the path comes from the library, never from the request); nothing lists folders. Uploads are
-capped and checked before anything decodes them. Off the loopback, every request needs the token.
+id (the path comes from the library, never from the request), only as the files indexed, never
+through a symbolic link (`serve.files`); nothing lists folders. Ids are whole numbers below 2^63
+(DuckDB's BIGINT); any other is not found. Uploads are capped, streamed to disk, a few at a time,
+and checked before anything decodes them (`serve.uploads`). Requests that change something need the
+same origin and the session's token; off the loopback, every request needs the token (`serve.guard`).
 """
 from __future__ import annotations
 
-import hmac
 import logging
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -25,14 +26,42 @@ from starlette.templating import Jinja2Templates
 from headsearch.basics.errors import HeadsearchError, LibraryError, MediaError, NoHeadFound
 from headsearch.basics.settings import MediaLimits
 from headsearch.people.persons import PersonNotFound, hide_person, merge_people, name_person, not_this_person, split_person, update_people
-from serve.uploads import UploadRefused, query_upload
+from serve.files import FileChanged, FileNotServed, OpenFileResponse
+from serve.guard import CSRF_FIELD, CSRF_HEADER, Guard, SessionTokens, csrf_token, require_csrf_token
+from serve.uploads import UploadRefused, UploadSlots, read_form, received_photo
 from serve.views import MAX_K, NotFound, Site
 
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
-TOKEN_COOKIE = "headsearch_token"
-LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+MAX_ID = 2**63 - 1  # DuckDB's BIGINT, the type of every id
+
+
+def parse_id(raw: str) -> int | None:
+    """A decimal id, or None when it is no whole number within BIGINT (it names nothing in the library)."""
+    raw = raw.strip()
+    if not raw.isascii() or not raw.isdigit() or len(raw.lstrip("0")) > 19:  # also keeps int() off 4,300-digit strings
+        return None
+    value = int(raw)
+    return value if value <= MAX_ID else None
+
+
+class IdConvertor(Convertor[int]):
+    """`{name:id}` in a route: digits only; a number past BIGINT is not found (404), never sent to the database."""
+
+    regex = "[0-9]+"
+
+    def convert(self, value: str) -> int:
+        parsed = parse_id(value)
+        if parsed is None:
+            raise NotFound(f"not found: {value[:20]}{'...' if len(value) > 20 else ''} is no id (ids are below 2^63)")
+        return parsed
+
+    def to_string(self, value: int) -> str:
+        return str(value)
+
+
+register_url_convertor("id", IdConvertor())
 
 
 def hms(seconds: float | None) -> str:
@@ -58,8 +87,8 @@ def _wants_json(request: Request) -> bool:
 def _page(request: Request, template: str, data: dict, status: int = 200) -> Response:
     if _wants_json(request):
         return JSONResponse(data, status_code=status)
-    return templates.TemplateResponse(request, template, {"data": data, "token_needed": request.app.state.token is not None},
-                                      status_code=status)
+    return templates.TemplateResponse(request, template, {"data": data, "token_needed": request.app.state.token is not None,
+                                                          "csrf": csrf_token(request), "csrf_field": CSRF_FIELD}, status_code=status)
 
 
 def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
@@ -99,17 +128,23 @@ async def search_form(request: Request) -> Response:
 
 async def search(request: Request) -> Response:
     """POST / and POST /api/query: a photo in (multipart field `photo`, or the raw image as the body);
-    /api/query answers exactly what `headsearch query --json` prints for that photo."""
-    data, name, fields = await query_upload(request, request.app.state.max_upload)
-    try:
-        k = int(fields.get("k", 5))
-    except ValueError as e:
-        raise HTTPException(400, "k must be a whole number") from e
-    if not 1 <= k <= MAX_K:
-        raise HTTPException(400, f"k must be between 1 and {MAX_K}")
-    all_heads, whole_image, show_weak = _flag(fields.get("all")), _flag(fields.get("whole_image")), _flag(fields.get("show_weak"))
-    site = _site(request)
-    answer = await run_in_threadpool(site.search, data, name, k, all_heads, whole_image, show_weak)
+    /api/query answers exactly what `headsearch query --json` prints for that photo. The page's form
+    carries the session's token; /api/query, which changes nothing, needs none (`serve.guard`)."""
+    state = request.app.state
+    async with received_photo(request, state.max_upload, state.upload_slots) as photo:
+        fields = photo.fields
+        if not _wants_json(request):
+            require_csrf_token(request, fields)
+        try:
+            k = int(fields.get("k", 5))
+        except ValueError as e:
+            raise HTTPException(400, "k must be a whole number") from e
+        if not 1 <= k <= MAX_K:
+            raise HTTPException(400, f"k must be between 1 and {MAX_K}")
+        all_heads, whole_image, show_weak = _flag(fields.get("all")), _flag(fields.get("whole_image")), _flag(fields.get("show_weak"))
+        site = _site(request)
+        answer = await run_in_threadpool(site.search, photo.path, photo.name, k, all_heads, whole_image, show_weak)
+        name = photo.name
     if _wants_json(request):
         from headsearch.search.hits import results_json
 
@@ -145,20 +180,28 @@ async def watch(request: Request) -> Response:
     start = _float_param(request, "start", 0.0)
     end = _float_param(request, "end", start)
     track_id = request.query_params.get("track")
-    if track_id is not None and not track_id.isdigit():
-        raise HTTPException(400, "track must be a track id")
-    data = await run_in_threadpool(_site(request).watch_page, request.path_params["video_id"], start, end,
-                                   None if track_id is None else int(track_id))
+    track = None if track_id is None else _id_field(track_id, "track")
+    data = await run_in_threadpool(_site(request).watch_page, request.path_params["video_id"], start, end, track)
     return _page(request, "watch.html", data)
+
+
+def _id_field(raw: object, what: str) -> int:
+    """An id given in a form, JSON body or query string: 400 when it is no number, 404 past BIGINT."""
+    text = str(raw).strip()
+    if not text.isascii() or not text.isdigit():
+        raise HTTPException(400, f"{what} must be a {what} id")
+    value = parse_id(text)
+    if value is None:
+        raise NotFound(f"no {what} {text[:20]}{'...' if len(text) > 20 else ''} (ids are below 2^63)")
+    return value
 
 
 # ----- corrections (forms post here; /api twins answer JSON) ----------------------------------------
 async def _form(request: Request) -> dict:
-    if request.headers.get("content-type", "").startswith("application/json"):
-        body = await request.json()
-        return body if isinstance(body, dict) else {}
-    form = await request.form(max_files=0, max_fields=20)
-    return {k: v for k, v in form.items() if isinstance(v, str)}
+    """The fields of a correction (a form or a JSON object, at most a few KiB), once its session token is checked."""
+    fields = await read_form(request)
+    require_csrf_token(request, fields)
+    return fields
 
 
 def _done(request: Request, back: str, result: dict) -> Response:
@@ -184,17 +227,15 @@ async def person_hide(request: Request) -> Response:
 
 async def person_merge(request: Request) -> Response:
     pid = request.path_params["person_id"]
-    other = str((await _form(request)).get("other", ""))
-    if not other.isdigit():
-        raise HTTPException(400, "other must be a person id")
-    await run_in_threadpool(merge_people, _site(request).library, pid, int(other))
-    return _done(request, f"/people/{pid}", {"id": pid, "merged": int(other)})
+    other = _id_field((await _form(request)).get("other", ""), "person")
+    await run_in_threadpool(merge_people, _site(request).library, pid, other)
+    return _done(request, f"/people/{pid}", {"id": pid, "merged": other})
 
 
 async def person_split(request: Request) -> Response:
     pid = request.path_params["person_id"]
     raw = (await _form(request)).get("tracks", "")
-    tracks = [int(x) for x in str(raw).replace(",", " ").split() if x.isdigit()]
+    tracks = [_id_field(x, "track") for x in str(raw).replace(",", " ").split() if x.isdigit()]
     if not tracks:
         raise HTTPException(400, "tracks must list track ids")
     new = await run_in_threadpool(split_person, _site(request).library, pid, tracks)
@@ -203,28 +244,31 @@ async def person_split(request: Request) -> Response:
 
 async def track_not_this_person(request: Request) -> Response:
     tid = request.path_params["track_id"]
-    raw = str((await _form(request)).get("person", ""))
+    raw = str((await _form(request)).get("person", "")).strip()
     site = _site(request)
-    was = await run_in_threadpool(not_this_person, site.library, tid, int(raw) if raw.isdigit() else None)
+    was = await run_in_threadpool(not_this_person, site.library, tid, _id_field(raw, "person") if raw.isdigit() else None)
     return _done(request, f"/people/{was}", {"track_id": tid, "was": was})
 
 
 async def people_update(request: Request) -> Response:
+    await _form(request)
     summary = await run_in_threadpool(update_people, _site(request).library)
     return _done(request, "/people", {"summary": summary.line()})
 
 
 # ----- media by id ---------------------------------------------------------------------------------
 async def media(request: Request) -> Response:
-    """The file itself, with HTTP Range support (seeking in the player)."""
+    """The file itself, with HTTP Range support (seeking in the player): only the version indexed, never through a link."""
     site = _site(request)
     v = await run_in_threadpool(site.video_row, request.path_params["video_id"])
-    path = Path(v.path)
-    if not path.is_file():
-        raise NotFound(f"video {v.id}: the file is no longer there")
-    if v.kind != "image" and not (await run_in_threadpool(site.playback, v)).direct:
-        raise HTTPException(415, "browsers cannot play this file; use its preview")
-    return FileResponse(path, headers={"Cache-Control": "private, max-age=60"})
+    opened = await run_in_threadpool(site.open_indexed, v)
+    try:
+        if v.kind != "image" and not (await run_in_threadpool(site.playback, v)).direct:
+            raise HTTPException(415, "browsers cannot play this file; use its preview")
+    except BaseException:
+        opened.close()
+        raise
+    return OpenFileResponse(opened, headers={"Cache-Control": "private, max-age=60"})  # the media type guessed from the path
 
 
 async def preview(request: Request) -> Response:
@@ -234,18 +278,23 @@ async def preview(request: Request) -> Response:
     v = await run_in_threadpool(site.video_row, request.path_params["video_id"])
     if v.kind == "image":
         raise HTTPException(415, "a photo has no preview clip")
-    clip, _ = await run_in_threadpool(site.cache.preview, v, start, end)
-    return FileResponse(clip, media_type="video/mp4", headers={"Cache-Control": "private, max-age=3600"})
+    clip, _ = await run_in_threadpool(site.cache.preview, v, start, end, site.files)
+    return OpenFileResponse(clip, media_type="video/mp4", headers={"Cache-Control": "private, max-age=3600"})
 
 
 async def thumbnail(request: Request) -> Response:
-    path = await run_in_threadpool(_site(request).thumbnail, request.path_params["track_id"])
-    return FileResponse(path, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
+    opened = await run_in_threadpool(_site(request).thumbnail, request.path_params["track_id"])
+    return OpenFileResponse(opened, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
 
 
 async def frame(request: Request) -> Response:
-    path = await run_in_threadpool(_site(request).frame, request.path_params["sighting_id"])
-    return FileResponse(path, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
+    opened = await run_in_threadpool(_site(request).frame, request.path_params["sighting_id"])
+    return OpenFileResponse(opened, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
+
+
+async def csrf(request: Request) -> Response:
+    """GET /api/csrf: the session's token for scripts (the cookie comes with it), and where to put it."""
+    return JSONResponse({"token": csrf_token(request), "header": CSRF_HEADER, "field": CSRF_FIELD})
 
 
 # ----- errors --------------------------------------------------------------------------------------
@@ -261,12 +310,16 @@ async def on_http(request: Request, exc: HTTPException) -> Response:
 
 
 async def on_refused(request: Request, exc: UploadRefused) -> Response:
-    return _error(request, exc.status, str(exc))
+    response = _error(request, exc.status, str(exc))
+    response.headers.update(exc.headers)
+    return response
 
 
 async def on_domain(request: Request, exc: HeadsearchError) -> Response:
-    if isinstance(exc, NotFound | PersonNotFound):
+    if isinstance(exc, NotFound | PersonNotFound | FileNotServed):
         status = 404
+    elif isinstance(exc, FileChanged):
+        status = 409
     elif isinstance(exc, NoHeadFound):
         status = 422
     elif isinstance(exc, LibraryError):
@@ -278,62 +331,38 @@ async def on_domain(request: Request, exc: HeadsearchError) -> Response:
     return _error(request, status, str(exc))
 
 
-# ----- guard: token, same-origin posts, host names -------------------------------------------------
-class Guard(BaseHTTPMiddleware):
-    async def dispatch(self, request: Request, call_next):
-        state = request.app.state
-        hosts = state.allowed_hosts
-        if hosts is not None and (request.url.hostname or "") not in hosts:
-            return PlainTextResponse("unknown host name", status_code=400)
-        if request.method not in ("GET", "HEAD"):
-            origin = request.headers.get("origin")
-            if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
-                return PlainTextResponse("cross-site request refused", status_code=403)
-        if state.token is None:
-            return await call_next(request)
-        given = request.query_params.get("token") or request.cookies.get(TOKEN_COOKIE) or ""
-        auth = request.headers.get("authorization", "")
-        if auth.lower().startswith("bearer "):
-            given = auth[7:].strip()
-        if not hmac.compare_digest(given.encode(), state.token.encode()):
-            return PlainTextResponse("a token is needed: open the address `headsearch serve` printed", status_code=401)
-        response = await call_next(request)
-        if request.query_params.get("token"):
-            response.set_cookie(TOKEN_COOKIE, state.token, httponly=True, samesite="strict")
-        return response
-
-
 def create_app(library: Path, token: str | None = None, cache_dir: Path | None = None, model: str | None = None,
-               allowed_hosts: set[str] | None = None, max_upload: int | None = None) -> Starlette:
+               allowed_hosts: set[str] | None = None, max_upload: int | None = None, upload_slots: int | None = None) -> Starlette:
     """The web app for one library (opened read-only here; a missing or newer library raises LibraryError)."""
     site = Site(library, cache_dir, model)
-    pid = "{person_id:int}"
+    pid = "{person_id:id}"
     routes = [
         Route("/", search_form, methods=["GET"]),
         Route("/", search, methods=["POST"]),
         Route("/api/query", search, methods=["POST"]),
+        Route("/api/csrf", csrf, methods=["GET"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     for prefix in ("", "/api"):
         routes += [
             Route(f"{prefix}/videos", videos),
-            Route(f"{prefix}/videos/{{video_id:int}}", video),
-            Route(f"{prefix}/tracks/{{track_id:int}}", track),
+            Route(f"{prefix}/videos/{{video_id:id}}", video),
+            Route(f"{prefix}/tracks/{{track_id:id}}", track),
             Route(f"{prefix}/people", people),
             Route(f"{prefix}/people/{pid}", person),
-            Route(f"{prefix}/watch/{{video_id:int}}", watch),
+            Route(f"{prefix}/watch/{{video_id:id}}", watch),
             Route(f"{prefix}/people/update", people_update, methods=["POST"]),
             Route(f"{prefix}/people/{pid}/name", person_name, methods=["POST"]),
             Route(f"{prefix}/people/{pid}/hide", person_hide, methods=["POST"]),
             Route(f"{prefix}/people/{pid}/merge", person_merge, methods=["POST"]),
             Route(f"{prefix}/people/{pid}/split", person_split, methods=["POST"]),
-            Route(f"{prefix}/tracks/{{track_id:int}}/not-this-person", track_not_this_person, methods=["POST"]),
+            Route(f"{prefix}/tracks/{{track_id:id}}/not-this-person", track_not_this_person, methods=["POST"]),
         ]
     routes += [
-        Route("/media/{video_id:int}", media),
-        Route("/media/{video_id:int}/preview", preview),
-        Route("/thumbnails/{track_id:int}.jpg", thumbnail),
-        Route("/frames/{sighting_id:int}.jpg", frame),
+        Route("/media/{video_id:id}", media),
+        Route("/media/{video_id:id}/preview", preview),
+        Route("/thumbnails/{track_id:id}.jpg", thumbnail),
+        Route("/frames/{sighting_id:id}.jpg", frame),
     ]
     app = Starlette(routes=routes, middleware=[Middleware(Guard)],
                     exception_handlers={HTTPException: on_http, UploadRefused: on_refused, HeadsearchError: on_domain})
@@ -341,4 +370,6 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
     app.state.token = token
     app.state.allowed_hosts = allowed_hosts
     app.state.max_upload = max_upload if max_upload is not None else MediaLimits.from_env().max_upload_bytes  # $HEADSEARCH_MAX_UPLOAD_BYTES
+    app.state.upload_slots = UploadSlots() if upload_slots is None else UploadSlots(upload_slots)
+    app.state.csrf = SessionTokens()
     return app

@@ -1,7 +1,8 @@
 """What the web app shows of a file: whether a browser plays it as it is, short preview clips of those
 it cannot play (made with PyAV, cached), and the frame of a sighting with its head boxed (cached).
 
-Every path here comes from the library's database (looked up by id), never from a request.
+Every path here comes from the library's database (looked up by id), never from a request, and every
+file is read from a descriptor `serve.files` opened and checked (the version indexed, no link followed).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from headsearch.basics.errors import MediaError
 from headsearch.basics.files import atomic_write
 from headsearch.basics.quiet import native_stderr_silenced
 from headsearch.store.rows import VideoRow
+from serve.files import IndexedFiles, OpenFile, open_in_folder
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +54,13 @@ class Playback:
     reason: str  # why not, for the page ("hevc in avi")
 
 
-def probe_playback(path: Path) -> Playback:
-    """Whether browsers play the file as it is: container and codecs, read with PyAV."""
+def probe_playback(path: Path, opened: OpenFile) -> Playback:
+    """Whether browsers play the file at `path` as it is (read from `opened`): container and codecs, read with PyAV."""
     import av
 
     family = "mp4" if path.suffix.lower() in MP4_EXTENSIONS else "webm" if path.suffix.lower() == ".webm" else None
     try:
-        with decoding(), av.open(str(path)) as container:
+        with decoding(), _reader(opened) as f, av.open(f) as container:
             video = container.streams.video[0].codec_context.name if container.streams.video else None
             audio = container.streams.audio[0].codec_context.name if container.streams.audio else None
     except (av.error.FFmpegError, OSError, IndexError) as e:
@@ -86,38 +88,48 @@ class MediaCache:
             return self._locks.setdefault(key, threading.Lock())
 
     # ----- preview clips -----------------------------------------------------------------------
-    def preview(self, video: VideoRow, start: float, end: float) -> tuple[Path, float]:
+    def preview(self, video: VideoRow, start: float, end: float, files: IndexedFiles) -> tuple[OpenFile, float]:
         """A short H.264 MP4 of [start - pad, end + pad] (at most PREVIEW_MAX_S) of a file browsers
-        cannot play; returns the clip and the file time its first frame shows."""
+        cannot play, made from the version indexed only; returns the clip, open, and the file time its first frame shows."""
         clip_start = max(0.0, start - PREVIEW_PAD_S)
         clip_end = min(max(end + PREVIEW_PAD_S, clip_start + 1.0), clip_start + PREVIEW_MAX_S)
         if video.duration:
             clip_end = min(clip_end, float(video.duration) + 1.0)
         key = f"{video.fingerprint[:16]}-{round(clip_start * 1000)}-{round(clip_end * 1000)}"
-        out = self.folder / "previews" / f"{key}.mp4"
-        with self._lock(key):
-            if not out.is_file():
-                make_preview(Path(video.path), out, clip_start, clip_end)
-        return out, clip_start
+        name = f"previews/{key}.mp4"
+        source = files.open(video.path, video.size, video.fingerprint, f"video {video.id}")
+        try:
+            with self._lock(key):
+                if not os.path.lexists(self.folder / name):
+                    make_preview(source, self.folder / name, clip_start, clip_end)
+        finally:
+            source.close()
+        return open_in_folder(self.folder, name, f"video {video.id}'s preview clip"), clip_start
 
 
-def make_preview(path: Path, out: Path, start: float, end: float) -> None:
-    """Transcode [start, end] of a file to H.264 MP4 (no audio), written atomically."""
+@contextlib.contextmanager
+def _reader(opened: OpenFile) -> Iterator:
+    """A file object of its own on an open file, from its start (for PyAV)."""
+    with os.fdopen(os.dup(opened.fd), "rb") as f:
+        f.seek(0)
+        yield f
+
+
+def make_preview(source: OpenFile, out: Path, start: float, end: float) -> None:
+    """Transcode [start, end] of an open file to H.264 MP4 (no audio), written atomically."""
     import av
 
-    if not path.is_file():
-        raise MediaError(f"{path}: the file is no longer there")
     try:
-        with decoding():
-            atomic_write(out, lambda tmp: _transcode(path, tmp, start, end), fsync=False)
+        with decoding(), _reader(source) as f:
+            atomic_write(out, lambda tmp: _transcode(f, source.path, tmp, start, end), fsync=False)
     except (av.error.FFmpegError, IndexError) as e:
-        raise MediaError(f"{path}: cannot make a preview clip ({e})") from e
+        raise MediaError(f"{source.path}: cannot make a preview clip ({e})") from e
 
 
-def _transcode(path: Path, out: Path, start: float, end: float) -> None:
+def _transcode(f, path: str, out: Path, start: float, end: float) -> None:
     import av
 
-    with av.open(str(path)) as src:
+    with av.open(f) as src:
         stream = src.streams.video[0]
         stream.thread_type = "AUTO"
         w, h = stream.codec_context.width, stream.codec_context.height

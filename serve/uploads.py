@@ -1,75 +1,166 @@
-"""Query photos sent to the web app: read with a size cap, checked to be an image of sane dimensions
-before anything decodes it (a small PNG can claim to be 100,000 x 100,000 pixels)."""
+"""Request bodies the web app reads, bounded: query photos and the small forms of corrections.
+
+A query photo streams to a temporary file (deleted when its request is done), never whole in memory
+while it arrives; it is refused (413) as soon as it is known to pass the cap: at once when its
+Content-Length says so, else at the first byte past it. At most `UPLOAD_SLOTS` uploads are read at a
+time; one more is answered 503 with Retry-After at once, not queued. The photo's header is checked
+before anything decodes it (a small PNG can claim to be 100,000 x 100,000 pixels).
+"""
 from __future__ import annotations
 
+import contextlib
+import json
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
+from starlette.types import Message, Receive
 
 IMAGE_FORMATS = {"JPEG", "PNG", "WEBP", "BMP", "TIFF", "GIF", "MPO"}
+UPLOAD_SLOTS = 4  # uploads read at once; searches then run one at a time (serve.views.Site.search)
+UPLOAD_SECONDS = 120.0  # an upload must arrive within this
+RETRY_AFTER_S = 2
+FORM_LIMIT = 64 * 1024  # the body of a correction: a name, a few ids
+HEADER_BYTES = 1 << 20  # what the header check reads of a photo (Pillow reads the file itself for other formats)
+
+
+def mib(n: float) -> str:
+    """Bytes in MiB, as the cap is set (20 MiB, 1.9 MiB)."""
+    return f"{n / 2**20:.1f}".removesuffix(".0") + " MiB"
 
 
 class UploadRefused(Exception):
-    """An upload the app will not look at; carries the HTTP status and one line for the user."""
+    """A request body the app will not look at; carries the HTTP status, one line for the user, and headers."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status = status
+        self.headers = headers or {}
 
 
-async def read_capped_body(request: Request, limit: int) -> bytes:
-    """The request body, refused (413) as soon as it is known to pass `limit` bytes."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise UploadRefused(413, f"upload too large ({int(declared) / 1e6:.1f} MB; at most {limit / 1e6:.0f} MB)")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise UploadRefused(413, f"upload too large (more than {limit / 1e6:.0f} MB)")
-        chunks.append(chunk)
-    return b"".join(chunks)
+class UploadSlots:
+    """At most `slots` uploads at a time; one more is refused at once (503, Retry-After) rather than queued."""
 
+    def __init__(self, slots: int = UPLOAD_SLOTS):
+        self.slots = self.free = slots
 
-def replay(body: bytes):
-    """An ASGI `receive` that hands an already read body to a new Request (to parse a form from it)."""
-    sent = False
-
-    async def receive():
-        nonlocal sent
-        if sent:
-            return {"type": "http.disconnect"}
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return receive
-
-
-async def query_upload(request: Request, limit: int) -> tuple[bytes, str, dict[str, str]]:
-    """The photo of a query request and its other fields: a multipart form (field `photo`) or a raw
-    image body with the fields in the query string."""
-    body = await read_capped_body(request, limit)
-    fields = {k: v for k, v in request.query_params.items()}
-    if request.headers.get("content-type", "").startswith("multipart/form-data"):
-        form = await Request(request.scope, replay(body)).form(max_files=1, max_fields=20)
+    @contextlib.asynccontextmanager
+    async def hold(self) -> AsyncIterator[None]:
+        if self.free <= 0:  # one event loop: nothing runs between this test and the count below
+            raise UploadRefused(503, f"busy: {self.slots} uploads are being read; try again in a moment",
+                                {"Retry-After": str(RETRY_AFTER_S)})
+        self.free -= 1
         try:
-            photo = form.get("photo")
-            for key, value in form.multi_items():
-                if isinstance(value, str):
-                    fields[key] = value
-            if not isinstance(photo, UploadFile):
-                raise UploadRefused(400, "no photo in the form (field `photo`)")
-            data, name = await photo.read(), photo.filename or "photo"
+            yield
         finally:
-            await form.close()
-    else:
-        data, name = body, fields.get("name", "photo")
-    check_image(data)
-    return data, name, fields
+            self.free += 1
 
 
-def check_image(data: bytes) -> tuple[int, int]:
+def refuse_declared(request: Request, limit: int, what: str = "upload") -> None:
+    """413 at once when the request's Content-Length passes `limit`."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise UploadRefused(413, f"{what} too large ({mib(int(declared))}; at most {mib(limit)})")
+
+
+def capped(request: Request, limit: int, what: str = "upload") -> Request:
+    """The request, reading its body through a counter that refuses (413) the first byte past `limit`."""
+    size = 0
+    receive: Receive = request.receive
+
+    async def counted() -> Message:
+        nonlocal size
+        message = await receive()
+        if message["type"] == "http.request":
+            size += len(message.get("body", b""))
+            if size > limit:
+                raise UploadRefused(413, f"{what} too large (more than {mib(limit)})")
+        return message
+
+    return Request(request.scope, counted)
+
+
+async def read_form(request: Request, limit: int = FORM_LIMIT) -> dict:
+    """The fields of a small form or JSON object (a correction), refused past `limit` bytes."""
+    refuse_declared(request, limit, "request")
+    body = capped(request, limit, "request")
+    if request.headers.get("content-type", "").startswith("application/json"):
+        try:
+            data = json.loads(await body.body() or b"{}")
+        except ValueError as e:
+            raise UploadRefused(400, "the body is not JSON") from e
+        return data if isinstance(data, dict) else {}
+    form = await body.form(max_files=0, max_fields=20)
+    return {k: v for k, v in form.items() if isinstance(v, str)}
+
+
+@dataclass(frozen=True)
+class Photo:
+    """A query photo received: its temporary file (gone once the request is done), its name, the other fields."""
+
+    path: Path
+    name: str
+    fields: dict[str, str]
+
+
+@contextlib.asynccontextmanager
+async def received_photo(request: Request, limit: int, slots: UploadSlots) -> AsyncIterator[Photo]:
+    """The photo of a query request (a multipart form, field `photo`, or a raw image body with the fields
+    in the query string), in a temporary file deleted on leaving, its header checked."""
+    refuse_declared(request, limit)
+    fields = dict(request.query_params)
+    async with slots.hold():
+        with tempfile.NamedTemporaryFile(prefix="headsearch-upload-", suffix=".part") as file:
+            try:
+                with anyio.fail_after(UPLOAD_SECONDS):
+                    if request.headers.get("content-type", "").startswith("multipart/form-data"):
+                        name = await _form_photo(capped(request, limit), file, fields)
+                    else:
+                        async for chunk in capped(request, limit).stream():
+                            file.write(chunk)
+                        name = fields.get("name", "photo")
+            except TimeoutError as e:
+                raise UploadRefused(408, f"upload too slow: not received within {UPLOAD_SECONDS:.0f} s") from e
+            file.flush()
+            path = Path(file.name)
+            check_image_file(path)
+            yield Photo(path, name, fields)
+
+
+async def _form_photo(request: Request, file, fields: dict[str, str]) -> str:
+    """Copy the form's `photo` into `file` (Starlette spools it to disk past 1 MiB); its other fields into `fields`."""
+    form = await request.form(max_files=1, max_fields=20)
+    try:
+        photo = form.get("photo")
+        for key, value in form.multi_items():
+            if isinstance(value, str):
+                fields[key] = value
+        if not isinstance(photo, UploadFile):
+            raise UploadRefused(400, "no photo in the form (field `photo`)")
+        photo.file.seek(0)
+        await run_in_threadpool(shutil.copyfileobj, photo.file, file, 1 << 20)
+        return photo.filename or "photo"
+    finally:
+        await form.close()
+
+
+def check_image_file(path: Path) -> tuple[int, int]:
+    """`check_image` of a photo in a file, reading its first bytes only."""
+    with open(path, "rb") as f:
+        head = f.read(HEADER_BYTES)
+    return check_image(head, path)
+
+
+def check_image(data: bytes, path: Path | None = None) -> tuple[int, int]:
     """Refuse what is not an image, and images too large to decode safely; returns (width, height).
-    Reads the header only (`headsearch.basics.images.image_header`): nothing is decoded here."""
+    Reads the header only (`headsearch.basics.images.image_header`, from `path` when `data` is only
+    the file's start): nothing is decoded here."""
     import numpy as np
 
     from headsearch.basics.errors import MediaError
@@ -80,7 +171,7 @@ def check_image(data: bytes) -> tuple[int, int]:
         raise UploadRefused(400, "empty upload: send a photo")
     limits = MediaLimits.from_env()
     try:
-        header = image_header(np.frombuffer(data, np.uint8), limits)
+        header = image_header(np.frombuffer(data, np.uint8), limits, path)
     except MediaError as e:  # Pillow's own bound on pixels (a decompression bomb)
         raise UploadRefused(413, f"image refused: too many pixels ({e})") from e
     if header is None:

@@ -7,8 +7,9 @@ database before each search.
 from __future__ import annotations
 
 import base64
+import threading
 from dataclasses import asdict
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.images import encode_jpeg
@@ -24,9 +25,11 @@ from headsearch.search.hits import (
 )
 from headsearch.search.pictures import pictures_folder, render_picture
 from headsearch.search.service import Answer, QueryOptions, SearchService
+from headsearch.store.layout import PICTURES, THUMBNAILS
 from headsearch.store.library import Library
 from headsearch.store.rows import ListedFile, TrackRow, VideoRow
 from schemas.records import VectorKind
+from serve.files import FileChanged, FileNotServed, IndexedFiles, OpenFile, open_in_folder
 from serve.media import PREVIEW_PAD_S, MediaCache, Playback, cache_folder, decoding, probe_playback
 
 MAX_K = 100
@@ -44,12 +47,17 @@ class Site:
         self.root = self.library.root
         self.cache = MediaCache(cache_dir or cache_folder(self.root, self.library.manifest.get("created_at", "")))
         self.service = SearchService(self.library, model, media_guard=decoding)
+        self.files = IndexedFiles()
         self._playback: dict[tuple[int, str], Playback] = {}
+        self._searching = threading.Lock()
 
     # ----- searching --------------------------------------------------------------------------------
-    def search(self, data: bytes, name: str, k: int, all_heads: bool, whole_image: bool, show_weak: bool = False) -> Answer:
-        """The answer `headsearch query` gives for a photo (confident hits only unless `show_weak`; never the photo itself)."""
-        return self.service.search_photo(data, QueryOptions(k=k, all_heads=all_heads, whole_image=whole_image, show_weak=show_weak), name)
+    def search(self, photo: Path, name: str, k: int, all_heads: bool, whole_image: bool, show_weak: bool = False) -> Answer:
+        """The answer `headsearch query` gives for an uploaded photo (a temporary file; named `name` in messages): confident
+        hits only unless `show_weak`, never the photo itself. One search at a time: a photo is read and decoded whole."""
+        options = QueryOptions(k=k, all_heads=all_heads, whole_image=whole_image, show_weak=show_weak)
+        with self._searching:
+            return self.service.search_photo(photo.read_bytes(), options, name)
 
     # ----- pages ------------------------------------------------------------------------------------
     def query_page(self, answer: Answer, all_heads: bool) -> dict:
@@ -153,10 +161,22 @@ class Site:
 
     # ----- media --------------------------------------------------------------------------------------
     def playback(self, video: VideoRow) -> Playback:
+        """Whether browsers play the file as it is (probed once, only as the version indexed)."""
         key = (video.id, video.fingerprint)
         if key not in self._playback:
-            self._playback[key] = probe_playback(Path(video.path))
+            try:
+                opened = self.open_indexed(video)
+            except (FileNotServed, FileChanged) as e:
+                return Playback(False, str(e))
+            try:
+                self._playback[key] = probe_playback(Path(video.path), opened)
+            finally:
+                opened.close()
         return self._playback[key]
+
+    def open_indexed(self, video: VideoRow) -> OpenFile:
+        """The indexed file, opened for sending only when it is the version indexed (`serve.files`)."""
+        return self.files.open(video.path, video.size, video.fingerprint, f"{'photo' if video.kind == 'image' else 'video'} {video.id}")
 
     def video_row(self, video_id: int) -> VideoRow:
         with self.library.browsing() as b:
@@ -165,27 +185,35 @@ class Site:
             raise NotFound(f"no video {video_id}")
         return video
 
-    def thumbnail(self, track_id: int) -> Path:
+    def thumbnail(self, track_id: int) -> OpenFile:
+        """A track's thumbnail: a regular file in the library's thumbnails folder, never through a link."""
         with self.library.browsing() as b:
             track = b.track(track_id)
         if track is None:
             raise NotFound(f"no track {track_id}")
-        path = self.root / track.thumbnail
-        if not path.is_file():
-            raise NotFound(f"track {track_id} has no thumbnail")
-        return path
+        if PurePosixPath(track.thumbnail).parts[:1] != (THUMBNAILS,):
+            raise FileNotServed(f"track {track_id}: its thumbnail {track.thumbnail} is not in the library's {THUMBNAILS} folder")
+        return open_in_folder(self.root, track.thumbnail, f"track {track_id}'s thumbnail")
 
-    def frame(self, sighting_id: int) -> Path:
-        """The picture of a sighting: its frame with the head boxed (the same picture `query` makes)."""
+    def frame(self, sighting_id: int) -> OpenFile:
+        """The picture of a sighting: its frame with the head boxed (the same picture `query` makes), rendered only
+        from the version of the file indexed and kept in the library's pictures folder (else in the app's cache)."""
         with self.library.reading() as r:
             sighting = r.sightings([sighting_id]).get(sighting_id)
         if sighting is None:
             raise NotFound(f"no sighting {sighting_id}")
+        self.files.open(sighting.path, sighting.size, sighting.fingerprint, f"sighting {sighting_id}'s file").close()
+        base = self.root
+        if pictures_folder(self.root) != self.root / PICTURES:  # the library folder cannot be written: the app's own cache
+            base = self.cache.folder
+            (base / PICTURES).mkdir(parents=True, exist_ok=True)
         with decoding():
-            picture, why = render_picture(pictures_folder(self.root), Path(sighting.path), sighting.time, sighting)
+            picture, why = render_picture(base / PICTURES, Path(sighting.path), sighting.time, sighting)
         if picture is None:
             raise NotFound(f"no picture of sighting {sighting_id}: {why}")
-        return picture
+        if picture.parent != base / PICTURES:
+            raise FileNotServed(f"no picture of sighting {sighting_id}: it could not be kept in {base / PICTURES}")
+        return open_in_folder(base, f"{PICTURES}/{picture.name}", f"sighting {sighting_id}'s picture")
 
 
 def _crop_url(result: HeadResult) -> str:

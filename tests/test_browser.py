@@ -105,3 +105,34 @@ def test_people_pages(server, page):
     page.wait_for_selector(".tl-track")
     _images_loaded(page)
     page.screenshot(path=str(ARTEFACTS / "video.png"), full_page=True)
+
+
+def _person(server: str, pid: int) -> dict:
+    import json
+    from urllib.request import urlopen
+
+    with urlopen(f"{server}/api/people/{pid}", timeout=30) as r:
+        return json.load(r)["person"]
+
+
+def test_forms_work_and_other_pages_cannot_post(server, page):
+    """The app's own forms (with their token) change things; a form another site's page posts (a real
+    cross-site page, or a data: page whose Origin is `null`) is refused and changes nothing."""
+    page.goto(server + "/people")
+    page.locator(".person-name").first.click()
+    page.wait_for_selector("section.look")
+    pid = int(page.url.rstrip("/").split("/")[-1])
+    page.fill("input[name=name]", "Browser Name")
+    page.click("form[action$='/name'] button")
+    page.wait_for_selector("h1:has-text('Browser Name')")
+    assert _person(server, pid)["name"] == "Browser Name"
+    attack = (f'<form id="f" method="post" action="{server}/people/{pid}/name"><input name="name" value="Mallory">'
+              f'<input name="csrf" value="{"0" * 64}"></form><script>document.getElementById("f").submit()</script>')
+    page.route("http://evil.test/**", lambda route: route.fulfill(status=200, content_type="text/html", body=attack))
+    for start, why in (("http://evil.test/", "it comes from http://evil.test"), ("data:text/html," + attack, "a page without an origin")):
+        with page.expect_navigation(url=f"{server}/people/{pid}/name"):
+            page.goto(start)
+        text = page.inner_text("body")
+        assert "cross-site request refused" in text and why in text, (start[:20], text[:200])
+    page.unroute("http://evil.test/**")
+    assert _person(server, pid)["name"] == "Browser Name"

@@ -1,12 +1,21 @@
 """`headsearch serve` through Starlette's TestClient: every route and its JSON twin, /api/query equal to
 `query --json`, corrections from the web page, preview clips, and the safety cases (paths in
-requests, unknown ids, oversized, non-image and decompression-bomb uploads, Range requests, tokens)."""
+requests, unknown ids and ids past BIGINT, oversized, non-image and decompression-bomb uploads,
+Range requests, tokens, cross-site posts and the session's token, files swapped or linked behind the
+library, many large uploads at once against a real server)."""
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
+import re
 import shutil
+import socket
 import struct
+import sys
+import threading
+import time
 import zlib
 from fractions import Fraction
 from pathlib import Path
@@ -17,7 +26,13 @@ import pytest
 from conftest import EXAMPLES, HAMILTON, library_db, needs_data, pixel_copy, query_json, run
 from starlette.testclient import TestClient
 
+from headsearch.basics.media import fingerprint
 from serve.app import create_app, hms
+from serve.files import IndexedFiles, OpenFileResponse
+from serve.guard import CSRF_HEADER
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import upload_memory  # noqa: E402
 
 pytestmark = needs_data
 
@@ -48,9 +63,16 @@ def library(hamilton_library, tmp_path_factory) -> Path:
     return lib
 
 
+def as_the_pages(client: TestClient) -> TestClient:
+    """The client posts as the app's own pages do: from its origin, with the session cookie and its token."""
+    client.headers["origin"] = str(client.base_url).rstrip("/")
+    client.headers[CSRF_HEADER] = client.get("/api/csrf").json()["token"]
+    return client
+
+
 @pytest.fixture(scope="module")
 def client(library, tmp_path_factory) -> TestClient:
-    return TestClient(create_app(library, cache_dir=tmp_path_factory.mktemp("cache")))
+    return as_the_pages(TestClient(create_app(library, cache_dir=tmp_path_factory.mktemp("cache"))))
 
 
 def ids(library: Path, sql: str) -> list:
@@ -186,7 +208,7 @@ def _png_header_only(width: int, height: int) -> bytes:
 
 
 def test_uploads_are_checked_before_decoding(library, tmp_path):
-    client = TestClient(create_app(library, cache_dir=tmp_path, max_upload=2_000_000))
+    client = as_the_pages(TestClient(create_app(library, cache_dir=tmp_path, max_upload=2_000_000)))
     big = MIRANDA.read_bytes() + b"\0" * 2_000_000
     for body, status, message in [
         (big, 413, "too large"),
@@ -225,7 +247,8 @@ def test_token_and_origin_and_host(library, tmp_path):
     assert local.get("/videos", headers={"host": "evil.example"}).status_code == 400  # DNS rebinding
     r = local.post("/api/people/update", headers={"origin": "http://evil.example"})
     assert r.status_code == 403
-    assert local.post("/api/people/update", headers={"origin": "http://127.0.0.1"}).status_code == 200
+    token = local.get("/api/csrf").json()["token"]
+    assert local.post("/api/people/update", headers={"origin": "http://127.0.0.1", CSRF_HEADER: token}).status_code == 200
 
 
 def test_serve_refuses_other_hosts_without_a_token(library):
@@ -269,3 +292,315 @@ def test_the_app_sees_a_running_index_and_never_holds_the_database(library, tmp_
     itself = client.post("/api/query?k=3", content=MIRANDA.read_bytes(), headers={"content-type": "image/png"}).json()
     assert itself and all(h["video"] != str(MIRANDA) for h in itself)  # other hits (Lin in the clip) are still there
     run("remove", MIRANDA, "--library", library)
+
+
+# ----- ids past DuckDB's BIGINT ---------------------------------------------------------------------
+HUGE_IDS = ["9" * 52, str(2**63), str(2**64), "1" + "0" * 5000]
+
+
+def test_ids_out_of_range_are_not_found_on_every_id_route(client, library):
+    vid = video_id(library, HAMILTON)
+    person = json.loads(run("people", "--library", library, "--json", "--all").stdout)[0]["id"]
+    for n in HUGE_IDS:
+        for url in ("/media/{}", "/media/{}/preview", "/thumbnails/{}.jpg", "/frames/{}.jpg", "/videos/{}", "/api/videos/{}", "/tracks/{}",
+                    "/api/tracks/{}", "/people/{}", "/api/people/{}", "/watch/{}", "/api/watch/{}", f"/watch/{vid}?track={{}}"):
+            r = client.get(url.format(n))
+            assert r.status_code == 404, (url, len(n), r.status_code)
+        for url, form in (("/api/people/{}/name", {"name": "x"}), ("/api/people/{}/hide", {}), ("/api/people/{}/merge", {"other": "1"}),
+                          ("/api/people/{}/split", {"tracks": "1"}), ("/api/tracks/{}/not-this-person", {}),
+                          (f"/api/people/{person}/merge", {"other": n}), (f"/api/people/{person}/split", {"tracks": n}),
+                          ("/api/tracks/1/not-this-person", {"person": n}), ("/people/{}/name", {"name": "x"})):
+            r = client.post(url.format(n), data=form, follow_redirects=False)
+            assert r.status_code == 404 and "below 2^63" in r.text, (url, form.keys(), len(n), r.status_code)
+
+
+# ----- files served only as indexed ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def own_files(tmp_path_factory) -> tuple[Path, Path, Path, Path]:
+    """A library of our own copies of a photo and a video (the tests swap them behind its back), and a
+    secret file beside them that must never come out."""
+    root = tmp_path_factory.mktemp("swapped").resolve()
+    media = root / "media"
+    media.mkdir()
+    photo, clip = media / "two_people.jpg", media / "clip.mp4"
+    shutil.copyfile(TWO_PEOPLE, photo)
+    shutil.copyfile(HAMILTON, clip)
+    secret = root / "secret.txt"
+    secret.write_bytes(b"SECRET-KEY " * 5000)
+    library = root / "library"
+    run("index", media, "--library", library, "-q")
+    return library, photo, clip, secret
+
+
+@contextlib.contextmanager
+def swapped(path: Path, replace) -> None:
+    """`path` replaced by whatever `replace(path, original)` puts there (the original moved aside), then put back."""
+    aside = path.with_name(path.name + ".aside")
+    os.rename(path, aside)
+    try:
+        replace(path, aside)
+        yield
+    finally:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            path.unlink()
+        os.rename(aside, path)
+
+
+def link_to(target: Path):
+    return lambda path, _: os.symlink(target, path)
+
+
+def same_size_other_bytes(path: Path, original: Path) -> None:
+    data = bytearray(original.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    st = original.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # even the same mtime
+
+
+def test_media_thumbnails_and_pictures_only_as_indexed(own_files, tmp_path):
+    library, photo, clip, secret = own_files
+    client = TestClient(create_app(library, cache_dir=tmp_path / "cache"))
+    pid, vid = video_id(library, photo), video_id(library, clip)
+    track = ids(library, f"select id from tracks where video_id = {vid} order by id")[0]
+    sighting = ids(library, f"select id from observations where track_id = {track} order by id")[0]
+    thumbnail = library / "thumbnails" / f"{track}.jpg"
+    urls = {photo: [f"/media/{pid}"], clip: [f"/media/{vid}", f"/media/{vid}/preview?start=1&end=2", f"/frames/{sighting}.jpg"]}
+    for url in [*urls[photo], *urls[clip], f"/thumbnails/{track}.jpg"]:
+        assert client.get(url).status_code == 200, url
+    picture = library / "pictures" / f"{sighting}.jpg"
+    assert picture.is_file()
+
+    def refused(url: str, status: int, words: str) -> None:
+        r = client.get(url)
+        assert r.status_code == status and words in r.json()["error"], (url, r.status_code, r.text[:300])
+        assert b"SECRET" not in r.content and len(r.json()["error"].splitlines()) == 1
+
+    def fifo(path: Path, _) -> None:
+        os.mkfifo(path)
+
+    def folder_link(folder: Path, original: Path) -> None:  # the folder: a link to a copy holding the very same files
+        copy = folder.with_name(folder.name + ".copy")
+        shutil.copytree(original, copy, symlinks=True, copy_function=shutil.copy2)
+        os.symlink(copy, folder)
+
+    for path in (photo, clip):
+        with swapped(path, link_to(secret)):
+            for url in urls[path]:
+                refused(url, 404, "symbolic link")
+        with swapped(path, lambda p, original: os.symlink(original, p)):  # a link to the very file indexed: not what was indexed
+            for url in urls[path]:
+                refused(url, 404, "symbolic link")
+        with swapped(path, lambda p, _: os.link(secret, p)):  # a hard link to another file
+            refused(urls[path][0], 409, "changed since it was indexed")
+        with swapped(path, same_size_other_bytes):
+            for url in urls[path]:
+                refused(url, 409, "changed since it was indexed")
+        with swapped(path, fifo):
+            refused(urls[path][0], 404, "not a regular file")
+        with swapped(path, lambda p, _: None):
+            refused(urls[path][0], 404, "no longer there")
+    with swapped(photo.parent, folder_link):
+        refused(urls[photo][0], 404, "symbolic link")
+        refused(urls[clip][0], 404, "symbolic link")
+    with swapped(photo.parent, lambda p, _: p.write_bytes(b"a file where the folder was")):
+        refused(urls[photo][0], 404, "a file stands where a folder was")
+    os.utime(photo)  # touched, the same content: still the file indexed (as for the indexer)
+    assert client.get(urls[photo][0]).content == TWO_PEOPLE.read_bytes()
+
+    with swapped(thumbnail, link_to(secret)):
+        refused(f"/thumbnails/{track}.jpg", 404, "symbolic link")
+    with swapped(thumbnail, fifo):
+        refused(f"/thumbnails/{track}.jpg", 404, "not a regular file")
+    with swapped(library / "thumbnails", folder_link):
+        refused(f"/thumbnails/{track}.jpg", 404, "symbolic link")
+    with swapped(picture, link_to(secret)):
+        refused(f"/frames/{sighting}.jpg", 404, "symbolic link")
+    with swapped(library / "pictures", folder_link):
+        refused(f"/frames/{sighting}.jpg", 404, "symbolic link")
+    for url in [*urls[photo], *urls[clip], f"/thumbnails/{track}.jpg"]:  # all put back: served again
+        assert client.get(url).status_code == 200, url
+
+
+def test_the_file_checked_is_the_file_sent(tmp_path):
+    """Swapped between the check and the sending, the file sent is still the one checked."""
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    indexed, secret = tmp_path / "clip.mp4", tmp_path / "secret.txt"
+    indexed.write_bytes(b"indexed " * 4096)
+    secret.write_bytes(b"SECRET " * 4096)
+    size, digest = indexed.stat().st_size, fingerprint(indexed, indexed.stat().st_size)
+    files = IndexedFiles()
+
+    async def send(request):
+        opened = files.open(str(indexed), size, digest, "video 1")
+        os.rename(indexed, tmp_path / "moved")
+        os.symlink(secret, indexed)
+        return OpenFileResponse(opened)
+
+    client = TestClient(Starlette(routes=[Route("/", send)]))
+    for headers, body in (({}, b"indexed " * 4096), ({"Range": "bytes=8-15"}, b"indexed ")):
+        r = client.get("/", headers=headers)
+        assert r.content == body and b"SECRET" not in r.content
+        indexed.unlink()
+        os.rename(tmp_path / "moved", indexed)
+
+
+# ----- cross-site requests and the session's token -------------------------------------------------
+def test_every_change_needs_the_same_origin_and_the_session_token(library, tmp_path):
+    from starlette.routing import Route
+
+    own = "http://127.0.0.1:8765"
+    app = create_app(library, cache_dir=tmp_path, allowed_hosts={"127.0.0.1", "localhost"})
+    client = TestClient(app, base_url=own)
+    run("people", "--library", library)
+    people = json.loads(run("people", "--library", library, "--json", "--all").stdout)
+    person, other = people[0], people[1]
+    posts = sorted({r.path for r in app.routes if isinstance(r, Route) and "POST" in r.methods} - {"/api/query"})
+    assert len(posts) == 13  # POST / and six corrections, each with its /api twin
+    token = client.get("/api/csrf").json()["token"]
+    stranger = TestClient(app, base_url=own).get("/api/csrf").json()["token"]  # another session's token
+    refused = [{CSRF_HEADER: token},  # names no origin (neither Origin nor Referer)
+               {"origin": "null", CSRF_HEADER: token},  # a sandboxed frame, a data: or file: page
+               {"origin": "http://evil.example", CSRF_HEADER: token},
+               {"origin": "http://127.0.0.1:9999", CSRF_HEADER: token},  # another port is another origin
+               {"referer": "http://evil.example/page.html", CSRF_HEADER: token},
+               {"origin": own},  # no token
+               {"origin": own, CSRF_HEADER: "0" * 64},
+               {"origin": own, CSRF_HEADER: stranger}]
+    form = {"name": "Mallory", "hidden": "1", "other": str(other["id"]), "tracks": str(person["tracks"][0]), "person": str(person["id"])}
+    before = client.get("/api/people?all=1").json()
+    for path in posts:
+        url = re.sub(r"\{track_id[^}]*\}", str(person["tracks"][0]), re.sub(r"\{person_id[^}]*\}", str(person["id"]), path))
+        for headers in refused:
+            files = {"photo": ("two.jpg", TWO_PEOPLE.read_bytes(), "image/jpeg")} if path == "/" else None
+            r = client.post(url, data=form, files=files, headers=headers, follow_redirects=False)
+            assert r.status_code == 403, (url, headers, r.status_code)
+            assert "refused" in r.text or "token" in r.text
+    assert client.get("/api/people?all=1").json() == before  # nothing changed
+    # The page's own form, as a browser posts it: its hidden field, its Origin (or only a Referer).
+    page = client.get(f"/people/{person['id']}").text
+    field = re.search(r'name="csrf" value="([0-9a-f]{64})"', page).group(1)
+    assert field == token and page.count('name="csrf"') == page.count('method="post"') >= 4
+    r = client.post(f"/people/{person['id']}/name", data={"name": "Page Name", "csrf": field}, headers={"origin": own},
+                    follow_redirects=False)
+    assert r.status_code == 303
+    r = client.post(f"/api/people/{person['id']}/hide", json={"hidden": False}, headers={"referer": own + "/people", CSRF_HEADER: token})
+    assert r.status_code == 200
+    assert any(p["name"] == "Page Name" for p in client.get("/api/people").json()["people"])
+    # A restarted server (a new key) asks open pages to be reloaded.
+    again = create_app(library, cache_dir=tmp_path)
+    again_client = TestClient(again, base_url=own, cookies=client.cookies)
+    r = again_client.post(f"/api/people/{person['id']}/name", json={"name": "x"}, headers={"origin": own, CSRF_HEADER: token})
+    assert r.status_code == 403 and "reload the page" in r.text
+
+
+def test_api_query_is_open_to_scripts_but_not_to_other_sites(client, library):
+    """/api/query changes nothing: a script posts without a token; a browser page of another site cannot."""
+    photo = {"photo": ("lmm.png", MIRANDA.read_bytes(), "image/png")}
+    bare = TestClient(client.app)
+    assert bare.post("/api/query", files=photo, data={"k": "1"}).status_code == 200
+    assert bare.post("/api/query", files=photo, data={"k": "1"}, headers={"origin": "http://testserver"}).status_code == 200
+    for headers in ({"origin": "null"}, {"origin": "http://evil.example"}, {"referer": "http://evil.example/"}):
+        assert bare.post("/api/query", files=photo, data={"k": "1"}, headers=headers).status_code == 403, headers
+
+
+# ----- uploads: MiB, bounded, streamed ----------------------------------------------------------------
+def test_upload_cap_is_said_in_mib_and_holds_without_a_length(library, tmp_path):
+    client = TestClient(create_app(library, cache_dir=tmp_path))  # the default cap, 20 MiB
+    r = client.post("/api/query", content=b"\0" * (20 * 2**20 + 1), headers={"content-type": "image/png"})
+    assert r.status_code == 413 and "at most 20 MiB" in r.json()["error"] and "MB" not in r.json()["error"]
+
+    def chunks(head: bytes = b""):  # no Content-Length: the cap is counted as the body streams in ("more than")
+        yield head
+        for _ in range(40):
+            yield b"\0" * 2**20
+
+    boundary = b"--cap\r\nContent-Disposition: form-data; name=\"photo\"; filename=\"x.png\"\r\nContent-Type: image/png\r\n\r\n"
+    for body, kind in ((chunks(), "image/png"), (chunks(boundary), "multipart/form-data; boundary=cap")):
+        r = client.post("/api/query", content=body, headers={"content-type": kind})
+        assert r.status_code == 413 and "more than 20 MiB" in r.json()["error"], (kind, r.status_code, r.text[:200])
+
+
+@contextlib.contextmanager
+def serving(app):
+    """The app under uvicorn on a free loopback port, in a thread; yields the port."""
+    import uvicorn
+
+    port = upload_memory.free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "the server did not start"
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def _answer(s: socket.socket, timeout: float = 10.0) -> tuple[int, str]:
+    """The status and head of an HTTP answer on a socket."""
+    s.settimeout(timeout)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        part = s.recv(65536)
+        assert part, "the connection closed without an answer"
+        data += part
+    head = data.split(b"\r\n\r\n")[0].decode("latin-1")
+    return int(head.split()[1]), head.lower()
+
+
+def test_an_upload_past_the_slots_is_refused_at_once(library, tmp_path, monkeypatch):
+    app = create_app(library, cache_dir=tmp_path, upload_slots=1)
+    with serving(app) as port:
+        def head(length: int) -> bytes:
+            return (f"POST /api/query HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: image/png\r\n"
+                    f"Content-Length: {length}\r\n\r\n").encode()
+
+        with socket.create_connection(("127.0.0.1", port)) as first, socket.create_connection(("127.0.0.1", port)) as second:
+            first.sendall(head(3_000_000) + b"\0" * 1_000_000)  # holds the one slot: two thirds still to come
+            time.sleep(0.5)
+            start = time.monotonic()
+            second.sendall(head(3_000_000) + b"\0" * 65536)
+            status, second_head = _answer(second)
+            assert status == 503 and "retry-after: 2" in second_head and time.monotonic() - start < 2.0
+            first.sendall(b"\0" * 2_000_000)
+            assert _answer(first)[0] == 415  # the first one is read to its end and answered
+        with socket.create_connection(("127.0.0.1", port)) as big:  # over the cap: refused before a byte of the body
+            big.sendall(head(100 * 2**20))
+            status, _ = _answer(big)
+            assert status == 413
+        monkeypatch.setattr("serve.uploads.UPLOAD_SECONDS", 1.0)
+        with socket.create_connection(("127.0.0.1", port)) as slow:  # too slow: refused, and its slot is free again
+            slow.sendall(head(3_000_000) + b"\0" * 1000)
+            assert _answer(slow)[0] == 408
+        with socket.create_connection(("127.0.0.1", port)) as after:
+            after.sendall(head(1000) + b"\0" * 1000)
+            assert _answer(after)[0] == 415
+
+
+def test_many_large_uploads_keep_the_server_small(library, tmp_path):
+    """10 concurrent 19 MB uploads (raw bodies, then forms) to the real server (`headsearch serve`): every
+    one is answered (415, or 503 past the slots), its memory grows by far less than the uploads, and no
+    upload is left in the temporary folder. (scripts/upload_memory.py runs the issue's 50.)"""
+    spool = tmp_path / "tmp"
+    spool.mkdir()
+    port = upload_memory.free_port()
+    server = upload_memory.start_server(library, port, env={"TMPDIR": str(spool)})
+    try:
+        for form in (False, True):
+            memory, answers = upload_memory.measure(port, server.pid, 10, 19_000_000, timeout=60, form=form, settle=0.5)
+            assert all(a.status in (415, 503) for a in answers), [(a.status, a.error) for a in answers]
+            assert all(a.retry_after == "2" for a in answers if a.status == 503)
+            assert sum(a.status == 415 for a in answers) >= 4
+            assert memory.peak - memory.before < 150, (form, memory.before, memory.peak)  # 190 MB were sent
+    finally:
+        upload_memory.stop_server(server)
+    assert not [p.name for p in spool.iterdir() if p.name.startswith("headsearch-upload")]

@@ -36,6 +36,12 @@ def fingerprint_bytes(data: bytes) -> str:
     return _fingerprint(io.BytesIO(data), len(data))
 
 
+def fingerprint_open(f: BinaryIO, size: int) -> str:
+    """`fingerprint` of a file already open for reading in binary (e.g. one opened without following links)."""
+    f.seek(0)
+    return _fingerprint(f, size)
+
+
 def _fingerprint(f: BinaryIO, size: int) -> str:
     h = hashlib.blake2b(digest_size=16)
     h.update(str(size).encode())
