@@ -20,7 +20,7 @@ LEONARD = FACES / "leonard"  # glasses in 1, 4, 5; none in 2, 3
 def test_default_names_the_default_model_with_its_thresholds():
     embedder = load_embedder("default")
     assert embedder.name == DEFAULT_MODEL == load_embedder(None).name == "sface+lite0" and embedder.source == DEFAULT_MODEL
-    assert embedder.sees_whole_head and embedder.spec.appearance_dims == 1280
+    assert embedder.sees_whole_head and embedder.spec.appearance_dims == 960
     thresholds = read_thresholds_file(shipped_thresholds_path(DEFAULT_MODEL), embedder.describe())
     assert thresholds is not None and thresholds.far == 1e-3  # calibrated on the public pairs, shipped with it
     assert thresholds.same_look > thresholds.identity and thresholds.head_identity and thresholds.appearance
