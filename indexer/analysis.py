@@ -31,7 +31,7 @@ from indexer.evidence import EvidenceCollector, judge_photo
 from indexer.prefetch import Prefetched
 from indexer.shots import ShotBoundaryDetector, hsv_histogram
 from indexer.tracker import HeadTracker
-from schemas.records import FileResult, FileStamp, HeadDetection, HeadTrack, MediaKind, Observation, Shot
+from schemas.records import FileResult, FileStamp, HeadDetection, HeadSource, HeadTrack, MediaKind, Observation, Shot
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +154,11 @@ class _Analysis:
 
 
 def _quality(obs: Observation) -> float:
-    """How good a sighting is for a thumbnail: a large, confident face."""
-    return obs.face.box.area * obs.face.score if obs.face is not None else 0.0
+    """How good a sighting is for a thumbnail and a vector: a large, confident face; without one, a head found by
+    keypoints (its box placed by a detector) before one followed from an earlier sighting."""
+    if obs.face is not None:
+        return obs.face.box.area * obs.face.score
+    return 1e-3 * (obs.keypoint_score or 0.0) if obs.found_by == HeadSource.KEYPOINTS else 0.0
 
 
 def analyse_file(path: Path, settings: IndexSettings, detector: FaceDetector, embedder: Embedder, *,

@@ -18,9 +18,15 @@ tracks, 3 go (that ghost and two hands in short_hamilton_clip.mp4); no static ov
 
 A track that never shows a confident face (a person seen from behind or in hard profile, found by
 person keypoints: `headsearch.detection.keypoints`) is kept on keypoint evidence instead: at least
-`min_keypoint_sightings` sightings found by keypoints, the best scored at least `keypoint_score`,
-and not a static overlay (the same test on its head boxes). See KEYPOINT_EVIDENCE below for what
-was measured.
+`min_keypoint_sightings` sightings found by keypoints, the best scored at least `keypoint_score`
+(MoveNet's person score x the mean score of its head points), and not a static overlay (the same
+test on its head boxes). Measured on all of ../shared/data (`scripts/evidence_report.py
+--all-keypoint-tracks`, every candidate looked at): with the head rules as shipped, 5 tracks rest on
+keypoints alone, all real people (three walking away in the crowd clip, a man from behind and a man
+with glasses too small for RetinaFace in face-api.js's comic-shop clip), scored 0.063-0.281. Before a
+keypoint head inside a face's head counted as that head, 9 more arose, all false ("heads" around one
+eye or the nose of close-up faces, a dark ring in goldeneye), scored 0.022-0.039, with one real head,
+half hidden, at 0.042: `keypoint_score` sits above them, should such heads get through again.
 """
 from __future__ import annotations
 
