@@ -326,16 +326,24 @@ def stats(library: Path | None, as_json: bool) -> None:
 
 @main.command("list")
 @library_option
-@click.option("--json", "as_json", is_flag=True, help="A JSON list of files.")
+@click.option("--json", "as_json", is_flag=True, help="A JSON list of files (of tracks, with --tracks).")
 @click.option("--state", "states", multiple=True, type=click.Choice(["indexed", "changed", "missing", "failed"]),
               help="Only files in this state (repeatable).")
-def list_files(library: Path | None, as_json: bool, states: tuple[str, ...]) -> None:
+@click.option("--tracks", "tracks", is_flag=True,
+              help="List the tracks instead: sightings, how many showed a face, how the heads were found.")
+def list_files(library: Path | None, as_json: bool, states: tuple[str, ...], tracks: bool) -> None:
     """The files of the library and their state: indexed, changed since (indexed again by the
-    next `index`), missing, or failed (skipped until they change; `index --retry-failed`)."""
+    next `index`), missing, or failed (skipped until they change; `index --retry-failed`).
+    With --tracks, every track: its file and time range, its sightings, `faces` (sightings with a
+    visible face), `found_by` (sightings found by their face, by person keypoints, or followed) and
+    how it started."""
     from headsearch.basics.timeline import format_time
     from headsearch.store.inventory import file_states
     from headsearch.store.library import Library
 
+    if tracks:
+        _list_tracks(Library.open(library_path(library)), as_json)
+        return
     rows = [r for r in file_states(Library.open(library_path(library))) if not states or r.state.split(",")[0] in states]
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in rows], indent=2))
@@ -348,6 +356,21 @@ def list_files(library: Path | None, as_json: bool, states: tuple[str, ...]) -> 
     for r in rows:
         counts[r.state] = counts.get(r.state, 0) + 1
     click.echo(f"{len(rows)} files: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) if rows else "no files", err=True)
+
+
+def _list_tracks(library, as_json: bool) -> None:
+    from headsearch.basics.timeline import format_time
+
+    with library.browsing() as b:
+        summaries = b.track_summaries()
+    if as_json:
+        click.echo(json.dumps([s.to_dict() for s in summaries], indent=2))
+        return
+    for s in summaries:
+        found = ", ".join(f"{n} {how}" for how, n in s.found_by.items() if n)
+        click.echo(f"track {s.id:<6} {s.video}  {format_time(s.start)}-{format_time(s.end)}  {s.sightings} sightings, "
+                   f"{s.faces} with a face ({found}); started by {s.started_by}")
+    click.echo(f"{len(summaries)} tracks, {sum(s.faces == 0 for s in summaries)} never showing a face", err=True)
 
 
 @main.command()

@@ -8,9 +8,19 @@ from typing import TypeVar
 import numpy as np
 import sqlalchemy as sa
 
-from headsearch.store.rows import HitRow, ListedFile, ShotRow, Sighting, SightingRow, TrackRow, TrackVectors, VideoRow
+from headsearch.store.rows import (
+    HitRow,
+    ListedFile,
+    ShotRow,
+    Sighting,
+    SightingRow,
+    TrackRow,
+    TrackSummary,
+    TrackVectors,
+    VideoRow,
+)
 from schemas import tables as t
-from schemas.records import MediaKind, VectorKind
+from schemas.records import HeadSource, MediaKind, VectorKind
 
 Row = TypeVar("Row")
 
@@ -134,6 +144,27 @@ class BrowseReader(LibraryReader):
     def track(self, track_id: int) -> TrackRow | None:
         found = self.tracks(track_ids=[track_id])
         return found[0] if found else None
+
+    def track_summaries(self, track_ids: list[int] | None = None) -> list[TrackSummary]:
+        """Tracks with their sightings counted: with a face, and by how each head was found; by file and time."""
+        o = t.observations
+        counts = [sa.func.count(sa.case((o.c.found_by == str(src), 1))).label(str(src)) for src in HeadSource]
+        per_track = (sa.select(o.c.track_id, sa.func.count().label("sightings"),
+                               sa.func.count(sa.case((o.c.face_visible, 1))).label("faces"), *counts,
+                               sa.func.arg_min(o.c.found_by, o.c.time).label("started_by"))
+                     .group_by(o.c.track_id).subquery())
+        q = (sa.select(t.tracks.c.id, t.videos.c.path, t.tracks.c.shot_id, t.tracks.c.start_time, t.tracks.c.end_time, per_track)
+             .select_from(t.tracks.join(t.videos, t.videos.c.id == t.tracks.c.video_id)
+                          .join(per_track, per_track.c.track_id == t.tracks.c.id)))
+        if track_ids is not None:
+            q = q.where(t.tracks.c.id.in_([int(i) for i in track_ids]))
+        out = []
+        for r in self._conn.execute(q.order_by(t.videos.c.path, t.tracks.c.start_time, t.tracks.c.id)):
+            m = r._mapping
+            out.append(TrackSummary(id=int(r.id), video=r.path, shot_id=int(r.shot_id), start=float(r.start_time), end=float(r.end_time),
+                                    sightings=int(r.sightings), faces=int(r.faces), found_by={str(src): int(m[str(src)]) for src in HeadSource},
+                                    started_by=str(r.started_by)))
+        return out
 
     def sightings_of_track(self, track_id: int) -> list[SightingRow]:
         """A track's sightings in time order."""
