@@ -22,7 +22,15 @@ from headsearch.evaluation.thresholds import Thresholds, thresholds_for
 from headsearch.models.base import Embedder
 from headsearch.models.registry import load_embedder
 from headsearch.search.engine import QueryEngine
-from headsearch.search.hits import Confidence, HeadResult, Scope, confidence_for, scoped_search_vectors, uncalibrated_note
+from headsearch.search.hits import (
+    Confidence,
+    HeadResult,
+    Scope,
+    confidence_for,
+    scoped_search_vectors,
+    uncalibrated_note,
+    without_face,
+)
 from headsearch.search.photo import photo_heads, photo_pixels
 from headsearch.search.pictures import render_hit_pictures
 from headsearch.store.library import Library
@@ -120,8 +128,9 @@ class SearchService:
             vectors = self.embedder.embed([h.crop for h in heads])
             results = []
             for i, head in enumerate(heads):
-                result = scoped_search_vectors(engine, {kind: v[i] for kind, v in vectors.items()}, options.k, scope, confidence)
-                result.head = head
+                bar = confidence if head.face_visible else without_face(confidence, engine.thresholds)
+                result = scoped_search_vectors(engine, {kind: v[i] for kind, v in vectors.items()}, options.k, scope, bar)
+                result.head, result.confidence = head, (bar if bar is not confidence else None)
                 results.append(result)
         answer = Answer(results, confidence, None if confidence.calibrated else uncalibrated_note(self.library.model.name))
         if options.pictures:

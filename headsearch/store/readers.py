@@ -65,7 +65,7 @@ class LibraryReader:
             return {}
         o, v, sh, tr = t.observations, t.videos, t.shots, t.tracks
         rows = self._conn.execute(
-            sa.select(o.c.id, o.c.time, o.c.x1, o.c.y1, o.c.x2, o.c.y2, o.c.face_visible, v.c.path, v.c.kind, v.c.width, v.c.height,
+            sa.select(o.c.id, o.c.time, o.c.x1, o.c.y1, o.c.x2, o.c.y2, o.c.face_visible, o.c.found_by, v.c.path, v.c.kind, v.c.width, v.c.height,
                       v.c.source_width, v.c.source_height, v.c.size, v.c.mtime, v.c.fingerprint,
                       sh.c.shot_index, sh.c.start_time, sh.c.end_time)
             .select_from(o.join(tr, tr.c.id == o.c.track_id).join(v, v.c.id == o.c.video_id).join(sh, sh.c.id == tr.c.shot_id))
@@ -76,7 +76,7 @@ class LibraryReader:
             source = (int(r.source_width or r.width), int(r.source_height or r.height))
             sx, sy = source[0] / max(frame[0], 1), source[1] / max(frame[1], 1)
             out[int(r.id)] = Sighting(observation_id=int(r.id), path=r.path, time=float(r.time), kind=MediaKind(r.kind),
-                                      box=(r.x1 * sx, r.y1 * sy, r.x2 * sx, r.y2 * sy), face_visible=bool(r.face_visible),
+                                      box=(r.x1 * sx, r.y1 * sy, r.x2 * sx, r.y2 * sy), face_visible=bool(r.face_visible), found_by=r.found_by,
                                       shot_index=int(r.shot_index), shot_start=float(r.start_time), shot_end=float(r.end_time),
                                       frame_size=frame, source_size=source, size=int(r.size), mtime=float(r.mtime), fingerprint=r.fingerprint)
         return out

@@ -165,6 +165,7 @@ class Sighting:
     kind: MediaKind
     box: tuple[float, float, float, float]  # in the file's own pixels
     face_visible: bool
+    found_by: str | None  # how the head was found: "face", "keypoints" or "followed"
     shot_index: int
     shot_start: float
     shot_end: float
