@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 
-IMAGE_FORMATS = {"JPEG", "PNG", "WEBP", "BMP", "TIFF", "GIF", "MPO"}
+from headsearch.basics.media import IMAGE_FORMATS  # one rule for what is a photo (headsearch.basics.media)
 
 
 class UploadRefused(Exception):
