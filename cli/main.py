@@ -168,7 +168,6 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
         raise HeadsearchError("nothing to index" + ("" if problems else f" (no videos or photos in {', '.join(map(str, paths))})"))
     existing = existing_model(root) if model is None else None  # an existing library keeps its model
     embedder = load_embedder(model or (existing.source if existing else None))
-    folder_existed = root.exists()
     lib = Library.create(root, embedder.describe())
     settings = IndexSettings.from_env(sample_fps=sample_fps)
     summary = None
@@ -177,7 +176,7 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
                           workers=workers, engine=engine, address=address).run(paths, report=lambda m: click.echo(m, err=True))
     finally:
         if new_library and (summary is None or not summary.indexed):
-            lib.discard_if_empty(remove_folder=not folder_existed)  # nothing was indexed: leave nothing behind
+            lib.discard_if_empty(remove_folder=lib.made_folder)  # nothing was indexed: leave nothing behind
     click.echo(f"{summary.line()} [{summary.stages_line()}]")
     if summary.failed:
         sys.exit(EXIT_PARTIAL if summary.indexed or summary.skipped or summary.failed_before else 1)

@@ -28,11 +28,12 @@ from headsearch.basics.errors import LibraryError, ModelMismatch, is_interruptio
 from headsearch.basics.files import write_bytes_atomic, write_json_atomic
 from headsearch.store import migrations
 from headsearch.store.index_cache import IndexCache
-from headsearch.store.layout import DATABASE, MANIFEST, PEOPLE_LOCK, PICTURES, THUMBNAILS, VECTOR_INDEX_GLOB, WRITER_LOCK
+from headsearch.store.layout import DATABASE, MANIFEST, PEOPLE_LOCK, PICTURES, THUMBNAILS, UNFINISHED, VECTOR_INDEX_GLOB, WRITER_LOCK
 from headsearch.store.people_store import PeopleStore
 from headsearch.store.readers import BrowseReader, LibraryReader
 from headsearch.store.rows import FailedFile, LibraryStats, ListedFile, StoredFile
 from headsearch.store.table_rows import ID_TABLES, FileRows, generation, next_free_ids, save_next_ids
+from headsearch.store.unfinished import clear_unfinished, mark_finished, mark_unfinished, refuse_foreign
 from headsearch.store.vector_index import VectorIndex
 from schemas import tables as t
 from schemas.records import FileResult, MediaKind, ModelInfo, VectorKind
@@ -53,6 +54,26 @@ def existing_model(root: Path) -> ModelInfo | None:
         return None
 
 
+@contextlib.contextmanager
+def _writer_lock(root: Path, busy: str | None) -> Iterator[bool]:
+    """The library's writer lock, held for the block. When another run holds it: LibraryError saying
+    `busy`, or (`busy` None) a block that runs with False and without the lock."""
+    f = open(root / WRITER_LOCK, "a+")  # noqa: SIM115 - held open for the lock's lifetime
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as e:
+        f.close()
+        if busy is None:
+            yield False
+            return
+        raise LibraryError(f"{root}: {busy}") from e
+    try:
+        yield True
+    finally:
+        fcntl.flock(f, fcntl.LOCK_UN)
+        f.close()
+
+
 class Library:
     """One library folder. Open with `Library.create(...)` for indexing or `Library.open(...)` to read."""
 
@@ -60,31 +81,54 @@ class Library:
         self.root = root
         self.manifest = manifest
         self.read_only = read_only
+        self.made_folder = False  # whether `create` made the folder (a run that indexes nothing removes it again)
         self._index_cache = IndexCache(root, self.reader)
 
     # ----- opening -------------------------------------------------------------------------
     @classmethod
     def create(cls, root: Path, model: ModelInfo) -> Library:
-        """Open a library for writing, creating it for `model` if it does not exist."""
+        """Open a library for writing, creating it for `model` if it does not exist.
+
+        Creation is resumable: the `UNFINISHED` marker is written first and the manifest last, so a
+        run killed meanwhile leaves a folder the next run recognises, clears and makes again
+        (`headsearch.store.unfinished`); a folder holding files of the user's is refused."""
         root = Path(root)
-        manifest_path = root / MANIFEST
-        if manifest_path.exists():
-            lib = cls.open(root, read_only=False)
-            lib.check_model(model)
-            return lib
-        if root.exists() and any(p for p in root.iterdir() if not p.name.startswith(".")):
-            raise LibraryError(f"{root}: folder exists, is not empty, and holds no headsearch library")
+        if (root / MANIFEST).exists():
+            return cls._open_for(root, model)
+        made_folder = not root.exists()
+        refuse_foreign(root)  # before the lock file is written into someone's folder
         try:
-            (root / THUMBNAILS).mkdir(parents=True, exist_ok=True)
+            root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise LibraryError(f"{root}: cannot create library folder ({e.strerror})") from e
-        manifest = {"format": migrations.FORMAT_VERSION, "model": model.to_dict(), "created_at": time.time()}
-        lib = cls(root, manifest, read_only=False)
-        with lib.transaction() as conn:
-            t.metadata.create_all(conn)
-            conn.execute(sa.insert(t.library_state).values(key="generation", value="0"))
-            migrations.set_database_format(conn, migrations.FORMAT_VERSION)
-        write_json_atomic(manifest_path, manifest)  # last: a folder with a manifest is complete
+        with _writer_lock(root, "another headsearch run is creating this library"):
+            if (root / MANIFEST).exists():  # made by another run meanwhile
+                return cls._open_for(root, model)
+            made_folder = clear_unfinished(root) or made_folder
+            try:
+                mark_unfinished(root, made_folder)
+                (root / THUMBNAILS).mkdir(exist_ok=True)
+            except OSError as e:
+                raise LibraryError(f"{root}: cannot create library folder ({e.strerror})") from e
+            manifest = {"format": migrations.FORMAT_VERSION, "model": model.to_dict(), "created_at": time.time()}
+            lib = cls(root, manifest, read_only=False)
+            with lib.transaction() as conn:
+                t.metadata.create_all(conn)
+                conn.execute(sa.insert(t.library_state).values(key="generation", value="0"))
+                migrations.set_database_format(conn, migrations.FORMAT_VERSION)
+            write_json_atomic(root / MANIFEST, manifest)  # a folder with a manifest is complete
+            mark_finished(root)
+        lib.made_folder = made_folder
+        return lib
+
+    @classmethod
+    def _open_for(cls, root: Path, model: ModelInfo) -> Library:
+        lib = cls.open(root, read_only=False)
+        lib.check_model(model)
+        if (root / UNFINISHED).exists():  # a run killed after it wrote the manifest, before it removed the marker
+            with _writer_lock(root, None) as held:
+                if held and (root / MANIFEST).exists():
+                    mark_finished(root)
         return lib
 
     @classmethod
@@ -137,23 +181,30 @@ class Library:
 
     def discard_if_empty(self, remove_folder: bool) -> bool:
         """Delete this library when it holds no file: a run that created it and indexed nothing
-        leaves nothing behind. `remove_folder` also removes the (then empty) folder itself."""
-        with self.reader() as conn:
-            if conn.execute(sa.select(sa.func.count()).select_from(t.videos)).scalar_one():
-                return False
-        self._index_cache.clear()
-        (self.root / MANIFEST).unlink(missing_ok=True)  # first: a folder without a manifest is no library
-        for name in (DATABASE, f"{DATABASE}.wal", WRITER_LOCK, PEOPLE_LOCK):
-            (self.root / name).unlink(missing_ok=True)
-        for p in self.root.glob(VECTOR_INDEX_GLOB):
-            p.unlink(missing_ok=True)
-        for sub in (THUMBNAILS, PICTURES):
-            folder = self.root / sub
-            if folder.is_dir():
-                for p in folder.iterdir():
-                    p.unlink(missing_ok=True)
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
+        leaves nothing behind. `remove_folder` also removes the (then empty) folder itself. The
+        `UNFINISHED` marker comes first: a run killed meanwhile leaves a folder the next one clears."""
+        with _writer_lock(self.root, None) as held:
+            if not held:
+                return False  # another run is writing it: not ours to discard
+            with self.reader() as conn:
+                if conn.execute(sa.select(sa.func.count()).select_from(t.videos)).scalar_one():
+                    return False
+            self._index_cache.clear()
+            mark_unfinished(self.root, remove_folder)
+            (self.root / MANIFEST).unlink(missing_ok=True)  # first: a folder without a manifest is no library
+            for name in (DATABASE, f"{DATABASE}.wal", PEOPLE_LOCK):
+                (self.root / name).unlink(missing_ok=True)
+            for p in self.root.glob(VECTOR_INDEX_GLOB):
+                p.unlink(missing_ok=True)
+            for sub in (THUMBNAILS, PICTURES):
+                folder = self.root / sub
+                if folder.is_dir():
+                    for p in folder.iterdir():
+                        p.unlink(missing_ok=True)
+                    with contextlib.suppress(OSError):
+                        folder.rmdir()
+            mark_finished(self.root)
+            (self.root / WRITER_LOCK).unlink(missing_ok=True)
         if remove_folder:
             with contextlib.suppress(OSError):
                 self.root.rmdir()
@@ -252,22 +303,10 @@ class Library:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     # ----- writers' lock -------------------------------------------------------------------
-    @contextlib.contextmanager
-    def writer_lock(self, purpose: str = "index") -> Iterator[None]:
+    def writer_lock(self, purpose: str = "index") -> contextlib.AbstractContextManager[None]:
         """Only one writing run (indexing, removing, upgrading) per library at a time."""
-        path = self.root / WRITER_LOCK
-        f = open(path, "a+")  # noqa: SIM115 - held open for the lock's lifetime
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as e:
-            f.close()
-            raise LibraryError(f"{self.root}: another headsearch run is indexing this library"
-                               + ("" if purpose == "index" else f"; {purpose} it when that run is finished")) from e
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-            f.close()
+        return _writer_lock(self.root, "another headsearch run is indexing this library"
+                            + ("" if purpose == "index" else f"; {purpose} it when that run is finished"))
 
     # ----- files ---------------------------------------------------------------------------
     def stored_files(self) -> dict[str, StoredFile]:
