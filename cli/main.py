@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -20,6 +21,13 @@ from headsearch.basics.settings import IndexSettings
 VERBOSE_FLAGS = ("-v", "--verbose")
 OUR_LOGGERS = ("headsearch", "indexer", "bench", "trainer", "cli", "serve", "schemas")
 INTERRUPTED = "interrupted: the library is consistent; run the same command again to finish"
+LAZY_COMMANDS = {  # name -> module:command, imported when used
+    "bench": "cli.bench:bench",
+    "build-dataset": "cli.dataset:build_dataset_command",
+    "people": "cli.people:people",
+    "serve": "cli.serve:serve",
+    "train": "cli.train:train",
+}
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -74,7 +82,19 @@ def _interrupted() -> None:
 
 
 class HeadsearchGroup(click.Group):
-    """Turns domain errors into one clear line and an exit code, never a traceback; takes -v anywhere."""
+    """Turns domain errors into one clear line and an exit code, never a traceback; takes -v anywhere.
+
+    The commands of their own modules (`LAZY_COMMANDS`) are imported only when named (or listed by
+    --help): a `query` does not pay for the training stack that `build-dataset` imports."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
+            module, attribute = LAZY_COMMANDS[cmd_name].split(":")
+            self.add_command(getattr(importlib.import_module(module), attribute), cmd_name)
+        return self.commands.get(cmd_name)
 
     def parse_args(self, ctx, args):
         cut = args.index("--") if "--" in args else len(args)
@@ -230,7 +250,8 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
         from headsearch.people.persons import find_person, person_moments
 
         confidence = Confidence()  # a person's moments are the tracks people put together: all shown
-        results = [found_hits(lib, person_moments(lib, find_person(lib, person)), scope)]
+        with lib.session():
+            results = [found_hits(lib, person_moments(lib, find_person(lib, person)), scope)]
         if pictures:
             render_hit_pictures(lib.root, [h for r in results for h in r.hits])
     else:
@@ -356,18 +377,6 @@ def demo(ctx: click.Context, out: Path) -> None:
     click.echo(f"  headsearch query your-photo.jpg --library {lib} --per-video     # who is where, video by video")
     click.echo(f"  headsearch list --library {lib}                                 # what the library holds")
 
-
-from cli.bench import bench  # noqa: E402
-from cli.dataset import build_dataset_command  # noqa: E402
-from cli.people import people  # noqa: E402
-from cli.serve import serve  # noqa: E402
-from cli.train import train  # noqa: E402
-
-main.add_command(bench)
-main.add_command(build_dataset_command, "build-dataset")
-main.add_command(train)
-main.add_command(people)
-main.add_command(serve)
 
 if __name__ == "__main__":
     main()

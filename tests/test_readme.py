@@ -26,12 +26,14 @@ def readme_commands() -> list[list[str]]:
 
 def command_path(words: list[str]) -> list[str]:
     """The leading words that name a command and its subcommands (`bench speed`), checked against the CLI."""
-    assert words[0] in main.commands, f"README uses unknown command {words[0]!r}"
-    command, path = main.commands[words[0]], [words[0]]
+    ctx = click.Context(main)
+    command, path = main.get_command(ctx, words[0]), [words[0]]
+    assert command is not None, f"README uses unknown command {words[0]!r}"
     for word in words[1:]:
-        if not isinstance(command, click.Group) or word not in command.commands:
+        sub = command.get_command(ctx, word) if isinstance(command, click.Group) else None
+        if sub is None:
             break
-        command, path = command.commands[word], path + [word]
+        command, path = sub, path + [word]
     return path
 
 
