@@ -14,7 +14,17 @@ from pathlib import Path
 import click
 
 import cli
-from cli.options import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_PARTIAL, library_option, library_path, model_option, progress_option, show_progress
+from cli.options import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_PARTIAL,
+    command_name,
+    library_option,
+    library_path,
+    model_option,
+    progress_option,
+    show_progress,
+)
 from headsearch.basics.errors import HeadsearchError, is_disk_full
 from headsearch.basics.settings import IndexSettings
 
@@ -369,13 +379,16 @@ def demo(ctx: click.Context, out: Path) -> None:
     ctx.invoke(index, paths=(video,), library=library, model=None, sample_fps=IndexSettings.sample_fps, progress=False, quiet=True)
     click.echo(f"query {photo} (person 2, cut from the photo at another scale, mirrored and rotated):")
     ctx.invoke(query, image=photo, library=library, k=3, all_heads=False, whole_image=False, as_json=False, model=None)
-    lib, q = shlex.quote(str(library)), shlex.quote(str(photo))
+    lib, q, me = shlex.quote(str(library)), shlex.quote(str(photo)), command_name()
     click.echo("\nwhat to try next:")
-    click.echo(f"  headsearch query {q} --library {lib} --json                 # the same hits, for scripts")
-    click.echo(f"  headsearch query {q} --library {lib} --export-clips clips   # each hit as a playable clip")
-    click.echo(f"  headsearch index ~/Videos --library {lib}                      # your own videos and photos")
-    click.echo(f"  headsearch query your-photo.jpg --library {lib} --per-video     # who is where, video by video")
-    click.echo(f"  headsearch list --library {lib}                                 # what the library holds")
+    activate = Path(sys.executable).parent / "activate"
+    if me != "headsearch" and activate.is_file():
+        click.echo(f"  . {shlex.quote(str(activate))}   # puts headsearch on the PATH of this shell (else run it by its path, as below)")
+    click.echo(f"  {me} query {q} --library {lib} --json                 # the same hits, for scripts")
+    click.echo(f"  {me} query {q} --library {lib} --export-clips clips   # each hit as a playable clip")
+    click.echo(f"  {me} index ~/Videos --library {lib}                      # your own videos and photos")
+    click.echo(f"  {me} query your-photo.jpg --library {lib} --per-video     # who is where, video by video")
+    click.echo(f"  {me} list --library {lib}                                 # what the library holds")
 
 
 if __name__ == "__main__":
