@@ -115,6 +115,7 @@ class Trial:
     workers: int
     kill_after: float  # seconds after the run started
     killed_running: bool  # the run was still running when killed (else it had finished)
+    left_folder: str = ""  # what the kill left: no folder, an unfinished library (no manifest), or a library
     left_after_kill: list[int] = field(default_factory=list)
     linger_seconds: float = 0.0  # until the last process of the killed run ended
     rerun_exit: int | None = None
@@ -142,6 +143,8 @@ def kill_and_rerun(number: int, library: Path, workers: int, kill_after: float, 
         process.send_signal(signal.SIGKILL)
         process.wait()
     trial = Trial(number, workers, round(kill_after, 2), running)
+    trial.left_folder = ("library" if (library / "manifest.json").exists() else "unfinished library" if library.exists()
+                         else "no folder")
     left, waited = wait_until_gone(tag, grace)
     trial.left_after_kill, trial.linger_seconds = left, round(waited, 2)
     kill_all(left)
@@ -166,6 +169,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=19)
     parser.add_argument("--workers", type=int, default=2, help="the --workers of every other trial (the others run serially)")
     parser.add_argument("--grace", type=float, default=30.0, help="seconds a killed run's processes get to end")
+    parser.add_argument("--window", type=float, nargs=2, default=None, metavar=("FROM", "TO"),
+                        help="kill between these seconds after the start (default: anywhere in a full run)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     missing = [p for p in MEDIA + QUERIES if not p.exists()]
@@ -193,19 +198,20 @@ def main() -> int:
         trials = []
         for n in range(1, args.kills + 1):
             workers = args.workers if n % 2 == 0 else 1
-            kill_after = rng.uniform(0.2, durations[workers])
+            kill_after = rng.uniform(*(args.window or (0.2, durations[workers])))
             trial = kill_and_rerun(n, work / "library", workers, kill_after, MEDIA, QUERIES, reference, args.grace)
             trials.append(trial)
             print(f"trial {n:2d}: workers {workers}, killed at {trial.kill_after:5.1f} s{'' if trial.killed_running else ' (had ended)'}, "
-                  f"{len(trial.left_after_kill)} left after {trial.linger_seconds:.1f} s, rerun exit {trial.rerun_exit}, "
+                  f"left {trial.left_folder}, {len(trial.left_after_kill)} processes left after {trial.linger_seconds:.1f} s, "
+                  f"rerun exit {trial.rerun_exit}, "
                   f"same answers {trial.same_answers}{'  ' + trial.note if trial.note else ''}", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("\n| trial | workers | killed at (s) | processes left | last one ended after (s) | rerun exit | same answers |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| trial | workers | killed at (s) | left | processes left | last one ended after (s) | rerun exit | same answers |")
+    print("|---|---|---|---|---|---|---|---|")
     for t in trials:
-        print(f"| {t.number} | {t.workers} | {t.kill_after:.1f}{'' if t.killed_running else ' (ended)'} | {len(t.left_after_kill)} | "
-              f"{t.linger_seconds:.1f} | {t.rerun_exit} | {t.same_answers} |")
+        print(f"| {t.number} | {t.workers} | {t.kill_after:.1f}{'' if t.killed_running else ' (ended)'} | {t.left_folder} | "
+              f"{len(t.left_after_kill)} | {t.linger_seconds:.1f} | {t.rerun_exit} | {t.same_answers} |")
     failed = [t for t in trials if not t.ok]
     print(f"\n{len(trials)} kills ({sum(t.killed_running for t in trials)} while running), {len(failed)} failed trials")
     if args.json:
