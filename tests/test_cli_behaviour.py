@@ -212,3 +212,19 @@ def test_hints_name_the_command_as_the_user_can_run_it(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["/x/cli/main.py", "demo"])  # python -m cli.main, nothing on the PATH
     monkeypatch.setenv("PATH", "/nowhere")
     assert command_name().endswith(" -m cli.main")
+
+
+def test_a_query_loads_no_training_or_cluster_stack(tmp_path):
+    """A cold `query` pays only for what it needs: no scikit-learn, SciPy, torch, Ray, matplotlib or
+    training code is imported."""
+    lib = tmp_path / "lib"
+    run("index", AMY_DIR / "amy1.png", "--library", lib, "-q")
+    heavy = ("sklearn", "scipy", "torch", "timm", "ray", "matplotlib", "trainer", "bench", "serve")
+    code = ("import atexit, sys\n"
+            f"atexit.register(lambda: print('imported:', *sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})), file=sys.stderr))\n"
+            f"sys.argv = ['headsearch', 'query', {str(AMY_DIR / 'amy2.png')!r}, '--library', {str(lib)!r}, '--json']\n"
+            "from cli.main import main\nmain()\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "imported:", result.stderr
