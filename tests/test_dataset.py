@@ -18,11 +18,6 @@ from schemas.records import Box, FaceDetection, Observation
 from trainer.dataset import DatasetOptions, cluster_with_cannot_link, select_segment
 from trainer.dataset_format import contact_sheet_name
 
-if "build-dataset" not in main.commands:  # until cli/main.py registers it
-    from cli.dataset import build_dataset_command
-
-    main.add_command(build_dataset_command, "build-dataset")
-
 DATA = Path(os.environ.get("HEADSEARCH_TEST_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 HAMILTON = DATA / "face_recognition" / "examples" / "short_hamilton_clip.mp4"
 RETALKING = DATA / "video-retalking" / "examples" / "face"

@@ -29,11 +29,6 @@ from trainer.dataset_format import load_dataset
 from trainer.sampler import MixedBatchSampler, encode_labels, partner_report
 from trainer.train import TrainOptions, lr_factor, param_groups, split_identities, train
 
-if "train" not in main.commands:
-    from cli.train import train as train_command
-
-    main.add_command(train_command)
-
 TEACHER_DIM = 16
 
 

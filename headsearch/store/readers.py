@@ -49,14 +49,18 @@ class LibraryReader:
                                   .where(t.vectors.c.id.in_(ids))).fetchall()
         return {r.id: (r.track_id, r.observation_id) for r in rows}
 
-    def hit(self, track_id: int, observation_id: int) -> HitRow:
-        row = self._conn.execute(
-            sa.select(t.tracks.c.start_time, t.tracks.c.end_time, t.tracks.c.thumbnail, t.videos.c.path, t.observations.c.time)
-            .select_from(t.tracks.join(t.videos, t.videos.c.id == t.tracks.c.video_id)
-                         .join(t.observations, t.observations.c.id == observation_id))
-            .where(t.tracks.c.id == track_id)
-        ).one()
-        return HitRow(row.path, row.start_time, row.end_time, row.time, row.thumbnail)
+    def hits(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], HitRow]:
+        """Hit details of (track id, observation id) pairs, in two look-ups whatever their number."""
+        if not pairs:
+            return {}
+        tracks = {r.id: r for r in self._conn.execute(
+            sa.select(t.tracks.c.id, t.tracks.c.start_time, t.tracks.c.end_time, t.tracks.c.thumbnail, t.videos.c.path)
+            .select_from(t.tracks.join(t.videos, t.videos.c.id == t.tracks.c.video_id))
+            .where(t.tracks.c.id.in_(sorted({int(tr) for tr, _ in pairs}))))}
+        times = dict(self._conn.execute(sa.select(t.observations.c.id, t.observations.c.time)
+                                        .where(t.observations.c.id.in_(sorted({int(o) for _, o in pairs})))).fetchall())
+        return {(tr, o): HitRow(tracks[tr].path, tracks[tr].start_time, tracks[tr].end_time, times[o], tracks[tr].thumbnail)
+                for tr, o in pairs if tr in tracks and o in times}
 
     def sightings(self, observation_ids: list[int]) -> dict[int, Sighting]:
         """Sightings by observation id, placed in their files: the box in the file's own pixels, face, shot, file version."""
