@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import json
 import logging
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,13 +28,12 @@ from sqlalchemy.pool import NullPool
 from headsearch.basics.errors import LibraryError, ModelMismatch, is_interruption
 from headsearch.basics.files import write_bytes_atomic, write_json_atomic
 from headsearch.store import migrations
-from headsearch.store.index_cache import IndexCache
+from headsearch.store.index_cache import Index, IndexCache
 from headsearch.store.layout import DATABASE, MANIFEST, PEOPLE_LOCK, PICTURES, THUMBNAILS, VECTOR_INDEX_GLOB, WRITER_LOCK
 from headsearch.store.people_store import PeopleStore
 from headsearch.store.readers import BrowseReader, LibraryReader
 from headsearch.store.rows import FailedFile, LibraryStats, ListedFile, StoredFile
 from headsearch.store.table_rows import ID_TABLES, FileRows, generation, next_free_ids, save_next_ids
-from headsearch.store.vector_index import VectorIndex
 from schemas import tables as t
 from schemas.records import FileResult, MediaKind, ModelInfo, VectorKind
 
@@ -60,7 +60,7 @@ class Library:
         self.root = root
         self.manifest = manifest
         self.read_only = read_only
-        self._index_cache = IndexCache(root, self.reader)
+        self._index_cache = IndexCache(root, self.reader, writable=not read_only)
 
     # ----- opening -------------------------------------------------------------------------
     @classmethod
@@ -147,7 +147,10 @@ class Library:
         for name in (DATABASE, f"{DATABASE}.wal", WRITER_LOCK, PEOPLE_LOCK):
             (self.root / name).unlink(missing_ok=True)
         for p in self.root.glob(VECTOR_INDEX_GLOB):
-            p.unlink(missing_ok=True)
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
         for sub in (THUMBNAILS, PICTURES):
             folder = self.root / sub
             if folder.is_dir():
@@ -390,8 +393,8 @@ class Library:
     def index_path(self, kind: VectorKind) -> Path:
         return self._index_cache.path(VectorKind(kind))
 
-    def vector_index(self, kind: VectorKind = VectorKind.ID) -> VectorIndex:
-        """The FAISS index of one vector kind, brought up to date with the database."""
+    def vector_index(self, kind: VectorKind = VectorKind.ID) -> Index:
+        """The vector index of one kind (in memory, or in on-disk segments), brought up to date with the database."""
         kind = VectorKind(kind)
         return self._index_cache.load(kind, self.model.dim_of(kind))
 
