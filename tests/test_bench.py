@@ -258,7 +258,7 @@ def test_speed_ivfpq_on_disk_resumes_from_its_work_folder(tmp_path):
     assert [r["recall_at_10"] for r in again] == [r["recall_at_10"] for r in out]
     assert (folder / "index.ivfdata").stat().st_mtime_ns == stamp
     text = speed(*[a for a in args if a != "--json"]).stdout
-    assert "ivfpq-ondisk (nlist 219, nprobe 64, PQ 16 B, re-rank 50)" in text and "not used by the library yet" in text
+    assert "ivfpq-ondisk (nlist 219, nprobe 64, PQ 16 B, re-rank 50)" in text and "ivfpq-ondisk (stand-alone)" in text
 
 
 def test_labels_csv_rows():
