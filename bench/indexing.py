@@ -57,7 +57,8 @@ def indexing_speed(video: Path, model: str | None = None, settings: IndexSetting
     wall = end - start
     seconds = {**result.stage_seconds, "store": end - stored}
     units = {"decode": ("frames", result.frames_decoded), "shots": ("frames", result.frames_decoded),
-             "detect": ("sampled frames", result.frames_sampled), "track": ("sampled frames", result.frames_sampled),
+             "detect": ("sampled frames", result.frames_sampled), "keypoints": ("frames searched by keypoints", result.keypoint_frames),
+             "track": ("sampled frames", result.frames_sampled),
              "embed": ("head crops", result.embedded), "store": ("sightings", result.sightings)}
     stages = {}
     # Busy seconds per stage: decoding and shots run in their own thread, ahead of detection and
@@ -75,7 +76,7 @@ def indexing_speed(video: Path, model: str | None = None, settings: IndexSetting
         "ratio": realtime / bound["realtime"] if bound["realtime"] else None,
         "video": str(video), "model": embedder.describe().to_dict(), "video_seconds": result.duration, "width": result.width,
         "height": result.height, "fps": result.fps, "decoder": result.decoder, "sample_fps": settings.sample_fps,
-        "frames_decoded": result.frames_decoded, "frames_sampled": result.frames_sampled,
+        "frames_decoded": result.frames_decoded, "frames_sampled": result.frames_sampled, "keypoint_frames": result.keypoint_frames,
         "tracks": len(result.tracks), "sightings": result.sightings, "embedded": result.embedded, "startup_s": startup,
         "overlapped": settings.decode_ahead > 0, "wait_s": float(result.stage_seconds.get("wait", 0.0)),
         "stages": stages, "wall_s": wall, "realtime": realtime,

@@ -1,5 +1,5 @@
 """Benchmark results as text tables and ROC plots: each function takes a run's result object
-(`AccuracyRun`, `SpeedRun`, `PeopleRun`)."""
+(`AccuracyRun`, `SpeedRun`, `PeopleRun`, `HeadsRun`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -13,6 +13,7 @@ from bench.search import SYNTHETIC_PER_CLUSTER, SYNTHETIC_SPREAD, SearchSpeed
 from headsearch.evaluation.metrics import DEFAULT_FARS, PROTOCOL_TITLES, PROTOCOLS, far_key, needed_impostors, roc_points
 
 if TYPE_CHECKING:  # types only: whoever made the run has loaded its module (a report need not load the others)
+    from bench.heads import HeadsRun
     from bench.people import PeopleRun
     from bench.speed import SpeedRun
 
@@ -251,4 +252,39 @@ def format_indexing(r: dict) -> str:
         lines.append(f"(stages are busy seconds: decoding and shots run ahead in their own thread while detection, tracking and "
                      f"embedding run, so they add up to more than the wall time; detection waited {r.get('wait_s', 0.0):.2f} s for "
                      f"frames; {r.get('embedded', 0)} of {r['sightings']} sightings embedded)")
+    return "\n".join(lines)
+
+
+def heads_text(run: HeadsRun) -> str:
+    """One row per method: recall per view, precision, by source, mean IoU, time."""
+    from bench.heads import METHOD_TITLES
+    from headsearch.evaluation.head_boxes import VIEWS
+
+    d = run.to_dict()
+    heads = d["heads"]
+    lines = [f"set {run.options.set_csv}: {d['frames']} frames of {d['files']} files, heads "
+             + ", ".join(f"{v} {heads[v]}" for v in VIEWS) + f" ({d['ignored']} ignored); IoU >= {run.options.iou:g}"]
+    rows = [["method"] + [f"{v} recall" for v in VIEWS] + ["precision", "by source", "mean IoU", "seconds"]]
+    for r in run.results:
+        t = r.scores.to_dict()
+        cells = [r.method]
+        for v in VIEWS:
+            c = t["recall"][v]
+            cells.append("-" if c["recall"] is None else f"{c['recall']:.3f} ({c['found']}/{c['heads']})")
+        p = t["precision"]
+        cells.append("-" if p["precision"] is None else f"{p['precision']:.3f} ({p['right']}/{p['reported']})")
+        cells.append(" ".join(f"{s} {b['right']}/{b['reported']}" for s, b in t["by_source"].items()) or "-")
+        cells.append("-" if t["mean_iou"] is None else f"{t['mean_iou']:.3f}")
+        cells.append(f"{r.seconds:.1f}")
+        rows.append(cells)
+    lines += format_table(rows, "<>>>>>>>")
+    for r in run.results:
+        line = f"{r.method}: {METHOD_TITLES[r.method]}"
+        if r.method != "faces":
+            kp = r.stage_seconds.get("keypoints", 0.0)
+            line += (f"; {r.sampled_frames} frames sampled (labelled ones included), keypoint head finder on {r.keypoint_frames} "
+                     f"({kp:.1f} s), face detection {r.stage_seconds.get('detect', 0.0):.1f} s")
+        lines.append(line)
+    lines.append(f"(boxes: each stored head box scaled by {d['head_in_box']:g} about its centre is the head it holds; "
+                 "by source: found heads right / counted, per how they were found)")
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""`headsearch bench`: accuracy on a labelled set (and threshold calibration), indexing and search speed, people.
+"""`headsearch bench`: accuracy on a labelled set (and threshold calibration), indexing and search speed, people,
+head boxes.
 
 Each subcommand parses its options into the options dataclass of its benchmark, runs it through one
 call into `bench/`, and prints the result object with `bench.report` (or as JSON). A new benchmark is
@@ -234,3 +235,31 @@ def people(library: Path | None, label_sets: tuple[Path, ...], sweep: str | None
         raise click.BadParameter(f"{sweep!r}: give numbers, e.g. 0.90,0.92", param_hint="--sweep") from None
     run = bench_people(PeopleOptions(library_path(library), label_sets, thresholds))
     _show(run.rows, people_text(run), as_json)
+
+
+@bench.command()
+@click.argument("set_csv", metavar="SET", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder the set's relative file paths start from (default: the CSV's folder; bench/sets/heads.csv: ../shared/data).")
+@click.option("--method", "methods", multiple=True, type=click.Choice(["faces", "indexer-faces", "indexer"]),
+              help="Measure only this method (repeatable; default: all three).")
+@click.option("--iou", type=click.FloatRange(0.05, 1.0), default=0.5, show_default=True, help="IoU a found head needs with a labelled one.")
+@fps_option
+@json_option
+@quiet_option
+def heads(set_csv: Path, root: Path | None, methods: tuple[str, ...], iou: float, sample_fps: float, as_json: bool, quiet: bool) -> None:
+    """Head boxes against a labelled SET: recall by view (face, profile, back) and precision.
+
+    SET is a CSV file,time,x1,y1,x2,y2,view[,ignore] (bench/sets/README.md). Methods: faces (RetinaFace on each
+    labelled frame alone), indexer-faces (the indexer without the keypoint head finder), indexer (the indexer's own
+    analysis: faces, keypoint heads, tracking, evidence; the sightings it stores at the labelled times).
+    """
+    from bench.heads import METHODS, HeadsOptions, bench_heads
+    from bench.report import heads_text
+
+    options = HeadsOptions(set_csv, root=root, settings=IndexSettings.from_env(sample_fps=sample_fps),
+                           methods=tuple(dict.fromkeys(methods)) or METHODS, iou=iou)
+    run = bench_heads(options, report=_warn, progress=_say(quiet))
+    _show(run.to_dict(), heads_text(run), as_json)
+    if run.failed:
+        sys.exit(EXIT_PARTIAL)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -13,13 +14,30 @@ from pathlib import Path
 import click
 
 import cli
-from cli.options import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_PARTIAL, library_option, library_path, model_option, progress_option, show_progress
+from cli.options import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_PARTIAL,
+    command_name,
+    library_option,
+    library_path,
+    model_option,
+    progress_option,
+    show_progress,
+)
 from headsearch.basics.errors import HeadsearchError, is_disk_full
 from headsearch.basics.settings import IndexSettings
 
 VERBOSE_FLAGS = ("-v", "--verbose")
 OUR_LOGGERS = ("headsearch", "indexer", "bench", "trainer", "cli", "serve", "schemas")
 INTERRUPTED = "interrupted: the library is consistent; run the same command again to finish"
+LAZY_COMMANDS = {  # name -> module:command, imported when used
+    "bench": "cli.bench:bench",
+    "build-dataset": "cli.dataset:build_dataset_command",
+    "people": "cli.people:people",
+    "serve": "cli.serve:serve",
+    "train": "cli.train:train",
+}
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -74,7 +92,19 @@ def _interrupted(line: str = INTERRUPTED) -> None:
 
 
 class HeadsearchGroup(click.Group):
-    """Turns domain errors into one clear line and an exit code, never a traceback; takes -v anywhere."""
+    """Turns domain errors into one clear line and an exit code, never a traceback; takes -v anywhere.
+
+    The commands of their own modules (`LAZY_COMMANDS`) are imported only when named (or listed by
+    --help): a `query` does not pay for the training stack that `build-dataset` imports."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
+            module, attribute = LAZY_COMMANDS[cmd_name].split(":")
+            self.add_command(getattr(importlib.import_module(module), attribute), cmd_name)
+        return self.commands.get(cmd_name)
 
     def parse_args(self, ctx, args):
         cut = args.index("--") if "--" in args else len(args)
@@ -168,7 +198,6 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
         raise HeadsearchError("nothing to index" + ("" if problems else f" (no videos or photos in {', '.join(map(str, paths))})"))
     existing = existing_model(root) if model is None else None  # an existing library keeps its model
     embedder = load_embedder(model or (existing.source if existing else None))
-    folder_existed = root.exists()
     lib = Library.create(root, embedder.describe())
     settings = IndexSettings.from_env(sample_fps=sample_fps)
     summary = None
@@ -177,7 +206,7 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
                           workers=workers, engine=engine, address=address).run(paths, report=lambda m: click.echo(m, err=True))
     finally:
         if new_library and (summary is None or not summary.indexed):
-            lib.discard_if_empty(remove_folder=not folder_existed)  # nothing was indexed: leave nothing behind
+            lib.discard_if_empty(remove_folder=lib.made_folder)  # nothing was indexed: leave nothing behind
     click.echo(f"{summary.line()} [{summary.stages_line()}]")
     if summary.failed:
         sys.exit(EXIT_PARTIAL if summary.indexed or summary.skipped or summary.failed_before else 1)
@@ -266,8 +295,9 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
         from headsearch.people.persons import find_person, person_looks, person_moments
 
         confidence = Confidence()  # a person's moments are the tracks people put together: all shown
-        found = find_person(lib, person)
-        results = [found_hits(lib, person_moments(lib, found), scope, person_looks(lib, found.id))]
+        with lib.session():
+            found = find_person(lib, person)
+            results = [found_hits(lib, person_moments(lib, found), scope, person_looks(lib, found.id))]
         if pictures:
             render_hit_pictures(lib.root, [h for r in results for h in r.hits])
     else:
@@ -326,16 +356,24 @@ def stats(library: Path | None, as_json: bool) -> None:
 
 @main.command("list")
 @library_option
-@click.option("--json", "as_json", is_flag=True, help="A JSON list of files.")
+@click.option("--json", "as_json", is_flag=True, help="A JSON list of files (of tracks, with --tracks).")
 @click.option("--state", "states", multiple=True, type=click.Choice(["indexed", "changed", "missing", "failed"]),
               help="Only files in this state (repeatable).")
-def list_files(library: Path | None, as_json: bool, states: tuple[str, ...]) -> None:
+@click.option("--tracks", "tracks", is_flag=True,
+              help="List the tracks instead: sightings, how many showed a face, how the heads were found.")
+def list_files(library: Path | None, as_json: bool, states: tuple[str, ...], tracks: bool) -> None:
     """The files of the library and their state: indexed, changed since (indexed again by the
-    next `index`), missing, or failed (skipped until they change; `index --retry-failed`)."""
+    next `index`), missing, or failed (skipped until they change; `index --retry-failed`).
+    With --tracks, every track: its file and time range, its sightings, `faces` (sightings with a
+    visible face), `found_by` (sightings found by their face, by person keypoints, or followed) and
+    how it started."""
     from headsearch.basics.timeline import format_time
     from headsearch.store.inventory import file_states
     from headsearch.store.library import Library
 
+    if tracks:
+        _list_tracks(Library.open(library_path(library)), as_json)
+        return
     rows = [r for r in file_states(Library.open(library_path(library))) if not states or r.state.split(",")[0] in states]
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in rows], indent=2))
@@ -348,6 +386,21 @@ def list_files(library: Path | None, as_json: bool, states: tuple[str, ...]) -> 
     for r in rows:
         counts[r.state] = counts.get(r.state, 0) + 1
     click.echo(f"{len(rows)} files: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) if rows else "no files", err=True)
+
+
+def _list_tracks(library, as_json: bool) -> None:
+    from headsearch.basics.timeline import format_time
+
+    with library.browsing() as b:
+        summaries = b.track_summaries()
+    if as_json:
+        click.echo(json.dumps([s.to_dict() for s in summaries], indent=2))
+        return
+    for s in summaries:
+        found = ", ".join(f"{n} {how}" for how, n in s.found_by.items() if n)
+        click.echo(f"track {s.id:<6} {s.video}  {format_time(s.start)}-{format_time(s.end)}  {s.sightings} sightings, "
+                   f"{s.faces} with a face ({found}); started by {s.started_by}")
+    click.echo(f"{len(summaries)} tracks, {sum(s.faces == 0 for s in summaries)} never showing a face", err=True)
 
 
 @main.command()
@@ -385,26 +438,17 @@ def demo(ctx: click.Context, out: Path) -> None:
     ctx.invoke(index, paths=(video,), library=library, model=None, sample_fps=IndexSettings.sample_fps, progress=False, quiet=True)
     click.echo(f"query {photo} (person 2, cut from the photo at another scale, mirrored and rotated):")
     ctx.invoke(query, image=photo, library=library, k=3, all_heads=False, whole_image=False, as_json=False, model=None)
-    lib, q = shlex.quote(str(library)), shlex.quote(str(photo))
+    lib, q, me = shlex.quote(str(library)), shlex.quote(str(photo)), command_name()
     click.echo("\nwhat to try next:")
-    click.echo(f"  headsearch query {q} --library {lib} --json                 # the same hits, for scripts")
-    click.echo(f"  headsearch query {q} --library {lib} --export-clips clips   # each hit as a playable clip")
-    click.echo(f"  headsearch index ~/Videos --library {lib}                      # your own videos and photos")
-    click.echo(f"  headsearch query your-photo.jpg --library {lib} --per-video     # who is where, video by video")
-    click.echo(f"  headsearch list --library {lib}                                 # what the library holds")
+    activate = Path(sys.executable).parent / "activate"
+    if me != "headsearch" and activate.is_file():
+        click.echo(f"  . {shlex.quote(str(activate))}   # puts headsearch on the PATH of this shell (else run it by its path, as below)")
+    click.echo(f"  {me} query {q} --library {lib} --json                 # the same hits, for scripts")
+    click.echo(f"  {me} query {q} --library {lib} --export-clips clips   # each hit as a playable clip")
+    click.echo(f"  {me} index ~/Videos --library {lib}                      # your own videos and photos")
+    click.echo(f"  {me} query your-photo.jpg --library {lib} --per-video     # who is where, video by video")
+    click.echo(f"  {me} list --library {lib}                                 # what the library holds")
 
-
-from cli.bench import bench  # noqa: E402
-from cli.dataset import build_dataset_command  # noqa: E402
-from cli.people import people  # noqa: E402
-from cli.serve import serve  # noqa: E402
-from cli.train import train  # noqa: E402
-
-main.add_command(bench)
-main.add_command(build_dataset_command, "build-dataset")
-main.add_command(train)
-main.add_command(people)
-main.add_command(serve)
 
 if __name__ == "__main__":
     main()

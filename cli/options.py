@@ -1,6 +1,9 @@
 """Options and exit statuses shared by several commands."""
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -26,6 +29,21 @@ progress_option = click.option(
 def library_path(library: Path | None) -> Path:
     """The library folder a command works on."""
     return library if library is not None else default_library_path()
+
+
+def command_name() -> str:
+    """How the user runs this program again, for hints they copy: `headsearch` when that name on the
+    PATH is this program, else the path it was started by (`.venv/bin/headsearch` before the venv is
+    activated), or `python -m cli.main` when it was started that way."""
+    started = sys.argv[0] if sys.argv else ""
+    on_path = shutil.which("headsearch")
+    if Path(started).name == "headsearch":
+        if on_path and os.path.samefile(on_path, started):
+            return "headsearch"
+        return shlex.quote(started)
+    if on_path:
+        return "headsearch"
+    return f"{shlex.quote(sys.executable)} -m cli.main"
 
 
 def show_progress(progress: bool | None = None, quiet: bool = False) -> bool:

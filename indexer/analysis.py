@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -24,17 +24,18 @@ from headsearch.basics.media import file_stamp, media_kind
 from headsearch.basics.settings import IndexSettings
 from headsearch.detection.crops import HeadCrop, crop_head, picture_of
 from headsearch.detection.faces import FaceDetector, detect_heads
+from headsearch.detection.keypoints import KeypointHeadFinder
 from headsearch.models import Embedder
 from indexer.decode import DecodedFrame, VideoStream
 from indexer.evidence import EvidenceCollector, judge_photo
 from indexer.prefetch import Prefetched
 from indexer.shots import ShotBoundaryDetector, hsv_histogram
 from indexer.tracker import HeadTracker
-from schemas.records import FileResult, FileStamp, HeadTrack, MediaKind, Observation, Shot
+from schemas.records import FileResult, FileStamp, HeadDetection, HeadSource, HeadTrack, MediaKind, Observation, Shot
 
 log = logging.getLogger(__name__)
 
-STAGES = ("decode", "shots", "detect", "track", "embed", "store")  # "store" is the library's, timed by the caller
+STAGES = ("decode", "shots", "detect", "keypoints", "track", "embed", "store")  # "store" is the library's, timed by the caller
 # Besides the stages, the clock counts "wait": detection waiting for decoded frames (overlapped runs).
 CROP_JPEG_QUALITY = 92
 
@@ -153,17 +154,22 @@ class _Analysis:
 
 
 def _quality(obs: Observation) -> float:
-    """How good a sighting is for a thumbnail: a large, confident face."""
-    return obs.face.box.area * obs.face.score if obs.face is not None else 0.0
+    """How good a sighting is for a thumbnail and a vector: a large, confident face; without one, a head found by
+    keypoints (its box placed by a detector) before one followed from an earlier sighting."""
+    if obs.face is not None:
+        return obs.face.box.area * obs.face.score
+    return 1e-3 * (obs.keypoint_score or 0.0) if obs.found_by == HeadSource.KEYPOINTS else 0.0
 
 
 def analyse_file(path: Path, settings: IndexSettings, detector: FaceDetector, embedder: Embedder, *,
-                 stamp: FileStamp | None = None, keep_crops: bool = False, progress: FrameProgress | None = None) -> FileResult:
+                 stamp: FileStamp | None = None, keep_crops: bool = False, progress: FrameProgress | None = None,
+                 sample_at: Sequence[float] = ()) -> FileResult:
     """Decode, cut into shots, detect, track and embed one file.
 
     `stamp` is the file's version when the caller already has it; `keep_crops` keeps every
-    sighting's head crop as JPEG in `Observation.crop_jpeg` (the dataset builder writes them).
-    Raises MediaError for files that cannot be read.
+    sighting's head crop as JPEG in `Observation.crop_jpeg` (the dataset builder writes them);
+    `sample_at` adds to a video's samples the frames at these presentation times (within half a
+    frame period; `bench heads` scores the sightings there). Raises MediaError for files that cannot be read.
     """
     path = Path(path)
     stamp = stamp or file_stamp(path)
@@ -171,7 +177,7 @@ def analyse_file(path: Path, settings: IndexSettings, detector: FaceDetector, em
     if media_kind(path) == MediaKind.IMAGE:
         result = _analyse_image(path, stamp, analysis)
     else:
-        result = _analyse_video(path, stamp, analysis, progress)
+        result = _analyse_video(path, stamp, analysis, progress, sorted(sample_at))
     result.stage_seconds = dict(analysis.clock.seconds)
     result.embedded = analysis.embedded
     return result
@@ -221,9 +227,13 @@ class _Scanned:
     shots: int
 
 
-def _scan(stream: VideoStream, s: IndexSettings, clock: StageClock, progress: FrameProgress | None) -> Iterator[_Cut | DecodedFrame | _Scanned]:
+def _scan(stream: VideoStream, s: IndexSettings, clock: StageClock, progress: FrameProgress | None,
+          sample_at: Sequence[float] = ()) -> Iterator[_Cut | DecodedFrame | _Scanned]:
     """Decode every frame and cut shots (HSV histograms); yield each cut and each sampled frame in
-    order, then what the scan ended with. Runs ahead of detection (a thread) when overlapping."""
+    order, then what the scan ended with. Runs ahead of detection (a thread) when overlapping.
+    `sample_at` (sorted) adds the frames within half a frame period of these times to the samples."""
+    wanted = list(sample_at)
+    half_period = 0.5 / stream.info.fps if stream.info.fps else 0.02
     cuts = ShotBoundaryDetector()
     shot_start = (0, 0.0)
     next_sample = -1.0
@@ -248,7 +258,14 @@ def _scan(stream: VideoStream, s: IndexSettings, clock: StageClock, progress: Fr
         last = frame
         if progress is not None:
             progress.update(1)
+        while wanted and wanted[0] < frame.time - half_period:
+            wanted.pop(0)
+        asked = bool(wanted) and abs(wanted[0] - frame.time) <= half_period
+        if asked:
+            wanted.pop(0)
         if frame.time + 1e-6 < next_sample:
+            if asked:
+                yield frame
             continue
         next_sample = max(frame.time, next_sample) + 1.0 / s.sample_fps if next_sample >= 0 else frame.time + 1.0 / s.sample_fps
         yield frame
@@ -286,8 +303,43 @@ class _DetectScale:
         return heads
 
 
+class _KeypointSchedule:
+    """Where the keypoint head finder (MoveNet: 0.1-0.6 s a frame on 2 cores) runs, so that indexing keeps its
+    speed: on each shot's first sampled frame; then once `keypoints_every_s` seconds of the shot have passed
+    since it last ran, a wait that doubles (up to `keypoints_max_every_s`) each time it finds no head the faces
+    did not give (a shot of faces: talking heads) and falls back when it finds one; and on a frame where the face
+    detector finds fewer heads than on the sample before (someone turned away). In between, the tracker follows
+    the heads it found."""
+
+    def __init__(self, s: IndexSettings):
+        self.every = s.keypoints_every_s
+        self.max_every = max(s.keypoints_max_every_s, self.every)
+        self.finder = KeypointHeadFinder() if self.every > 0 else None
+        self.runs = 0
+        self.new_shot()
+
+    def new_shot(self) -> None:
+        self.last: float | None = None
+        self.wait = self.every
+        self.faces = 0
+
+    def find(self, time: float, rgb: np.ndarray, face_heads: list[HeadDetection]) -> list[HeadDetection]:
+        """The heads without a face in this frame when the finder is due here, else none."""
+        if self.finder is None:
+            return []
+        fewer = len(face_heads) < self.faces
+        self.faces = len(face_heads)
+        if self.last is not None and time - self.last < self.wait and not fewer:
+            return []
+        self.last = time
+        self.runs += 1
+        found = self.finder.find(rgb, face_heads)
+        self.wait = self.every if found else min(2 * self.wait, self.max_every)
+        return found
+
+
 def _follow(events: Iterable, a: _Analysis, tracker: HeadTracker, evidence: EvidenceCollector, scale: _DetectScale,
-            shots: list[Shot], tracks: list[HeadTrack]) -> _Scanned | None:
+            keypoints: _KeypointSchedule, shots: list[Shot], tracks: list[HeadTrack]) -> _Scanned | None:
     """Detect, track and embed along the scan's cuts and sampled frames; the scan's end."""
     s, clock = a.settings, a.clock
     overlapped = isinstance(events, Prefetched)
@@ -302,12 +354,15 @@ def _follow(events: Iterable, a: _Analysis, tracker: HeadTracker, evidence: Evid
             a.ended(ended)
             tracks.extend(ended)
             scale.new_shot()
+            keypoints.new_shot()
             t0 = clock.add("track", t0)
             continue
         frame = event
         a.sampled += 1
         heads = scale.detect(frame.rgb)
         t0 = clock.add("detect", t0)
+        heads = heads + keypoints.find(frame.time, frame.rgb, heads)
+        t0 = clock.add("keypoints", t0)
         observed, ended = tracker.update(frame.index, frame.time, frame.rgb, heads)
         evidence.add(frame.index, frame.rgb, observed)
         for track, obs in observed:  # each is the newest sighting of its track
@@ -321,7 +376,8 @@ def _follow(events: Iterable, a: _Analysis, tracker: HeadTracker, evidence: Evid
     return None
 
 
-def _analyse_video(path: Path, stamp: FileStamp, a: _Analysis, progress: FrameProgress | None) -> FileResult:
+def _analyse_video(path: Path, stamp: FileStamp, a: _Analysis, progress: FrameProgress | None,
+                   sample_at: Sequence[float] = ()) -> FileResult:
     s = a.settings
     clock = a.clock
     t0 = time.perf_counter()
@@ -333,13 +389,14 @@ def _analyse_video(path: Path, stamp: FileStamp, a: _Analysis, progress: FramePr
     tracker = HeadTracker(s.track_iou, s.track_max_gap_s, s.follow_min_score)
     evidence = EvidenceCollector()
     scale = _DetectScale(a.detector, s)
+    keypoints = _KeypointSchedule(s)
     shots: list[Shot] = []
     tracks: list[HeadTrack] = []
-    scanned = _scan(stream, s, clock, progress)
+    scanned = _scan(stream, s, clock, progress, sample_at)
     events = Prefetched(scanned, depth=s.decode_ahead) if s.decode_ahead > 0 else scanned
     end: _Scanned | None = None
     try:
-        end = _follow(events, a, tracker, evidence, scale, shots, tracks)
+        end = _follow(events, a, tracker, evidence, scale, keypoints, shots, tracks)
     finally:
         if isinstance(events, Prefetched):
             events.close()
@@ -367,4 +424,5 @@ def _analyse_video(path: Path, stamp: FileStamp, a: _Analysis, progress: FramePr
     _log_dropped(path, dropped)
     duration = end_time - shots[0].start_time  # how long it plays, from its first frame
     return FileResult(stamp, MediaKind.VIDEO, info.width, info.height, info.fps, duration, last.index + 1, a.sampled,
-                      info.decoder, shots, tracks, warning, source_size=info.source_size, dropped_tracks=dropped)
+                      info.decoder, shots, tracks, warning, source_size=info.source_size, dropped_tracks=dropped,
+                      keypoint_frames=keypoints.runs)

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -24,11 +25,13 @@ from headsearch.basics.settings import IndexSettings
 from headsearch.detection.faces import FaceDetector
 from headsearch.models import Embedder
 from indexer.analysis import FrameProgress, analyse_file
+from indexer.worker_start import boot, die_with_parent
 from schemas.records import FileResult, FileStamp, ModelInfo
 
 log = logging.getLogger(__name__)
 
 ENGINES = ("local", "ray")
+SHUTDOWN_GRACE_S = 2.0  # how long idle workers get to leave by themselves before they are killed
 RAY_MISSING = "the ray engine needs Ray: pip install 'headsearch[ray]'"
 
 
@@ -93,17 +96,9 @@ class SerialEngine:
 _worker: dict = {}
 
 
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this worker when the indexing process dies (a killed run leaves no workers)."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def _start_worker(settings: IndexSettings, model_source: str, model: ModelInfo, threads: int, log_dir: Path | None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the writer's to handle
-    _die_with_parent()
+    die_with_parent()  # already asked by worker_start.boot in a worker process; a Ray actor asks here
     os.environ.setdefault(THREADS_ENV, str(threads))
     from headsearch.models import load_embedder
 
@@ -133,13 +128,35 @@ class ProcessEngine:
         self.source = embedder.source or embedder.name
         self.threads = max(1, usable_cpus() // self.workers)
         self._pool = None
+        self._pools: list = []  # every pool not yet shut: its workers are stopped on the way out
 
     def _new_pool(self, workers: int):
+        """A pool whose workers die with this process at any moment of their life (`indexer.worker_start`).
+        Call from the main thread: the kernel ties a worker's life to the thread that started it."""
         import multiprocessing
+        import pickle
         from concurrent.futures import ProcessPoolExecutor
 
-        return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
-                                   initargs=(self.settings, self.source, self.model, self.threads, self.log_dir))
+        start = pickle.dumps((_start_worker, (self.settings, self.source, self.model, self.threads, self.log_dir)))
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=boot,
+                                   initargs=(os.getpid(), start))
+        self._pools.append(pool)
+        return pool
+
+    def _shut(self, pool) -> None:
+        """Stop a pool: its pending jobs cancelled, its idle workers leaving, and those still busy a
+        moment later (with a long video, or stuck) killed."""
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + SHUTDOWN_GRACE_S
+        for process in processes:
+            with contextlib.suppress(Exception):
+                process.join(timeout=max(0.0, deadline - time.monotonic()))
+                if process.is_alive():
+                    process.kill()
+                    process.join(timeout=5)
+        if pool in self._pools:
+            self._pools.remove(pool)
 
     def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, Outcome]]:
         from concurrent.futures.process import BrokenProcessPool
@@ -163,7 +180,7 @@ class ProcessEngine:
             except BrokenProcessPool:
                 held = [job] + [j for j, _ in window]
                 window.clear()
-                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._shut(self._pool)
                 for j in held:  # each alone: the one that kills its worker again fails, the others go on
                     yield j, self._alone(j)
                 self._pool = self._new_pool(self.workers)
@@ -183,12 +200,13 @@ class ProcessEngine:
         except HeadsearchError as e:  # the worker could not start
             return Failure(str(e))
         finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+            self._shut(pool)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        """Stop every worker (a run that ends, is interrupted or fails leaves no process behind)."""
+        for pool in list(self._pools):
+            self._shut(pool)
+        self._pool = None
 
 
 # ----- Ray ------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Face evidence: which head tracks show a real person, and which are ghosts.
+"""Evidence: which head tracks show a real person, and which are ghosts.
 
 RetinaFace fires now and then on things that are not faces: a hand holding a microphone, a
 blurred patch of background (one 0.72 detection that the tracker then follows through six
@@ -15,6 +15,18 @@ real person's track has a best detection of 0.78 or more (a masked woman in a cr
 audience faces 0.79-0.80), the ghost of s18.mp4 has 0.72: `confident_score` sits half-way. Of 469
 tracks, 3 go (that ghost and two hands in short_hamilton_clip.mp4); no static overlay occurs there
 (tests/test_evidence.py pastes one on a moving shot).
+
+A track that never shows a confident face (a person seen from behind or in hard profile, found by
+person keypoints: `headsearch.detection.keypoints`) is kept on keypoint evidence instead: at least
+`min_keypoint_sightings` sightings found by keypoints, the best scored at least `keypoint_score`
+(MoveNet's person score x the mean score of its head points), and not a static overlay (the same
+test on its head boxes). Measured on all of ../shared/data (`scripts/evidence_report.py
+--all-keypoint-tracks`, every candidate looked at): with the head rules as shipped, 5 tracks rest on
+keypoints alone, all real people (three walking away in the crowd clip, a man from behind and a man
+with glasses too small for RetinaFace in face-api.js's comic-shop clip), scored 0.063-0.281. Before a
+keypoint head inside a face's head counted as that head, 9 more arose, all false ("heads" around one
+eye or the nose of close-up faces, a dark ring in goldeneye), scored 0.022-0.039, with one real head,
+half hidden, at 0.042: `keypoint_score` sits above them, should such heads get through again.
 """
 from __future__ import annotations
 
@@ -23,7 +35,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from schemas.records import Box, FaceDetection, HeadTrack, Observation
+from schemas.records import Box, FaceDetection, HeadSource, HeadTrack, Observation
 
 PATCH_PX = 8  # face patches are compared at this size (area-averaged: codec noise and 1-px jitter wash out)
 SIGNATURE_SIZE = (32, 18)  # frames are compared as grey thumbnails of this size
@@ -48,6 +60,9 @@ class EvidenceRule:
     static_move: float = 0.05
     static_patch: float = 2.0
     static_picture: float = 10.0
+    # Tracks without a confident face: evidence from person keypoints (measured, see the module docstring).
+    min_keypoint_sightings: int = 1
+    keypoint_score: float = 0.05
 
 
 def plausible_landmarks(face: FaceDetection, rule: EvidenceRule = EvidenceRule()) -> bool:
@@ -98,20 +113,22 @@ class EvidenceCollector:
         self._patch: dict[int, np.ndarray] = {}  # id(observation) -> face patch
         self._signature: dict[int, np.ndarray] = {}  # frame index -> frame signature
         self._frame_size: dict[int, tuple[int, int]] = {}  # frame index -> (width, height)
-        self._anchor: dict[int, Box] = {}  # id(track) -> the box of its first face
+        self._anchor: dict[tuple[int, bool], Box] = {}  # (id(track), by face) -> the box of its first face (or keypoint head)
 
     def add(self, frame_index: int, rgb: np.ndarray, observed: list[tuple[HeadTrack, Observation]]) -> None:
-        """Record one sampled frame and its new sightings (only those with a face count). Each
-        sighting's patch is cut where its track's first face was: a box that does not move shows
-        the same pixels there, whatever the detector's pixel of jitter."""
-        faces = [(t, o) for t, o in observed if o.face is not None]
-        if not faces:
+        """Record one sampled frame and its new sightings (only those a detector found count: by a face,
+        or by keypoints). Each sighting's patch is cut where its track's first face (or first keypoint
+        head) was: a box that does not move shows the same pixels there, whatever the detector's pixel
+        of jitter."""
+        found = [(t, o) for t, o in observed if o.face is not None or o.found_by == HeadSource.KEYPOINTS]
+        if not found:
             return
         grey = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
         self._signature.setdefault(frame_index, frame_signature(grey))
         self._frame_size[frame_index] = (grey.shape[1], grey.shape[0])
-        for track, o in faces:
-            anchor = self._anchor.setdefault(id(track), o.face.box)
+        for track, o in found:
+            by_face = o.face is not None
+            anchor = self._anchor.setdefault((id(track), by_face), o.face.box if by_face else o.head)
             self._patch[id(o)] = face_patch(grey, anchor)
 
     def judge(self, track: HeadTrack) -> str | None:
@@ -120,13 +137,29 @@ class EvidenceCollector:
         n = sum(confident(o.face, self.rule) for o in faces)
         if n < self.rule.min_confident:
             best = max((o.face.score for o in faces), default=0.0)
-            return (f"no confident face ({len(faces)} face detections, best score {best:.2f}"
-                    f"{', implausible landmarks' if faces and not any(plausible_landmarks(o.face, self.rule) for o in faces) else ''})")
-        if self._static(faces):
+            why = (f"no confident face ({len(faces)} face detections, best score {best:.2f}"
+                   f"{', implausible landmarks' if faces and not any(plausible_landmarks(o.face, self.rule) for o in faces) else ''})")
+            by_keypoints = [o for o in track.observations if o.found_by == HeadSource.KEYPOINTS]
+            if not by_keypoints:
+                return why
+            lacking = self._keypoint_evidence(by_keypoints)
+            return None if lacking is None else f"{why}; {lacking}"
+        if self._static(faces, lambda o: o.face.box):
             return "static overlay (the box and its pixels stay the same while the picture changes)"
         return None
 
-    def _static(self, faces: list[Observation]) -> bool:
+    def _keypoint_evidence(self, sightings: list[Observation]) -> str | None:
+        """What a track found by keypoints lacks to count as a person (None: nothing)."""
+        r = self.rule
+        best = max(o.keypoint_score or 0.0 for o in sightings)
+        if len(sightings) < r.min_keypoint_sightings or best < r.keypoint_score:
+            return (f"too little keypoint evidence ({len(sightings)} sightings found by keypoints, best score {best:.2f}; "
+                    f"needs {r.min_keypoint_sightings}, {r.keypoint_score:.2f})")
+        if self._static(sightings, lambda o: o.head):
+            return "static overlay (the head box and its pixels stay the same while the picture changes)"
+        return None
+
+    def _static(self, faces: list[Observation], box_of) -> bool:
         r = self.rule
         if len(faces) < r.static_min_sightings or faces[-1].time - faces[0].time < r.static_min_seconds:
             return False
@@ -134,7 +167,7 @@ class EvidenceCollector:
         sigs = [self._signature.get(o.frame_index) for o in faces]
         if any(p is None for p in patches) or any(s is None for s in sigs):
             return False
-        boxes = np.array([o.face.box.as_tuple() for o in faces])
+        boxes = np.array([box_of(o).as_tuple() for o in faces])
         sides = np.maximum(boxes[:, 2] - boxes[:, 0], 1.0)
         centres = np.stack([(boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2], axis=1)
         side = float(np.median(sides))

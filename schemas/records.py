@@ -28,6 +28,14 @@ class MediaKind(StrEnum):
     IMAGE = "image"  # a still photo, indexed as a one-frame item
 
 
+class HeadSource(StrEnum):
+    """How a sighting's head was found."""
+
+    FACE = "face"  # through its face (RetinaFace)
+    KEYPOINTS = "keypoints"  # through person keypoints (MoveNet: ears, eyes, nose, shoulders), no face found
+    FOLLOWED = "followed"  # followed from an earlier sighting of its track (template matching), no detection
+
+
 @dataclass(frozen=True)
 class Box:
     """An axis-aligned box in pixel coordinates (x1, y1) top-left, (x2, y2) bottom-right."""
@@ -88,6 +96,7 @@ class HeadDetection:
     head: Box
     face: FaceDetection | None
     score: float
+    source: HeadSource = HeadSource.FACE  # KEYPOINTS: found by person keypoints, without a face
 
 
 @dataclass
@@ -100,6 +109,9 @@ class Observation:
     face: FaceDetection | None
     embeddings: dict[VectorKind, np.ndarray] = field(default_factory=dict)
     crop_jpeg: bytes | None = None  # the head crop as JPEG, kept only when the analysis is asked to
+    found_by: HeadSource = HeadSource.FACE  # how the head was found in this frame
+    keypoint_score: float | None = None  # with found_by KEYPOINTS: the person's score x its head points' mean score
+    follow_score: float | None = None  # with found_by FOLLOWED: how well the head region matched (normalised correlation)
 
     @property
     def face_visible(self) -> bool:
@@ -170,6 +182,7 @@ class FileResult:
     source_size: tuple[int, int] | None = None  # the file's own (width, height); boxes are in `width` x `height`
     dropped_tracks: list[tuple[HeadTrack, str]] = field(default_factory=list)  # tracks without face evidence, and why
     embedded: int = 0  # sightings embedded (a bounded, chosen subset of the face-visible ones)
+    keypoint_frames: int = 0  # sampled frames the person-keypoint head finder ran on
 
     @property
     def path(self) -> str:

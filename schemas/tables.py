@@ -78,6 +78,9 @@ observations = Table(
     Column("y2", Double, nullable=False),
     Column("face_visible", Boolean, nullable=False),
     Column("face_score", Double, nullable=True),
+    # How the head was found (format 5): "face", "keypoints" (person keypoints, no face) or "followed"
+    # (template matching from an earlier sighting); libraries upgraded from format 4 get face / followed.
+    Column("found_by", String, nullable=True),
 )
 
 # One row per stored vector; `id` is the vector's id inside the FAISS index of its `kind`.

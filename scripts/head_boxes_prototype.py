@@ -60,7 +60,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-MODEL = ROOT / "headsearch" / "models" / "movenet_multipose_lightning.onnx"
+MODEL = ROOT / "headsearch" / "models" / "weights" / "movenet_multipose_lightning.onnx"
 DATA = ROOT.parent / "shared" / "data"
 SET = ROOT / "bench" / "sets" / "heads.csv"
 

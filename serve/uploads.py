@@ -22,7 +22,8 @@ from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.types import Message, Receive
 
-IMAGE_FORMATS = {"JPEG", "PNG", "WEBP", "BMP", "TIFF", "GIF", "MPO"}
+from headsearch.basics.media import IMAGE_FORMATS  # one rule for what is a photo (headsearch.basics.media)
+
 UPLOAD_SLOTS = 4  # uploads read at once; searches then run one at a time (serve.views.Site.search)
 UPLOAD_SECONDS = 120.0  # an upload must arrive within this
 RETRY_AFTER_S = 2

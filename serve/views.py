@@ -27,7 +27,7 @@ from headsearch.search.pictures import pictures_folder, render_picture
 from headsearch.search.service import Answer, QueryOptions, SearchService
 from headsearch.store.layout import PICTURES, THUMBNAILS
 from headsearch.store.library import Library
-from headsearch.store.rows import ListedFile, TrackRow, VideoRow
+from headsearch.store.rows import ListedFile, TrackRow, TrackSummary, VideoRow
 from schemas.records import VectorKind
 from serve.files import FileChanged, FileNotServed, IndexedFiles, OpenFile, open_in_folder
 from serve.media import PREVIEW_PAD_S, MediaCache, Playback, cache_folder, decoding, probe_playback
@@ -109,14 +109,16 @@ class Site:
             if track is None:
                 raise NotFound(f"no track {track_id}")
             sightings = store.sightings_of_track(track_id)
+            summary = next(iter(store.track_summaries([track_id])), None)
             vectors = {kind: v[track_id] for kind in self.library.model.kinds
                        if track_id in (v := store.track_vectors(kind, [track_id]))}
             pid = store.memberships().get(track_id)
             person = next((p for p in store.persons() if p.id == pid), None)
         similar = self.service.similar(vectors, k, track_id) if VectorKind.ID in vectors else []
-        return {"track": _track(track), "person": None if person is None else {"id": person.id, "label": person.name or f"person {pid}"},
+        return {"track": {**_track(track), **_found(summary)}, "person": None if person is None else {"id": person.id, "label": person.name or f"person {pid}"},
                 "watch": watch_url(track.video_id, track.start_time, track.end_time, track_id),
                 "sightings": [{"id": s.id, "time": s.time, "frame_index": s.frame_index, "face_visible": s.face_visible,
+                               "found_by": s.found_by,
                                "box": [s.x1, s.y1, s.x2, s.y2]} for s in sightings],
                 "more_like_this": self.cards(found_hits(self.library, similar).hits)}
 
@@ -136,8 +138,11 @@ class Site:
         looks = person_looks(self.library, person_id)
         moments = person_moments(self.library, person)
         by_track = {h.track_id: h for h in moments}
+        with self.library.browsing() as b:
+            found = {s.id: _found(s) for s in b.track_summaries(person.tracks)}
         return {"person": {**person.to_dict(), "looks": looks, "label": person.label(), "hidden": person.hidden},
-                "looks": [[{"track_id": tr, "video": by_track[tr].video, "start": by_track[tr].start, "end": by_track[tr].end}
+                "looks": [[{"track_id": tr, "video": by_track[tr].video, "start": by_track[tr].start, "end": by_track[tr].end,
+                            **found.get(tr, {})}
                            for tr in look if tr in by_track] for look in looks],
                 "moments": [{**c, "moment": True} for c in self.cards(found_hits(self.library, moments).hits)]}
 
@@ -240,6 +245,14 @@ def _listed(v: ListedFile) -> dict:
 def _video(v: VideoRow) -> dict:
     return {"id": v.id, "path": v.path, "name": Path(v.path).name, "kind": v.kind, "duration": v.duration,
             "fps": v.fps, "width": v.width, "height": v.height}
+
+
+def _found(summary: TrackSummary | None) -> dict:
+    """How a track's heads were found: sightings with a face, and by face, keypoints or followed."""
+    if summary is None:
+        return {}
+    return {"faces": summary.faces, "faceless": summary.sightings - summary.faces, "found_by": summary.found_by,
+            "started_by": summary.started_by}
 
 
 def _track(t: TrackRow) -> dict:

@@ -451,7 +451,7 @@ CASES: list[Case] = [
     Case("exif-rotated.jpg", _exif_rotated, "indexed", what="JPEG turned by its EXIF orientation"),
     Case("animated.png", _animated("PNG"), "indexed", what="animated PNG (APNG)"),
     Case("animated.webp", _animated("WEBP"), "indexed", what="animated WebP"),
-    Case("animated.gif", _animated("GIF"), "indexed", explicit=True, what="animated GIF (named on the command line)"),
+    Case("animated.gif", _animated("GIF"), "indexed", what="animated GIF (a photo: its first frame)"),
     Case("one-pixel.png", _solid(1, 1), "failed", "too small to hold a head", what="1x1 PNG"),
     Case("seven-pixels.jpg", _solid(7, 7, "JPEG"), "failed", "too small to hold a head", what="7x7 JPEG"),
     Case("odd-17x999.png", _solid(17, 999), "indexed", what="17x999 PNG"),

@@ -221,8 +221,9 @@ def test_speed_search_and_indexing(tmp_path):
     # Indexing speed on a tiny real clip (5 frames): every stage reported, next to the decode-only bound.
     clip = DATA / "face-api.js" / "test" / "media" / "video.mp4"
     out = json.loads(speed("--only", "indexing", "--video", clip, "--json", "-q").stdout)["indexing"]
-    assert list(out["stages"]) == ["decode", "shots", "detect", "track", "embed", "store"]
+    assert list(out["stages"]) == ["decode", "shots", "detect", "keypoints", "track", "embed", "store"]
     assert out["frames_decoded"] == out["decode_only"]["frames"] == 5 and out["frames_sampled"] >= 1
+    assert 1 <= out["keypoint_frames"] == out["stages"]["keypoints"]["items"] <= out["frames_sampled"]  # the shot's first sample
     assert out["x_real_time"] == out["realtime"] > 0 and out["decode_only_x_real_time"] == out["decode_only"]["realtime"] > 0
     assert out["ratio"] == pytest.approx(out["x_real_time"] / out["decode_only_x_real_time"])
     assert all({"seconds", "share", "per_second"} <= set(s) for s in out["stages"].values())

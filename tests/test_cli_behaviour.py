@@ -18,6 +18,7 @@ from conftest import AMY_DIR, DATA, library_db, needs_data, run
 from test_index_query import assert_consistent, table_counts
 
 from cli.main import INTERRUPTED
+from cli.options import command_name
 
 pytestmark = needs_data
 
@@ -194,5 +195,36 @@ def test_list_states(tmp_path):
 def test_demo_ends_with_what_to_try_next(tmp_path):
     out = run("demo", "--out", tmp_path / "demo").stdout
     tail = out.strip().splitlines()
-    assert "what to try next:" in out and tail[-1].strip().startswith("headsearch list --library")
+    assert "what to try next:" in out and tail[-1].strip().startswith(f"{command_name()} list --library")
     assert any("--export-clips" in l for l in tail[-5:])
+
+
+def test_hints_name_the_command_as_the_user_can_run_it(tmp_path, monkeypatch):
+    script = tmp_path / "venv" / "bin" / "headsearch"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", [str(script), "demo"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # installed in a venv that is not activated
+    assert command_name() == str(script)
+    monkeypatch.setenv("PATH", f"{script.parent}:/usr/bin:/bin")  # activated
+    assert command_name() == "headsearch"
+    monkeypatch.setattr(sys, "argv", ["/x/cli/main.py", "demo"])  # python -m cli.main, nothing on the PATH
+    monkeypatch.setenv("PATH", "/nowhere")
+    assert command_name().endswith(" -m cli.main")
+
+
+def test_a_query_loads_no_training_or_cluster_stack(tmp_path):
+    """A cold `query` pays only for what it needs: no scikit-learn, SciPy, torch, Ray, matplotlib or
+    training code is imported."""
+    lib = tmp_path / "lib"
+    run("index", AMY_DIR / "amy1.png", "--library", lib, "-q")
+    heavy = ("sklearn", "scipy", "torch", "timm", "ray", "matplotlib", "trainer", "bench", "serve")
+    code = ("import atexit, sys\n"
+            f"atexit.register(lambda: print('imported:', *sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})), file=sys.stderr))\n"
+            f"sys.argv = ['headsearch', 'query', {str(AMY_DIR / 'amy2.png')!r}, '--library', {str(lib)!r}, '--json']\n"
+            "from cli.main import main\nmain()\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "imported:", result.stderr

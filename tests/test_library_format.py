@@ -115,6 +115,26 @@ def test_upgraded_library_has_the_schema_of_a_fresh_one(tmp_path, monkeypatch):
     assert schema_differences(library_schema(forgetful), want) == ["videos: column source_height missing"]
 
 
+def test_upgrade_records_how_old_sightings_were_found(tmp_path):
+    # Up to format 4 every track started from a face and was followed through frames without one.
+    library = format1_library(tmp_path)
+    con = duckdb.connect(str(library / "library.duckdb"))  # the fixture's sightings all show a face: some followed ones
+    try:
+        con.execute("update observations set face_visible = false, face_score = null where id % 3 = 0")
+        before = con.execute("select face_visible, count(*) from observations group by face_visible order by 1").fetchall()
+    finally:
+        con.close()
+    assert [f for f, _ in before] == [False, True]
+    Library.open(library)
+    with library_db(library) as con:
+        after = con.execute("select face_visible, found_by, count(*) from observations group by all order by 1").fetchall()
+    assert after == [(False, "followed", before[0][1]), (True, "face", before[1][1])]
+    tracks = json.loads(run("list", "--tracks", "--json", "--library", library).stdout)
+    assert len(tracks) == table_counts(library)["tracks"]
+    assert all(t["started_by"] in ("face", "followed") and t["sightings"] == sum(t["found_by"].values()) for t in tracks)
+    assert sum(t["faces"] for t in tracks) == before[1][1] and all(t["found_by"]["keypoints"] == 0 for t in tracks)
+
+
 @needs_data
 def test_format1_library_is_upgraded_and_answers_the_same_queries(tmp_path):
     library = format1_library(tmp_path)

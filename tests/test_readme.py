@@ -26,12 +26,14 @@ def readme_commands() -> list[list[str]]:
 
 def command_path(words: list[str]) -> list[str]:
     """The leading words that name a command and its subcommands (`bench speed`), checked against the CLI."""
-    assert words[0] in main.commands, f"README uses unknown command {words[0]!r}"
-    command, path = main.commands[words[0]], [words[0]]
+    ctx = click.Context(main)
+    command, path = main.get_command(ctx, words[0]), [words[0]]
+    assert command is not None, f"README uses unknown command {words[0]!r}"
     for word in words[1:]:
-        if not isinstance(command, click.Group) or word not in command.commands:
+        sub = command.get_command(ctx, word) if isinstance(command, click.Group) else None
+        if sub is None:
             break
-        command, path = command.commands[word], path + [word]
+        command, path = sub, path + [word]
     return path
 
 
@@ -44,3 +46,20 @@ def test_readme_examples_match_the_cli():
         help_text = CliRunner().invoke(main, [*path, "--help"]).output
         for option in (w.split("=")[0] for w in words[len(path):] if w.startswith("-")):
             assert re.search(rf"(^|[\s,]){re.escape(option)}([\s,]|$)", help_text, flags=re.M), f"{name}: README option {option} not in --help"
+
+
+def test_readme_runs_headsearch_bare_only_once_the_venv_is_activated():
+    """`pip install` into a virtualenv does not put `headsearch` on the PATH: the README calls it (and
+    pip) bare only after `. .venv/bin/activate`, or by its path."""
+    activated = False
+    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S):
+        for line in block.splitlines():
+            for part in line.split("#")[0].split("&&"):
+                words = part.split()
+                if words[:2] in ([".", ".venv/bin/activate"], ["source", ".venv/bin/activate"]):
+                    activated = True
+                elif words and words[0] in ("headsearch", "pip"):
+                    assert activated, f"README runs {words[0]} before activating the virtualenv: {line.strip()}"
+                elif words and words[0].endswith("/headsearch"):
+                    assert words[0] == ".venv/bin/headsearch", line
+    assert activated

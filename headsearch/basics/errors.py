@@ -32,6 +32,11 @@ class LibraryError(HeadsearchError):
     """The library folder is missing, locked, damaged, or made by another model."""
 
 
+class LibraryDamaged(LibraryError):
+    """The library's database file is damaged (cut short, checksums that do not match): nothing more
+    is read from or written to it."""
+
+
 class ModelMismatch(LibraryError):
     """The library's vectors were made by another model than the one asked for."""
 

@@ -10,18 +10,29 @@ from typing import BinaryIO
 from headsearch.basics.errors import MediaError
 from schemas.records import FileStamp, MediaKind
 
+# One rule for what is a photo and what is a video, by the file name, for every road a file takes
+# in: a folder walk, a path named on the command line, a labelled set (bench, dataset builder) and,
+# by the header's format, a photo uploaded to the web app.
+#
+# A GIF is a photo (its first frame): GIFs in a photo or video collection are stills, stickers and
+# short loops without a timeline worth seeking in; the photo reader decodes them within the photo
+# limits (pixels, bytes), and a query photo may be a GIF. An animated GIF is searched by its first
+# frame, like an animated PNG or WebP.
 VIDEO_EXTENSIONS = frozenset({".mp4", ".mkv", ".mov", ".avi", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv", ".ts"})
-IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"})
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif"})
 MEDIA_EXTENSIONS = VIDEO_EXTENSIONS | IMAGE_EXTENSIONS
+# The formats an image header may name for a photo (Pillow's names; a camera's JPEG may read as MPO).
+IMAGE_FORMATS = frozenset({"JPEG", "MPO", "PNG", "BMP", "WEBP", "TIFF", "GIF"})
 
 
 def media_kind(path: str | Path) -> MediaKind:
-    """A photo by its extension; anything else given to us is tried as a video."""
+    """A photo by its extension (IMAGE_EXTENSIONS); a known video extension, or any other name given to
+    us on purpose, is tried as a video."""
     return MediaKind.IMAGE if Path(path).suffix.lower() in IMAGE_EXTENSIONS else MediaKind.VIDEO
 
 
 def is_media_name(name: str) -> bool:
-    """Whether a folder walk picks up this file name (known extension, not hidden)."""
+    """Whether a folder walk picks up this file name (a photo or video extension, not hidden)."""
     return not name.startswith(".") and Path(name).suffix.lower() in MEDIA_EXTENSIONS
 
 

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from sklearn.metrics import roc_curve
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +74,14 @@ def vr_at_far(genuine: np.ndarray, impostor: np.ndarray, far: float) -> Verifica
     assert np.count_nonzero(imp > threshold) <= k
     vr = float(np.mean(gen > threshold))
     return VerificationResult(far, threshold, vr, True, gen.size, imp.size)
+
+
+def roc_curve(*args, **kwargs):
+    """sklearn's `roc_curve`, imported when first used: scikit-learn takes a second to import, which a
+    query (thresholds read from a file) does not need to spend."""
+    from sklearn.metrics import roc_curve as sklearn_roc_curve
+
+    return sklearn_roc_curve(*args, **kwargs)
 
 
 def vr_at_far_insightface(genuine: np.ndarray, impostor: np.ndarray, far: float) -> VerificationResult:

@@ -17,8 +17,10 @@ BGR image), with a least-squares similarity fit: measured best, see `ALIGNMENT_N
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -43,12 +45,24 @@ FLOAT_CONVERSION = "drop-graph-inputs/1+fold-dequantize/1"
 ALIGNMENT_NOTE = "ArcFace five-point template, 112x112, least-squares similarity (exact=True), RGB"
 
 
+_DIGESTS: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> SHA-256, for this process
+
+
+def _stamp(path: Path) -> list[int]:
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns]
+
+
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """The SHA-256 of a file's content, hashed once per version of the file (path, size, modification time)."""
+    key = (str(path), *_stamp(path))
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
 
 
 def source_path() -> Path:
@@ -97,11 +111,22 @@ def _cached(name: str, conversion: str, make: Callable[[], bytes], folder: Path 
     folder = Path(folder) if folder is not None else model_cache_dir()
     target = folder / name
     record_path = target.with_name(target.name + ".json")
+    try:
+        record = json.loads(record_path.read_text())
+        if (record.get("conversion") == conversion and record.get("source_stamp") == _stamp(source)
+                and record.get("stamp") == _stamp(target) and record.get("source_sha256")):
+            # both files as they were when the record was written (same size and modification time): not hashed again
+            _DIGESTS[(str(source), *_stamp(source))] = record["source_sha256"]
+            return target
+    except (OSError, ValueError, AttributeError, TypeError):
+        pass
     source_sha = sha256_file(source)
     try:
         record = json.loads(record_path.read_text())
         if (record.get("source_sha256") == source_sha and record.get("conversion") == conversion
                 and target.is_file() and sha256_file(target) == record.get("sha256")):
+            with contextlib.suppress(OSError):  # remember the versions hashed: the next loads hash nothing
+                write_json_atomic(record_path, {**record, "source_stamp": _stamp(source), "stamp": _stamp(target)})
             return target
     except (OSError, ValueError, AttributeError):
         pass
@@ -109,7 +134,7 @@ def _cached(name: str, conversion: str, make: Callable[[], bytes], folder: Path 
     try:
         atomic_write(target, lambda tmp: tmp.write_bytes(data))
         write_json_atomic(record_path, {"source": str(source), "source_sha256": source_sha, "conversion": conversion,
-                                        "sha256": sha256_file(target)})
+                                        "sha256": sha256_file(target), "source_stamp": _stamp(source), "stamp": _stamp(target)})
     except OSError as e:
         raise ModelError(f"cannot write the converted SFace model to {folder} ({e.strerror or e}); "
                          "set HEADSEARCH_CACHE to a writable folder") from e

@@ -11,7 +11,7 @@ from headsearch.models.scoring import head_scores
 from headsearch.search.ranking import rank_hits
 from headsearch.store.library import Library
 from headsearch.store.readers import LibraryReader
-from headsearch.store.rows import TrackVectors
+from headsearch.store.rows import HitRow, TrackVectors
 from schemas.records import SearchHit, Tier, VectorKind
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,8 @@ class QueryEngine:
                     break
                 fetch = min(total, fetch * 4)
             ranked = sorted(best.items(), key=lambda kv: -kv[1][0])[:wanted]
-            hits = [self._hit(reader, track_id, score, obs_id, query) for track_id, (score, obs_id) in ranked]
+            rows = reader.hits([(track_id, obs_id) for track_id, (_, obs_id) in ranked])
+            hits = [self._hit(reader, rows[track_id, obs_id], track_id, score, obs_id, query) for track_id, (score, obs_id) in ranked]
         return rank_hits(hits, self.ranking)[:k]
 
     @staticmethod
@@ -65,8 +66,8 @@ class QueryEngine:
                 best[track_id] = (float(s), obs_id)
         return best
 
-    def _hit(self, reader: LibraryReader, track_id: int, score: float, obs_id: int, query: dict[VectorKind, np.ndarray]) -> SearchHit:
-        row = reader.hit(track_id, obs_id)
+    def _hit(self, reader: LibraryReader, row: HitRow, track_id: int, score: float, obs_id: int,
+             query: dict[VectorKind, np.ndarray]) -> SearchHit:
         head_score = None
         if VectorKind.HEAD in query:
             stored = reader.vector(obs_id, VectorKind.HEAD)
@@ -103,7 +104,8 @@ class WholeHeadSearch:
                 return []
             stored = reader.tracks_vectors(candidates)
             scored = [self._score(tr, stored[tr], q_id if face else None, query[VectorKind.HEAD]) for tr in candidates if tr in stored]
-            hits = [self._hit(reader, *s) for s in scored]
+            rows = reader.hits([(s[0], s[-1]) for s in scored])
+            hits = [self._hit(rows[s[0], s[-1]], *s) for s in scored]
         return rank_hits(hits, self.engine.ranking)[:k]
 
     def _tracks_by(self, reader: LibraryReader, kind: VectorKind, vector: np.ndarray, wanted: int) -> list[int]:
@@ -145,9 +147,8 @@ class WholeHeadSearch:
                     best_obs = appearance_obs
         return track_id, id_score, head_score, appearance_score, best_obs
 
-    def _hit(self, reader: LibraryReader, track_id: int, id_score: float | None, head_score: float | None,
+    def _hit(self, row: HitRow, track_id: int, id_score: float | None, head_score: float | None,
              appearance_score: float | None, obs_id: int) -> SearchHit:
-        row = reader.hit(track_id, obs_id)
         thresholds = self.engine.thresholds
         tier = thresholds.tier(id_score, head_score, appearance_score) if thresholds else None
         by_face = thresholds is not None and thresholds.tier(id_score, head_score) != Tier.OTHER_PERSON

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from headsearch.basics.errors import HeadsearchError
@@ -103,6 +103,15 @@ def confidence_for(thresholds: Thresholds | None, min_score: float | None = None
     return Confidence(None, False, True, "")
 
 
+def without_face(confidence: Confidence, thresholds: Thresholds | None) -> Confidence:
+    """The bar of a query head without a face: the look of the head alone, against the appearance bar
+    (unless the user set --min-score, or there are no such thresholds)."""
+    if confidence.inclusive or thresholds is None or thresholds.appearance is None:
+        return confidence
+    return replace(confidence, bar=thresholds.appearance,
+                   source=f"appearance threshold {thresholds.appearance:.3f} (the look of a head without a face)")
+
+
 def uncalibrated_note(model_name: str) -> str:
     """The one line said when scores cannot be told right from wrong."""
     return (f"note: scores are uncalibrated (no thresholds for {model_name}): the best hits are shown whatever their score; "
@@ -131,6 +140,7 @@ class HeadResult:
     hits: list[ShownHit] = field(default_factory=list)
     hidden_weak: int = 0  # hits below the bar not shown
     best_hidden: float | None = None
+    confidence: Confidence | None = None  # the bar this head was held to, when not the query's (a head without a face)
 
 
 def found_hits(library: Library, hits: Sequence[SearchHit], scope: Scope = Scope(), looks: Sequence[Sequence[int]] = ()) -> HeadResult:
@@ -193,6 +203,7 @@ def hit_json(shown: ShownHit) -> dict:
         "kind": None if s is None else str(s.kind),
         "box": None if s is None else _round_box(s.box),  # the head at the matched time, in the file's pixels
         "face_visible": None if s is None else s.face_visible,
+        "found_by": None if s is None else s.found_by,  # how the head was found: face, keypoints, followed
         "shot": None if s is None or is_photo else {"index": s.shot_index, "start": round(s.shot_start, 3), "end": round(s.shot_end, 3)},
         "confident": shown.confident,
         "picture": shown.picture,
@@ -288,6 +299,7 @@ def results_text(results: list[HeadResult], confidence: Confidence, all_heads: b
 
 def hidden_line(result: HeadResult, confidence: Confidence, hint: str = "--show-weak lists them") -> str | None:
     """What was left out below the confidence bar, when something was."""
+    confidence = result.confidence or confidence
     if not result.hidden_weak or confidence.show_weak:
         return None
     return f"{result.hidden_weak} more below the {confidence.source}, best {result.best_hidden:.3f}: {hint}"
@@ -295,6 +307,7 @@ def hidden_line(result: HeadResult, confidence: Confidence, hint: str = "--show-
 
 def no_match_line(result: HeadResult, confidence: Confidence, hint: str = "--show-weak lists the closest") -> str:
     """The clear line said when nothing qualifies."""
+    confidence = result.confidence or confidence
     if confidence.calibrated and result.best_hidden is not None:
         return (f"no confident match: the best score, {result.best_hidden:.3f}, is not above the {confidence.source} "
                 f"({hint})")

@@ -22,7 +22,15 @@ from headsearch.evaluation.thresholds import Thresholds, thresholds_for
 from headsearch.models.base import Embedder
 from headsearch.models.registry import load_embedder
 from headsearch.search.engine import QueryEngine
-from headsearch.search.hits import Confidence, HeadResult, Scope, confidence_for, scoped_search_vectors, uncalibrated_note
+from headsearch.search.hits import (
+    Confidence,
+    HeadResult,
+    Scope,
+    confidence_for,
+    scoped_search_vectors,
+    uncalibrated_note,
+    without_face,
+)
 from headsearch.search.photo import photo_heads, photo_pixels
 from headsearch.search.pictures import render_hit_pictures
 from headsearch.store.library import Library
@@ -112,17 +120,19 @@ class SearchService:
         rgb = photo_pixels(photo, name)
         label = name or str(photo)
         with self._lock:
-            engine = self.engine(options.ranking)
-            confidence = confidence_for(engine.thresholds, options.min_score, options.show_weak)
-            scope = (options.scope.with_query_bytes(self.library, bytes(photo)) if isinstance(photo, bytes | bytearray)
-                     else options.scope.with_query_file(self.library, Path(photo)))
             heads = photo_heads(rgb, label, self.detector, self.embedder, options.all_heads, options.whole_image)
             vectors = self.embedder.embed([h.crop for h in heads])
-            results = []
-            for i, head in enumerate(heads):
-                result = scoped_search_vectors(engine, {kind: v[i] for kind, v in vectors.items()}, options.k, scope, confidence)
-                result.head = head
-                results.append(result)
+            with self.library.session():  # the look-ups below: one open of the database
+                engine = self.engine(options.ranking)
+                confidence = confidence_for(engine.thresholds, options.min_score, options.show_weak)
+                scope = (options.scope.with_query_bytes(self.library, bytes(photo)) if isinstance(photo, bytes | bytearray)
+                         else options.scope.with_query_file(self.library, Path(photo)))
+                results = []
+                for i, head in enumerate(heads):
+                    bar = confidence if head.face_visible else without_face(confidence, engine.thresholds)
+                    result = scoped_search_vectors(engine, {kind: v[i] for kind, v in vectors.items()}, options.k, scope, bar)
+                    result.head, result.confidence = head, (bar if bar is not confidence else None)
+                    results.append(result)
         answer = Answer(results, confidence, None if confidence.calibrated else uncalibrated_note(self.library.model.name))
         if options.pictures:
             with self._media_guard():
@@ -131,6 +141,6 @@ class SearchService:
 
     def similar(self, vectors: dict[VectorKind, np.ndarray], k: int, exclude_track: int | None = None) -> list[SearchHit]:
         """The k tracks most like these vectors (a track's own, for "more like this"), without `exclude_track`."""
-        with self._lock:
+        with self._lock, self.library.session():
             hits = self.engine().search_vectors(vectors, k + 1)
         return [h for h in hits if h.track_id != exclude_track][:k]

@@ -7,6 +7,7 @@ THUMBNAILS = "thumbnails"  # one JPEG per track, `thumbnails/<track id>.jpg`
 PICTURES = "pictures"  # hits' pictures, `pictures/<sighting id>.jpg`, made on demand
 VECTOR_INDEX_GLOB = "vectors_*"  # the FAISS caches, one per vector kind: a file in memory, a folder in segments
 WRITER_LOCK = ".writer.lock"
+UNFINISHED = ".unfinished"  # written first when a library is made or discarded, removed when that is done
 PEOPLE_LOCK = ".people.lock"
 
 

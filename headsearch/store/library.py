@@ -16,7 +16,9 @@ import contextlib
 import fcntl
 import json
 import logging
+import re
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,15 +27,16 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from headsearch.basics.errors import LibraryError, ModelMismatch, is_interruption
+from headsearch.basics.errors import LibraryDamaged, LibraryError, ModelMismatch, is_disk_full, is_interruption
 from headsearch.basics.files import write_bytes_atomic, write_json_atomic
 from headsearch.store import migrations
 from headsearch.store.index_cache import Index, IndexCache
-from headsearch.store.layout import DATABASE, MANIFEST, PEOPLE_LOCK, PICTURES, THUMBNAILS, VECTOR_INDEX_GLOB, WRITER_LOCK
+from headsearch.store.layout import DATABASE, MANIFEST, PEOPLE_LOCK, PICTURES, THUMBNAILS, UNFINISHED, VECTOR_INDEX_GLOB, WRITER_LOCK
 from headsearch.store.people_store import PeopleStore
 from headsearch.store.readers import BrowseReader, LibraryReader
 from headsearch.store.rows import FailedFile, LibraryStats, ListedFile, StoredFile
 from headsearch.store.table_rows import ID_TABLES, FileRows, generation, next_free_ids, save_next_ids
+from headsearch.store.unfinished import clear_unfinished, mark_finished, mark_unfinished, refuse_foreign
 from schemas import tables as t
 from schemas.records import FileResult, MediaKind, ModelInfo, VectorKind
 
@@ -41,8 +44,28 @@ log = logging.getLogger(__name__)
 
 
 def _is_lock_error(e: Exception) -> bool:
-    text = str(e).lower()
-    return "lock" in text or "conflicting" in text or "different configuration" in text
+    """DuckDB's words for a file another process holds ("Could not set lock on file ...: Conflicting
+    lock is held"), or this process holds with the other mode ("different configuration")."""
+    return bool(re.search(r"set lock|conflicting lock|different configuration", str(e), re.IGNORECASE))
+
+
+_DAMAGE_WORDS = re.compile(r"could not read enough bytes|not a valid duckdb database|corrupt|checksum|"
+                           r"table with name \w+ does not exist|failed to read|invalidated", re.IGNORECASE)
+DATABASE_HEADER_BYTES = 3 * 4096  # DuckDB's file headers; table data lives in blocks after them
+
+
+def damage_reason(e: BaseException) -> str | None:
+    """The first line of a DuckDB error that says the database file is damaged (cut short, checksums
+    that do not match, structures that cannot be read); None for any other error."""
+    import duckdb
+
+    orig = getattr(e, "orig", None) or e
+    text = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    if is_disk_full(orig) or _is_lock_error(orig):
+        return None
+    if isinstance(orig, duckdb.InternalException | duckdb.SerializationException | duckdb.FatalException) or _DAMAGE_WORDS.search(text):
+        return text
+    return None
 
 
 def existing_model(root: Path) -> ModelInfo | None:
@@ -53,6 +76,26 @@ def existing_model(root: Path) -> ModelInfo | None:
         return None
 
 
+@contextlib.contextmanager
+def _writer_lock(root: Path, busy: str | None) -> Iterator[bool]:
+    """The library's writer lock, held for the block. When another run holds it: LibraryError saying
+    `busy`, or (`busy` None) a block that runs with False and without the lock."""
+    f = open(root / WRITER_LOCK, "a+")  # noqa: SIM115 - held open for the lock's lifetime
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as e:
+        f.close()
+        if busy is None:
+            yield False
+            return
+        raise LibraryError(f"{root}: {busy}") from e
+    try:
+        yield True
+    finally:
+        fcntl.flock(f, fcntl.LOCK_UN)
+        f.close()
+
+
 class Library:
     """One library folder. Open with `Library.create(...)` for indexing or `Library.open(...)` to read."""
 
@@ -60,31 +103,57 @@ class Library:
         self.root = root
         self.manifest = manifest
         self.read_only = read_only
+        self._sa_engine: sa.Engine | None = None
+        self._read_checked = False  # whether a read connection checked that the file is whole (`_check_intact`)
+        self._held = threading.local()  # this thread's session connection (`session`)
+        self.made_folder = False  # whether `create` made the folder (a run that indexes nothing removes it again)
         self._index_cache = IndexCache(root, self.reader, writable=not read_only)
 
     # ----- opening -------------------------------------------------------------------------
     @classmethod
     def create(cls, root: Path, model: ModelInfo) -> Library:
-        """Open a library for writing, creating it for `model` if it does not exist."""
+        """Open a library for writing, creating it for `model` if it does not exist.
+
+        Creation is resumable: the `UNFINISHED` marker is written first and the manifest last, so a
+        run killed meanwhile leaves a folder the next run recognises, clears and makes again
+        (`headsearch.store.unfinished`); a folder holding files of the user's is refused."""
         root = Path(root)
-        manifest_path = root / MANIFEST
-        if manifest_path.exists():
-            lib = cls.open(root, read_only=False)
-            lib.check_model(model)
-            return lib
-        if root.exists() and any(p for p in root.iterdir() if not p.name.startswith(".")):
-            raise LibraryError(f"{root}: folder exists, is not empty, and holds no headsearch library")
+        if (root / MANIFEST).exists():
+            return cls._open_for(root, model)
+        made_folder = not root.exists()
+        refuse_foreign(root)  # before the lock file is written into someone's folder
         try:
-            (root / THUMBNAILS).mkdir(parents=True, exist_ok=True)
+            root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise LibraryError(f"{root}: cannot create library folder ({e.strerror})") from e
-        manifest = {"format": migrations.FORMAT_VERSION, "model": model.to_dict(), "created_at": time.time()}
-        lib = cls(root, manifest, read_only=False)
-        with lib.transaction() as conn:
-            t.metadata.create_all(conn)
-            conn.execute(sa.insert(t.library_state).values(key="generation", value="0"))
-            migrations.set_database_format(conn, migrations.FORMAT_VERSION)
-        write_json_atomic(manifest_path, manifest)  # last: a folder with a manifest is complete
+        with _writer_lock(root, "another headsearch run is creating this library"):
+            if (root / MANIFEST).exists():  # made by another run meanwhile
+                return cls._open_for(root, model)
+            made_folder = clear_unfinished(root) or made_folder
+            try:
+                mark_unfinished(root, made_folder)
+                (root / THUMBNAILS).mkdir(exist_ok=True)
+            except OSError as e:
+                raise LibraryError(f"{root}: cannot create library folder ({e.strerror})") from e
+            manifest = {"format": migrations.FORMAT_VERSION, "model": model.to_dict(), "created_at": time.time()}
+            lib = cls(root, manifest, read_only=False)
+            with lib.transaction() as conn:
+                t.metadata.create_all(conn)
+                conn.execute(sa.insert(t.library_state).values(key="generation", value="0"))
+                migrations.set_database_format(conn, migrations.FORMAT_VERSION)
+            write_json_atomic(root / MANIFEST, manifest)  # a folder with a manifest is complete
+            mark_finished(root)
+        lib.made_folder = made_folder
+        return lib
+
+    @classmethod
+    def _open_for(cls, root: Path, model: ModelInfo) -> Library:
+        lib = cls.open(root, read_only=False)
+        lib.check_model(model)
+        if (root / UNFINISHED).exists():  # a run killed after it wrote the manifest, before it removed the marker
+            with _writer_lock(root, None) as held:
+                if held and (root / MANIFEST).exists():
+                    mark_finished(root)
         return lib
 
     @classmethod
@@ -138,26 +207,33 @@ class Library:
 
     def discard_if_empty(self, remove_folder: bool) -> bool:
         """Delete this library when it holds no file: a run that created it and indexed nothing
-        leaves nothing behind. `remove_folder` also removes the (then empty) folder itself."""
-        with self.reader() as conn:
-            if conn.execute(sa.select(sa.func.count()).select_from(t.videos)).scalar_one():
-                return False
-        self._index_cache.clear()
-        (self.root / MANIFEST).unlink(missing_ok=True)  # first: a folder without a manifest is no library
-        for name in (DATABASE, f"{DATABASE}.wal", WRITER_LOCK, PEOPLE_LOCK):
-            (self.root / name).unlink(missing_ok=True)
-        for p in self.root.glob(VECTOR_INDEX_GLOB):
-            if p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
-        for sub in (THUMBNAILS, PICTURES):
-            folder = self.root / sub
-            if folder.is_dir():
-                for p in folder.iterdir():
+        leaves nothing behind. `remove_folder` also removes the (then empty) folder itself. The
+        `UNFINISHED` marker comes first: a run killed meanwhile leaves a folder the next one clears."""
+        with _writer_lock(self.root, None) as held:
+            if not held:
+                return False  # another run is writing it: not ours to discard
+            with self.reader() as conn:
+                if conn.execute(sa.select(sa.func.count()).select_from(t.videos)).scalar_one():
+                    return False
+            self._index_cache.clear()
+            mark_unfinished(self.root, remove_folder)
+            (self.root / MANIFEST).unlink(missing_ok=True)  # first: a folder without a manifest is no library
+            for name in (DATABASE, f"{DATABASE}.wal", PEOPLE_LOCK):
+                (self.root / name).unlink(missing_ok=True)
+            for p in self.root.glob(VECTOR_INDEX_GLOB):
+                if p.is_dir():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
                     p.unlink(missing_ok=True)
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
+            for sub in (THUMBNAILS, PICTURES):
+                folder = self.root / sub
+                if folder.is_dir():
+                    for p in folder.iterdir():
+                        p.unlink(missing_ok=True)
+                    with contextlib.suppress(OSError):
+                        folder.rmdir()
+            mark_finished(self.root)
+            (self.root / WRITER_LOCK).unlink(missing_ok=True)
         if remove_folder:
             with contextlib.suppress(OSError):
                 self.root.rmdir()
@@ -165,39 +241,109 @@ class Library:
 
     # ----- database access -----------------------------------------------------------------
     def _engine(self) -> sa.Engine:
-        args = {"read_only": True} if self.read_only else {}
-        return sa.create_engine(f"duckdb:///{self.root / DATABASE}", poolclass=NullPool, connect_args=args)
+        if self._sa_engine is None:  # made once: creating an engine costs about as much as a query
+            args = {"read_only": True} if self.read_only else {}
+            self._sa_engine = sa.create_engine(f"duckdb:///{self.root / DATABASE}", poolclass=NullPool, connect_args=args)
+        return self._sa_engine
 
-    @contextlib.contextmanager
-    def _connection(self, begin: bool) -> Iterator[sa.Connection]:
+    def damaged(self, reason: str) -> LibraryDamaged:
+        return LibraryDamaged(f"{self.root}: the library database {DATABASE} is damaged ({reason}); nothing more is written "
+                              f"to it: put back a copy of {DATABASE} from a backup, or index into a new --library")
+
+    def _connect(self) -> sa.Connection:
+        """A connection to the library's database; waits a little while another process commits."""
+        path = self.root / DATABASE
+        with contextlib.suppress(OSError):
+            if path.stat().st_size < DATABASE_HEADER_BYTES:  # cut short: DuckDB must not write a new file over it
+                raise self.damaged(f"{path.stat().st_size} bytes, less than a database's headers")
         engine = self._engine()
         delay = 0.05
         for attempt in range(40):  # writers hold the file only while committing: wait a little
             try:
-                conn = engine.connect()
-                break
-            except sa.exc.OperationalError as e:
+                return engine.connect()
+            except sa.exc.DBAPIError as e:
+                reason = damage_reason(e)
+                if reason is not None:
+                    raise self.damaged(reason) from e
                 if not _is_lock_error(e) or attempt == 39:
-                    engine.dispose()
                     raise LibraryError(
                         f"{self.root}: library database is busy (another headsearch process is writing it); try again"
                         if _is_lock_error(e) else f"{self.root}: cannot open library database ({e.orig})"
                     ) from e
                 time.sleep(delay)
                 delay = min(delay * 1.5, 1.0)
+        raise AssertionError("unreachable")
+
+    def _check_intact(self, conn: sa.Connection) -> None:
+        """The file must hold every block that the tables' stored data lies in (a file cut short does
+        not, though DuckDB notices only when it reads a missing block, and may write into the file
+        meanwhile)."""
+        tables = [name for (name,) in conn.exec_driver_sql(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()") if name.isidentifier()]
+        if not tables:
+            return
+        blocks = " UNION ALL ".join(f"SELECT block_id AS b, additional_block_ids AS more FROM pragma_storage_info('{name}') "
+                                    "WHERE persistent" for name in tables)
+        highest = conn.exec_driver_sql(f"SELECT greatest(max(b), max(list_max(more))) FROM ({blocks})").scalar()
+        if highest is None:
+            return
+        block_size = conn.exec_driver_sql("SELECT block_size FROM pragma_database_size()").scalar()
+        need = DATABASE_HEADER_BYTES + (int(highest) + 1) * int(block_size)
+        size = (self.root / DATABASE).stat().st_size
+        if size < need:
+            raise self.damaged(f"cut short: {size:,} bytes, its tables lie in the first {need:,}")
+
+    @contextlib.contextmanager
+    def _errors_said(self) -> Iterator[None]:
+        """A Ctrl-C while DuckDB ran a query is an interruption (the query was rolled back); an error
+        that says the file is damaged is `LibraryDamaged` (a write transaction rolled back with it)."""
         try:
-            if begin:
-                with conn.begin():
-                    yield conn
-            else:
-                yield conn
+            yield
         except Exception as e:
-            if is_interruption(e):  # Ctrl-C while DuckDB ran a query: rolled back, and an interruption
+            if is_interruption(e):
                 raise KeyboardInterrupt from e
+            reason = damage_reason(e) if isinstance(e, sa.exc.DBAPIError) else None
+            if reason is not None:
+                raise self.damaged(reason) from e
             raise
+
+    @contextlib.contextmanager
+    def _connection(self, begin: bool) -> Iterator[sa.Connection]:
+        held = getattr(self._held, "conn", None)
+        if held is not None and not begin:  # inside a session: its connection
+            with self._errors_said():
+                yield held
+            return
+        conn = self._connect()
+        try:
+            with self._errors_said():
+                if begin:
+                    with conn.begin():
+                        self._check_intact(conn)  # never a write into a damaged file
+                        yield conn
+                else:
+                    if not self._read_checked:  # once for reads: a damaged block read later says so itself
+                        self._check_intact(conn)
+                        conn.rollback()  # the check's own transaction
+                        self._read_checked = True
+                    yield conn
         finally:
             conn.close()
-            engine.dispose()
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        """Every read of this thread inside the block goes through one connection (a query's several
+        look-ups: one open of the database instead of one each). Keep it short: another process
+        that writes the library waits while a reader holds the file."""
+        if getattr(self._held, "conn", None) is not None:
+            yield
+            return
+        with self._connection(begin=False) as conn:
+            self._held.conn = conn
+            try:
+                yield
+            finally:
+                self._held.conn = None
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sa.Connection]:
@@ -256,22 +402,10 @@ class Library:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     # ----- writers' lock -------------------------------------------------------------------
-    @contextlib.contextmanager
-    def writer_lock(self, purpose: str = "index") -> Iterator[None]:
+    def writer_lock(self, purpose: str = "index") -> contextlib.AbstractContextManager[None]:
         """Only one writing run (indexing, removing, upgrading) per library at a time."""
-        path = self.root / WRITER_LOCK
-        f = open(path, "a+")  # noqa: SIM115 - held open for the lock's lifetime
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as e:
-            f.close()
-            raise LibraryError(f"{self.root}: another headsearch run is indexing this library"
-                               + ("" if purpose == "index" else f"; {purpose} it when that run is finished")) from e
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-            f.close()
+        return _writer_lock(self.root, "another headsearch run is indexing this library"
+                            + ("" if purpose == "index" else f"; {purpose} it when that run is finished"))
 
     # ----- files ---------------------------------------------------------------------------
     def stored_files(self) -> dict[str, StoredFile]:

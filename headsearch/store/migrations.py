@@ -23,7 +23,7 @@ from schemas import tables as t
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 FORMAT_KEY = "format"  # library_state key holding the database's format
 
 
@@ -98,10 +98,19 @@ def _presentation_times(conn: sa.Connection) -> None:
     log.info("presentation times: %d videos shifted, %d decord-indexed videos could not be checked", shifted, unchecked)
 
 
+def _how_heads_were_found(conn: sa.Connection) -> None:
+    """Format 5: each sighting records how its head was found. Up to format 4 every track started from a face
+    and was followed through frames without one: a sighting with a face was found by it, the others followed."""
+    conn.execute(sa.text("ALTER TABLE observations ADD COLUMN IF NOT EXISTS found_by VARCHAR"))
+    conn.execute(sa.text("UPDATE observations SET found_by = CASE WHEN face_visible THEN 'face' ELSE 'followed' END "
+                         "WHERE found_by IS NULL"))
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: Migration(1, "record the library format in the database", _record_format_in_database),
     2: Migration(2, "add the people tables", _add_people_tables),
     3: Migration(3, "times on the files' presentation timeline, failed files remembered, source frame sizes", _presentation_times),
+    4: Migration(4, "how each sighting's head was found (face, keypoints, followed)", _how_heads_were_found),
 }
 
 

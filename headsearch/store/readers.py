@@ -8,9 +8,19 @@ from typing import TypeVar
 import numpy as np
 import sqlalchemy as sa
 
-from headsearch.store.rows import HitRow, ListedFile, ShotRow, Sighting, SightingRow, TrackRow, TrackVectors, VideoRow
+from headsearch.store.rows import (
+    HitRow,
+    ListedFile,
+    ShotRow,
+    Sighting,
+    SightingRow,
+    TrackRow,
+    TrackSummary,
+    TrackVectors,
+    VideoRow,
+)
 from schemas import tables as t
-from schemas.records import MediaKind, VectorKind
+from schemas.records import HeadSource, MediaKind, VectorKind
 
 Row = TypeVar("Row")
 
@@ -39,14 +49,18 @@ class LibraryReader:
                                   .where(t.vectors.c.id.in_(ids))).fetchall()
         return {r.id: (r.track_id, r.observation_id) for r in rows}
 
-    def hit(self, track_id: int, observation_id: int) -> HitRow:
-        row = self._conn.execute(
-            sa.select(t.tracks.c.start_time, t.tracks.c.end_time, t.tracks.c.thumbnail, t.videos.c.path, t.observations.c.time)
-            .select_from(t.tracks.join(t.videos, t.videos.c.id == t.tracks.c.video_id)
-                         .join(t.observations, t.observations.c.id == observation_id))
-            .where(t.tracks.c.id == track_id)
-        ).one()
-        return HitRow(row.path, row.start_time, row.end_time, row.time, row.thumbnail)
+    def hits(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], HitRow]:
+        """Hit details of (track id, observation id) pairs, in two look-ups whatever their number."""
+        if not pairs:
+            return {}
+        tracks = {r.id: r for r in self._conn.execute(
+            sa.select(t.tracks.c.id, t.tracks.c.start_time, t.tracks.c.end_time, t.tracks.c.thumbnail, t.videos.c.path)
+            .select_from(t.tracks.join(t.videos, t.videos.c.id == t.tracks.c.video_id))
+            .where(t.tracks.c.id.in_(sorted({int(tr) for tr, _ in pairs}))))}
+        times = dict(self._conn.execute(sa.select(t.observations.c.id, t.observations.c.time)
+                                        .where(t.observations.c.id.in_(sorted({int(o) for _, o in pairs})))).fetchall())
+        return {(tr, o): HitRow(tracks[tr].path, tracks[tr].start_time, tracks[tr].end_time, times[o], tracks[tr].thumbnail)
+                for tr, o in pairs if tr in tracks and o in times}
 
     def sightings(self, observation_ids: list[int]) -> dict[int, Sighting]:
         """Sightings by observation id, placed in their files: the box in the file's own pixels, face, shot, file version."""
@@ -55,7 +69,7 @@ class LibraryReader:
             return {}
         o, v, sh, tr = t.observations, t.videos, t.shots, t.tracks
         rows = self._conn.execute(
-            sa.select(o.c.id, o.c.time, o.c.x1, o.c.y1, o.c.x2, o.c.y2, o.c.face_visible, v.c.path, v.c.kind, v.c.width, v.c.height,
+            sa.select(o.c.id, o.c.time, o.c.x1, o.c.y1, o.c.x2, o.c.y2, o.c.face_visible, o.c.found_by, v.c.path, v.c.kind, v.c.width, v.c.height,
                       v.c.source_width, v.c.source_height, v.c.size, v.c.mtime, v.c.fingerprint,
                       sh.c.shot_index, sh.c.start_time, sh.c.end_time)
             .select_from(o.join(tr, tr.c.id == o.c.track_id).join(v, v.c.id == o.c.video_id).join(sh, sh.c.id == tr.c.shot_id))
@@ -66,7 +80,7 @@ class LibraryReader:
             source = (int(r.source_width or r.width), int(r.source_height or r.height))
             sx, sy = source[0] / max(frame[0], 1), source[1] / max(frame[1], 1)
             out[int(r.id)] = Sighting(observation_id=int(r.id), path=r.path, time=float(r.time), kind=MediaKind(r.kind),
-                                      box=(r.x1 * sx, r.y1 * sy, r.x2 * sx, r.y2 * sy), face_visible=bool(r.face_visible),
+                                      box=(r.x1 * sx, r.y1 * sy, r.x2 * sx, r.y2 * sy), face_visible=bool(r.face_visible), found_by=r.found_by,
                                       shot_index=int(r.shot_index), shot_start=float(r.start_time), shot_end=float(r.end_time),
                                       frame_size=frame, source_size=source, size=int(r.size), mtime=float(r.mtime), fingerprint=r.fingerprint)
         return out
@@ -134,6 +148,27 @@ class BrowseReader(LibraryReader):
     def track(self, track_id: int) -> TrackRow | None:
         found = self.tracks(track_ids=[track_id])
         return found[0] if found else None
+
+    def track_summaries(self, track_ids: list[int] | None = None) -> list[TrackSummary]:
+        """Tracks with their sightings counted: with a face, and by how each head was found; by file and time."""
+        o = t.observations
+        counts = [sa.func.count(sa.case((o.c.found_by == str(src), 1))).label(str(src)) for src in HeadSource]
+        per_track = (sa.select(o.c.track_id, sa.func.count().label("sightings"),
+                               sa.func.count(sa.case((o.c.face_visible, 1))).label("faces"), *counts,
+                               sa.func.arg_min(o.c.found_by, o.c.time).label("started_by"))
+                     .group_by(o.c.track_id).subquery())
+        q = (sa.select(t.tracks.c.id, t.videos.c.path, t.tracks.c.shot_id, t.tracks.c.start_time, t.tracks.c.end_time, per_track)
+             .select_from(t.tracks.join(t.videos, t.videos.c.id == t.tracks.c.video_id)
+                          .join(per_track, per_track.c.track_id == t.tracks.c.id)))
+        if track_ids is not None:
+            q = q.where(t.tracks.c.id.in_([int(i) for i in track_ids]))
+        out = []
+        for r in self._conn.execute(q.order_by(t.videos.c.path, t.tracks.c.start_time, t.tracks.c.id)):
+            m = r._mapping
+            out.append(TrackSummary(id=int(r.id), video=r.path, shot_id=int(r.shot_id), start=float(r.start_time), end=float(r.end_time),
+                                    sightings=int(r.sightings), faces=int(r.faces), found_by={str(src): int(m[str(src)]) for src in HeadSource},
+                                    started_by=str(r.started_by)))
+        return out
 
     def sightings_of_track(self, track_id: int) -> list[SightingRow]:
         """A track's sightings in time order."""

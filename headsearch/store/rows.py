@@ -126,10 +126,32 @@ class SightingRow:
     y2: float
     face_visible: bool
     face_score: float | None
+    found_by: str | None  # "face", "keypoints" or "followed" (HeadSource)
 
     @property
     def head_box(self) -> Box:
         return Box(self.x1, self.y1, self.x2, self.y2)
+
+
+@dataclass(frozen=True)
+class TrackSummary:
+    """A track as `headsearch list --tracks` shows it: where and when, its sightings, how many showed a
+    face, how its heads were found (sightings per HeadSource) and how it started."""
+
+    id: int
+    video: str
+    shot_id: int
+    start: float
+    end: float
+    sightings: int
+    faces: int  # sightings with a visible face
+    found_by: dict[str, int]  # HeadSource -> sightings
+    started_by: str  # how its first sighting was found
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "video": self.video, "shot_id": self.shot_id, "start": round(self.start, 3),
+                "end": round(self.end, 3), "sightings": self.sightings, "faces": self.faces,
+                "found_by": dict(self.found_by), "started_by": self.started_by}
 
 
 @dataclass(frozen=True)
@@ -143,6 +165,7 @@ class Sighting:
     kind: MediaKind
     box: tuple[float, float, float, float]  # in the file's own pixels
     face_visible: bool
+    found_by: str | None  # how the head was found: "face", "keypoints" or "followed"
     shot_index: int
     shot_start: float
     shot_end: float

@@ -51,7 +51,8 @@ class FileRows:
             for o in tr.observations:
                 self.sightings.append(SightingRow(id=next_obs, track_id=track_id, video_id=video_id, frame_index=o.frame_index,
                                                   time=o.time, x1=o.head.x1, y1=o.head.y1, x2=o.head.x2, y2=o.head.y2,
-                                                  face_visible=o.face_visible, face_score=o.face.score if o.face else None))
+                                                  face_visible=o.face_visible, face_score=o.face.score if o.face else None,
+                                                  found_by=str(o.found_by)))
                 for kind, v in o.embeddings.items():
                     ids_, obs_, trk_, vs_ = vec.setdefault(VectorKind(kind), ([], [], [], []))
                     ids_.append(next_vec)

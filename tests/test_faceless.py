@@ -1,0 +1,140 @@
+"""Heads that never show a face: the head benchmark on the labelled set, a person seen only from behind indexed
+(tracks that start from person keypoints), listed with how each head was found, shown on the web pages, and
+found again from a photo of the back of the head."""
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+import pytest
+from conftest import DATA, HAMILTON, needs_data, query_json, run
+from starlette.testclient import TestClient
+
+from headsearch.search.pictures import frame_at
+from serve.app import create_app
+
+pytestmark = needs_data
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAD_SET = ROOT / "bench" / "sets" / "heads.csv"
+CROWD = DATA / "facenet-pytorch" / "examples" / "video.mp4"
+# In the walking crowd, a woman with grey hair walks away from the camera the whole clip (labelled `back`).
+GREY_BACK = (1.04, (1500, 708, 1576, 778))
+
+
+def test_bench_heads_on_the_labelled_set():
+    out = run("bench", "heads", HEAD_SET, "--root", DATA, "--json", "-q").stdout
+    d = json.loads(out)
+    assert d["frames"] == 27 and d["heads"] == {"face": 57, "profile": 37, "back": 39}
+    m = {name: r for name, r in d["methods"].items()}
+    recall = {name: {v: r["recall"][v]["recall"] for v in ("face", "profile", "back")} for name, r in m.items()}
+    precision = {name: r["precision"]["precision"] for name, r in m.items()}
+    # RetinaFace alone (measured: face 0.825, profile 0.811, back 0, precision 0.963): no back of a head.
+    assert recall["faces"]["back"] == 0.0 and 0.78 <= recall["faces"]["face"] <= 0.87 and precision["faces"] >= 0.93
+    # The indexer before (faces + tracking; measured: back 0.026) and now (measured: face 0.912, profile 0.892,
+    # back 0.410, precision 0.927): backs found by keypoints and followed, frontal recall not lower.
+    assert recall["indexer-faces"]["back"] <= 0.1
+    assert recall["indexer"]["back"] >= 0.33 and recall["indexer"]["profile"] >= 0.85
+    assert recall["indexer"]["face"] >= recall["indexer-faces"]["face"] and precision["indexer"] >= 0.9
+    assert m["indexer"]["by_source"]["keypoints"]["reported"] > 0 and m["indexer"]["keypoint_frames"] > 0
+    assert m["indexer-faces"]["keypoint_frames"] == 0 and "keypoints" not in m["indexer-faces"]["by_source"]
+    text = run("bench", "heads", HEAD_SET, "--root", DATA, "--method", "faces", "-q").stdout
+    assert "back recall" in text and "0.000 (0/39)" in text
+
+
+def two_shot_crowd(path: Path) -> Path:
+    """The walking crowd cut in two shots: its first 2.08 s, 0.6 s of the hamilton clip (a cut), its rest."""
+    def frames(p: Path, start: int = 0, stop: int | None = None) -> list[np.ndarray]:
+        with av.open(str(p)) as c:
+            return [f.to_ndarray(format="rgb24") for i, f in enumerate(c.decode(video=0)) if i >= start and (stop is None or i < stop)]
+
+    crowd = frames(CROWD)
+    h, w = crowd[0].shape[:2]
+    cut = crowd[:52] + [cv2.resize(x, (w, h)) for x in frames(HAMILTON, 100, 115)] + crowd[52:]
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+        stream.options = {"crf": "18"}
+        for i, rgb in enumerate(cut):
+            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+            frame.pts, frame.time_base = i, Fraction(1, 25)
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return path
+
+
+def back_of_head_photo(path: Path) -> Path:
+    """The grey-haired woman's head from behind, cut square from the original crowd clip (framed as heads are
+    stored: the labelled head grown by 1/0.8)."""
+    t, (x1, y1, x2, y2) = GREY_BACK
+    rgb = frame_at(CROWD, t)
+    side = max(x2 - x1, y2 - y1) / 0.8
+    cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
+    crop = rgb[int(cy - side / 2):int(cy + side / 2), int(cx - side / 2):int(cx + side / 2)]
+    cv2.imwrite(str(path), cv2.cvtColor(crop, cv2.COLOR_RGB2BGR))
+    return path
+
+
+@pytest.fixture(scope="module")
+def crowd_library(tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("faceless")
+    video = two_shot_crowd(folder / "crowd-two-shots.mp4")
+    library = folder / "library"
+    run("index", video, "--library", library, "-q")
+    return library, video
+
+
+def test_people_seen_only_from_behind_are_indexed_and_listed(crowd_library):
+    library, video = crowd_library
+    tracks = json.loads(run("list", "--tracks", "--json", "--library", library).stdout)
+    assert tracks and all(t["video"] == str(video) for t in tracks)
+    for t in tracks:
+        assert t["sightings"] == sum(t["found_by"].values()) and 0 <= t["faces"] <= t["sightings"]
+        assert t["faces"] == t["found_by"]["face"]
+    faceless = [t for t in tracks if t["faces"] == 0]
+    assert len(faceless) >= 3 and all(t["started_by"] == "keypoints" for t in faceless)
+    assert any(t["start"] >= 2.6 for t in faceless) and any(t["end"] <= 2.1 for t in faceless)  # in both shots
+    assert sum(t["found_by"]["keypoints"] for t in tracks) > 0
+    text = run("list", "--tracks", "--library", library)
+    assert "started by keypoints" in text.stdout and "never showing a face" in text.stderr
+
+
+def test_back_of_head_photo_finds_the_same_look_in_the_other_shot(crowd_library, tmp_path):
+    library, video = crowd_library
+    photo = back_of_head_photo(tmp_path / "back.png")
+    hits = query_json(library, photo, "--whole-image", "--show-weak", "-k", "8")
+    assert hits and all(h["id_score"] is None for h in hits)  # no face on either side: the look of the head alone
+    first, second = [h for h in hits if h["end"] <= 2.1], [h for h in hits if h["start"] >= 2.6]
+    # Measured: her own track in the first shot 0.844, hers in the second 0.827, the next best 0.50. Both below
+    # the shipped appearance-only bar (0.877, a strict bar), so `query` without --show-weak says no confident match.
+    assert first[0]["face_visible"] is False and second[0]["face_visible"] is False
+    assert first[0]["appearance_score"] >= 0.75 and second[0]["appearance_score"] >= 0.75
+    others = [h["appearance_score"] for h in hits if h["track_id"] not in (first[0]["track_id"], second[0]["track_id"])]
+    assert max(others) < second[0]["appearance_score"] - 0.1
+    tracks = {t["id"]: t for t in json.loads(run("list", "--tracks", "--json", "--library", library).stdout)}
+    assert tracks[second[0]["track_id"]]["faces"] == 0 and tracks[second[0]["track_id"]]["started_by"] == "keypoints"
+
+
+def test_web_pages_show_how_faceless_sightings_were_found(crowd_library, tmp_path):
+    library, _ = crowd_library
+    tracks = json.loads(run("list", "--tracks", "--json", "--library", library).stdout)
+    faceless = next(t for t in tracks if t["faces"] == 0)
+    client = TestClient(create_app(library, cache_dir=tmp_path / "cache"))
+    page = client.get(f"/api/tracks/{faceless['id']}?k=2").json()
+    assert page["track"]["found_by"] == faceless["found_by"] and page["track"]["started_by"] == "keypoints"
+    assert {s["found_by"] for s in page["sightings"]} <= {"keypoints", "followed"} and not any(s["face_visible"] for s in page["sightings"])
+    html = client.get(f"/tracks/{faceless['id']}").text
+    assert "no face · keypoints" in html and "started by keypoints" in html
+    mixed = [t for t in tracks if t["faces"] and t["faces"] < t["sightings"]]
+    run("people", "--library", library)
+    people = client.get("/api/people").json()["people"]
+    shown = [tr for p in people for look in client.get(f"/api/people/{p['id']}").json()["looks"] for tr in look]
+    assert shown and all({"faces", "faceless", "found_by"} <= tr.keys() for tr in shown)
+    if mixed:
+        assert any(tr["faceless"] for tr in shown)
