@@ -15,6 +15,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pytest
 from conftest import AMY_DIR, EXAMPLES, HAMILTON, RETALKING, needs_data, pixel_copy, run
@@ -262,6 +263,40 @@ def test_damaged_segments_are_rebuilt_from_the_database(hamilton_library, tmp_pa
     assert not codes.exists() and SegmentedIndex.open(folder)[0].describe()["count"] > 0
     assert _answers(library, photos) == want
 
+
+HOLD_DATABASE = textwrap.dedent('''
+    import sys, time
+    import duckdb
+    con = duckdb.connect(sys.argv[1])  # read-write: the file is locked against every other process, as while a run commits
+    con.execute("BEGIN")
+    print("held", flush=True)
+    time.sleep(120)
+''')
+
+
+@needs_data
+def test_segments_answer_from_their_files_while_another_process_holds_the_database(hamilton_library, tmp_path, monkeypatch):
+    """The vectors a search re-ranks with are read from the segments' files, never from the database: a process
+    holding the library's DuckDB file (as an index run does while it commits) does not stop a search."""
+    library = tmp_path / "lib"
+    shutil.copytree(hamilton_library, library)
+    monkeypatch.setenv("HEADSEARCH_VECTOR_MEMORY", "0")
+    run("index", HAMILTON, "--library", library, "--quiet")  # nothing new: the save moves every kind to segments
+    kinds = json.loads((library / "manifest.json").read_text())["model"]["kinds"]
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_DATABASE, str(library / "library.duckdb")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(duckdb.IOException, match="lock"):  # the lock is real: the database cannot be read now
+            duckdb.connect(str(library / "library.duckdb"), read_only=True)
+        for kind in kinds:
+            store, _ = SegmentedIndex.open(library / f"vectors_{kind}.segments")
+            ids, vectors = store.contents()  # read back from the segments' raw vector files
+            assert len(ids) >= 32
+            assert_same_answers(store, exact_index(ids, vectors), vectors[::max(1, len(ids) // 5)][:5], ks=(10,))
+            store.close()
+    finally:
+        holder.kill()
+        holder.wait()
 
 @needs_data
 def test_an_index_run_killed_in_segments_leaves_a_library_that_answers(hamilton_library, tmp_path):
