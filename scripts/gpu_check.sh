@@ -113,7 +113,8 @@ if out.get("faiss_gpus"):
         queries = np.load(data / "queries.npy")
         truth = np.load(data / "truth-k10.npz")
         t0 = time.perf_counter()
-        index = faiss.GpuIndexFlatIP(faiss.StandardGpuResources(), 128)
+        resources = faiss.StandardGpuResources()  # held while the index lives
+        index = faiss.GpuIndexFlatIP(resources, 128)
         for start in range(0, n, 1 << 20):
             index.add(raw.range(start, min(n, start + (1 << 20))))
         build_s = time.perf_counter() - t0
