@@ -25,6 +25,7 @@ from starlette.templating import Jinja2Templates
 
 from headsearch.basics.errors import HeadsearchError, LibraryError, MediaError, NoHeadFound
 from headsearch.basics.settings import MediaLimits
+from headsearch.basics.timeline import format_time, seek_text
 from headsearch.people.persons import PersonNotFound, hide_person, merge_people, name_person, not_this_person, split_person, update_people
 from serve.files import FileChanged, FileNotServed, OpenFileResponse
 from serve.guard import CSRF_FIELD, CSRF_HEADER, Guard, SessionTokens, csrf_token, require_csrf_token
@@ -65,13 +66,13 @@ register_url_convertor("id", IdConvertor())
 
 
 def hms(seconds: float | None) -> str:
-    """Seconds as h:mm:ss."""
-    s = max(0, int(round(seconds or 0.0)))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    """Seconds as h:mm:ss.mmm, as players show a position."""
+    return format_time(seconds or 0.0)
 
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 templates.env.filters["hms"] = hms
+templates.env.filters["seek"] = seek_text
 templates.env.filters["basename"] = lambda p: Path(str(p)).name
 
 

@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.images import encode_jpeg
+from headsearch.basics.timeline import seek_text
 from headsearch.people.persons import list_people, people_thresholds, person_looks, person_moments
 from headsearch.search.hits import (
     HeadResult,
@@ -160,8 +161,8 @@ class Site:
             return {**out, "image": True, "src": None, "fragment": "", "offset": 0.0, "direct": False, "reason": "a photo"}
         playback = self.playback(video)
         offset = 0.0 if playback.direct else max(0.0, start - PREVIEW_PAD_S)
-        src = f"/media/{video_id}" if playback.direct else f"/media/{video_id}/preview?start={start:.3f}&end={end:.3f}"
-        return {**out, "image": False, "src": src, "fragment": f"#t={start - offset:.3f},{end - offset:.3f}", "offset": offset,
+        src = f"/media/{video_id}" if playback.direct else f"/media/{video_id}/preview?start={seek_text(start)}&end={seek_text(end)}"
+        return {**out, "image": False, "src": src, "fragment": f"#t={seek_text(start - offset)},{seek_text(end - offset)}", "offset": offset,
                 "direct": playback.direct, "reason": playback.reason}
 
     # ----- media --------------------------------------------------------------------------------------
@@ -228,7 +229,9 @@ def _crop_url(result: HeadResult) -> str:
 
 
 def watch_url(video_id: int, start: float, end: float, track: int | None = None) -> str:
-    return f"/watch/{video_id}?start={start:.3f}&end={end:.3f}" + (f"&track={track}" if track is not None else "")
+    """The player at a moment: times in whole milliseconds never before the frame (`seek_time`), so a track that starts
+    at a cut opens on its own shot."""
+    return f"/watch/{video_id}?start={seek_text(start)}&end={seek_text(end)}" + (f"&track={track}" if track is not None else "")
 
 
 def _span(start: float, end: float, duration: float) -> dict:
