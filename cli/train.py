@@ -28,6 +28,9 @@ from trainer.dataset_format import MANIFEST, TEACHER_VECTORS
               help="Feed the teacher's vector of the aligned face as one more input token (the embedder computes it at run time).")
 @click.option("--face-token-drop", type=click.FloatRange(min=0, max=1), default=0.3, show_default=True,
               help="Share of training samples whose face token is hidden, so identity is learned from the head too.")
+@click.option("--head-skip", is_flag=True,
+              help="z_head = the teacher's head vector of the crop plus a learned part (needs a dataset built with a whole-head "
+                   "teacher such as sface+lite0; the embedder runs that teacher at run time).")
 @click.option("--stem-views", type=click.IntRange(min=0), default=4, show_default=True,
               help="With --freeze-stem all: stem features computed once for this many views per sample (0: every step).")
 @click.option("--variant", type=click.Choice(["dual_cls", "shared", "dual_head_split", "dual_head_both"]), default="dual_cls",
@@ -39,6 +42,9 @@ from trainer.dataset_format import MANIFEST, TEACHER_VECTORS
 @click.option("--warmup-epochs", type=click.FloatRange(min=0), default=1.0, show_default=True, help="Linear warm-up, then cosine decay.")
 @click.option("--grad-clip", type=click.FloatRange(min=0), default=5.0, show_default=True, help="Max gradient norm (0: off).")
 @click.option("--lambda-align", type=click.FloatRange(min=0), default=1.0, show_default=True, help="Weight of the teacher alignment loss.")
+@click.option("--lambda-align-head", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Weight of aligning z_head with the teacher's head vectors, every sample, faces or not (needs a dataset "
+                   "built with a whole-head teacher; z_head then takes their width).")
 @click.option("--samples-per-state", type=click.IntRange(min=2), default=4, show_default=True,
               help="K: samples of each of two states per identity in a batch.")
 @click.option("--val-identities", type=click.FloatRange(min=0, max=1, max_open=True), default=0.2, show_default=True,
@@ -50,8 +56,9 @@ from trainer.dataset_format import MANIFEST, TEACHER_VECTORS
 @click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Stop (resumably) after this many steps.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 def train(dataset: Path, out: Path, config: str, stem: str | None, freeze_stem: str, face_token: bool, face_token_drop: float,
-          stem_views: int, variant: str, epochs: int, batch_size: int, lr: float, weight_decay: float,
-          warmup_epochs: float, grad_clip: float, lambda_align: float, samples_per_state: int, val_identities: float,
+          head_skip: bool, stem_views: int, variant: str, epochs: int, batch_size: int, lr: float, weight_decay: float,
+          warmup_epochs: float, grad_clip: float, lambda_align: float, lambda_align_head: float, samples_per_state: int,
+          val_identities: float,
           seed: int, resume: bool, device: str, workers: int, max_steps: int | None, quiet: bool) -> None:
     from headsearch.basics.extras import require_train
 
@@ -61,8 +68,8 @@ def train(dataset: Path, out: Path, config: str, stem: str | None, freeze_stem: 
 
     options = TrainOptions(
         config=config, stem=stem, freeze_stem=freeze_stem, stem_views=stem_views, face_token=face_token,
-        face_token_drop=face_token_drop, variant=variant, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
-        warmup_epochs=warmup_epochs, grad_clip=grad_clip, lambda_align=lambda_align, samples_per_state=samples_per_state,
+        face_token_drop=face_token_drop, head_skip=head_skip, variant=variant, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
+        warmup_epochs=warmup_epochs, grad_clip=grad_clip, lambda_align=lambda_align, lambda_align_head=lambda_align_head, samples_per_state=samples_per_state,
         val_identities=val_identities, seed=seed, resume=resume, device=device, workers=workers, max_steps=max_steps,
         progress=show_progress(quiet=quiet), command_line=shlex.join(["headsearch", *sys.argv[1:]]) if sys.argv else None,
     )
@@ -70,6 +77,8 @@ def train(dataset: Path, out: Path, config: str, stem: str | None, freeze_stem: 
     resume_cmd = shlex.join(["headsearch", "train", str(dataset), "--out", str(out), "--config", config,
                              *(["--stem", stem] if stem else []), "--freeze-stem", freeze_stem, "--stem-views", str(stem_views),
                              *(["--face-token", "--face-token-drop", str(face_token_drop)] if face_token else []),
+                             *(["--head-skip"] if head_skip else []),
+                             "--lambda-align", str(lambda_align), "--lambda-align-head", str(lambda_align_head),
                              "--variant", variant,
                              "--epochs", str(epochs), "--batch-size", str(batch_size), "--seed", str(seed),
                              "--val-identities", str(val_identities), "--samples-per-state", str(samples_per_state), "--resume"])

@@ -32,7 +32,7 @@ crop's map (flipped back; twice the compute), --region-means FILE.npy (R, C) is 
 it is L2-normalised; the output is then the R unit region vectors concatenated (N, R*C). The recommended region file:
 
     python scripts/export_lite0_onnx.py --layer blocks.6 --pool bands3 --mirror \
-        --region-means scripts/lite0_blocks6_bands3_mirror_means.npy --out headsearch/models/efficientnet_lite0_head_regions.onnx
+        --region-means scripts/lite0_blocks6_bands3_mirror_means.npy --out headsearch/models/weights/efficientnet_lite0_head_regions.onnx
 
 The output is byte-for-byte reproducible with the same torch/timm/onnx versions; the script prints its SHA-256.
 Needs torch, timm, onnx and OpenCV (the dev/training install), and onnxruntime for the check against timm.

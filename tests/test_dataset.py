@@ -26,7 +26,7 @@ needs_data = pytest.mark.skipif(not HAMILTON.is_file(), reason=f"real test media
 
 COLUMNS = {"sample_id": "int64", "identity": "string", "state": "string", "source": "string", "video": "string",
            "segment": "string", "time": "double", "pose_hint": "double", "face_visible": "bool", "head_crop": "string",
-           "face_crop": "string", "teacher_index": "int64"}
+           "face_crop": "string", "teacher_index": "int64", "teacher_head_index": "int64"}
 
 
 def build(*args, ok: bool = True):
@@ -143,6 +143,7 @@ def test_manifest_columns_and_files(dataset):
     assert np.allclose(np.linalg.norm(teacher, axis=1), 1.0, atol=1e-4)
     assert sorted(r["teacher_index"] for r in rows if r["teacher_index"] >= 0) == list(range(len(teacher)))
     assert json.loads((out / "teacher.json").read_text())["name"] == "sface"  # the default teacher
+    assert all(r["teacher_head_index"] == -1 for r in rows) and not (out / "teacher_head.npy").exists()  # a face teacher
     for r in rows:
         assert r["source"] in ("video", "photo")
         assert (out / r["head_crop"]).is_file()
@@ -242,3 +243,37 @@ def test_nothing_usable_fails(tmp_path):
     assert any("nothing usable" in l for l in errors)
     assert "Traceback" not in result.output
     assert build("--out", tmp_path / "out2", ok=False).exit_code == 2  # usage error: no inputs
+
+
+@needs_data
+def test_whole_head_teacher_stores_a_head_vector_for_every_sample(tmp_path):
+    """--teacher sface+lite0: teacher.npy keeps SFace's vectors of the faces (the L_align targets) and teacher_head.npy the
+    fused head vector of every sample, faces or not; a rebuild with a face teacher drops the head vectors."""
+    from trainer.dataset_format import load_dataset
+
+    labels = tmp_path / "labels.csv"
+    labels.write_text("path,identity,appearance_state\n" + "".join(
+        f"{LEONARD / n},bbt_leonard,{st}\n" for n, st in (("leonard1.png", "glasses"), ("leonard2.png", "no_glasses"))))
+    out = tmp_path / "out"
+    args = [RETALKING / "3.mp4", "--out", out, "--labels", labels, "--fps", 1, "--min-frames", 3, "--min-invisible", 0, "-q"]
+    build(*args, "--teacher", "sface+lite0")
+    rows = _manifest(out)
+    teacher, head = np.load(out / "teacher.npy"), np.load(out / "teacher_head.npy")
+    meta = json.loads((out / "teacher.json").read_text())
+    assert meta["name"] == "sface+lite0" and meta["dims"] == {"id": 128, "head": 1088}
+    assert len(rows) > 2 and head.dtype == np.float32 and head.shape == (len(rows), 1088)
+    assert [r["teacher_head_index"] for r in rows] == list(range(len(rows)))
+    assert np.allclose(np.linalg.norm(head, axis=1), 1.0, atol=1e-4)
+    for r in rows:  # the head vector's identity part is the face's SFace vector (scaled); without a face it is empty
+        part = head[r["teacher_head_index"], :128]
+        if r["teacher_index"] >= 0:
+            assert float(part @ teacher[r["teacher_index"]]) / float(np.linalg.norm(part)) > 0.999
+        else:
+            assert not part.any()
+    assert json.loads((out / "summary.json").read_text())["teacher_head_rows"] == len(rows)
+    info = load_dataset(out)
+    assert info.has_head_vectors and info.head_dim == 1088
+    # The same folder rebuilt with a face teacher: analysed again (other teacher), no head vectors left behind.
+    build(*args)
+    assert not (out / "teacher_head.npy").exists() and all(r["teacher_head_index"] == -1 for r in _manifest(out))
+    assert not load_dataset(out).has_head_vectors

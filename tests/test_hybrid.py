@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import require_train_extra
+from conftest import FACES, needs_data, require_train_extra
 
 require_train_extra()  # torch, timm, safetensors below
 
@@ -83,3 +83,39 @@ def test_train_hybrid_with_frozen_stem_cache_and_face_token(tmp_path):
     result = CliRunner().invoke(main, ["index", str(data / "crops" / "0000.jpg"), "--library", str(tmp_path / "lib"),
                                        "--model", str(out / "last.safetensors")])
     assert result.exit_code != 0 and "face token needs the teacher" in result.output and "Traceback" not in result.output
+
+
+@needs_data
+def test_head_skip_student_embeds_real_crops_through_its_teacher(tmp_path):
+    """A head-skip student of the sface+lite0 teacher, loaded as users load a checkpoint: its embedder runs the teacher
+    on each crop (SFace for the face token, the fused head vector for the skip path); untrained, it is its teacher plus
+    a small learned part. A head-skip card naming another teacher is refused with one line."""
+    from headsearch.basics.errors import ModelError
+    from headsearch.basics.images import read_image_rgb
+    from headsearch.detection.faces import FaceDetector
+    from headsearch.models import load_embedder
+    from headsearch.models.dual_cls import save_checkpoint
+    from headsearch.models.whole_head import SFACE_DIM, WholeHeadEmbedder
+    from headsearch.search.photo import photo_heads
+    from schemas.records import VectorKind
+
+    teacher = WholeHeadEmbedder()
+    head_dim = teacher.dims[VectorKind.HEAD]
+    torch.manual_seed(0)
+    model = HeadSimilarityModel(HeadModelConfig.hybrid(depth=1, face_dim=SFACE_DIM, head_dim=head_dim, head_skip=True)).eval()
+    path = tmp_path / "student.safetensors"
+    save_checkpoint(model, path, {"name": "headsim-test", "teacher": teacher.describe().to_dict()})
+    student = load_embedder(str(path))
+    assert student.dims == {VectorKind.ID: SFACE_DIM, VectorKind.HEAD: head_dim}
+    detector = FaceDetector()
+    photos = [FACES / "leonard" / "leonard1.png", FACES / "raj" / "raj1.png"]
+    crops = [photo_heads(read_image_rgb(p), p.name, detector, student)[0].crop for p in photos]
+    got, want = student.embed(crops), teacher.embed(crops)
+    for kind, floor in ((VectorKind.ID, 0.98), (VectorKind.HEAD, 0.98)):
+        assert got[kind].shape == want[kind].shape
+        cos = (got[kind] * want[kind]).sum(1)
+        assert (cos > floor).all() and (cos < 0.99999).all(), (kind, cos)  # the teacher, plus the learned part
+    assert float(got[VectorKind.HEAD][0] @ got[VectorKind.HEAD][1]) < 0.9  # two people stay apart
+    save_checkpoint(model, path, {"name": "headsim-test", "teacher": {"name": "sface", "version": "x"}})
+    with pytest.raises(ModelError, match="head skip path needs the teacher it was trained with"):
+        load_embedder(str(path))

@@ -144,3 +144,31 @@ def test_head_similarity_loss_end_to_end_gradients():
     assert model.reg_token.grad.abs().sum() > 0 and model.cls_token.grad.abs().sum() > 0
     _, no_teacher = head_similarity_loss(z_id.detach(), z_head.detach(), identity, state)
     assert "align" not in no_teacher
+
+
+def test_head_alignment_term():
+    g = torch.Generator().manual_seed(1)
+    identity, state = torch.tensor([0, 0, 1, 1, 2, 2]), torch.tensor([0, 1, 2, 2, 3, 3])
+    z_id = torch.randn(6, 4, generator=g, requires_grad=True)
+    z_head = torch.randn(6, 7, generator=g, requires_grad=True)
+    t_head = torch.randn(6, 7, generator=g)
+    valid = torch.tensor([True, True, False, True, True, True])  # e.g. one crop without a head vector
+    loss, stats = head_similarity_loss(z_id, z_head, identity, state, z_teacher_head=t_head, head_valid=valid,
+                                       lambda_align_head=2.0)
+    want = (hierarchical_similarity_loss(z_id, identity, state) + hierarchical_similarity_loss(z_head, identity, state)
+            + 2.0 * align_loss(t_head, z_head, valid))
+    assert loss.item() == pytest.approx(want.item(), rel=1e-6)
+    assert stats["align_head"] == pytest.approx(align_loss(t_head, z_head, valid).item(), rel=1e-6)
+    loss.backward()
+    assert z_head.grad[2].abs().sum() > 0  # L_sim still reaches the sample without a head vector
+    # The term moves z_head only: with L_sim off (one sample per identity), z_id gets no gradient from it.
+    zi, zh = z_id.detach().clone().requires_grad_(), z_head.detach().clone().requires_grad_()
+    one = torch.arange(6)
+    loss, _ = head_similarity_loss(zi, zh, one, one, z_teacher_head=t_head, lambda_align_head=1.0)
+    loss.backward()
+    assert torch.equal(zi.grad, torch.zeros_like(zi)) and zh.grad.abs().sum() > 0
+    # Off by default, and a width mismatch is an error, not a silent broadcast.
+    _, off = head_similarity_loss(z_id.detach(), z_head.detach(), identity, state, z_teacher_head=t_head)
+    assert "align_head" not in off
+    with pytest.raises(ValueError, match="7-d"):
+        head_similarity_loss(z_id.detach(), z_head.detach(), identity, state, z_teacher_head=t_head[:, :5], lambda_align_head=1.0)

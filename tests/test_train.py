@@ -33,12 +33,15 @@ TEACHER_DIM = 16
 
 
 def make_dataset(root: Path, identities: int = 6, states: int = 2, per_state: int = 4, size: int = 96,
-                 seed: int = 0, teacher_every: int = 3) -> Path:
-    """A dataset folder in the builder's format: head-ish blobs whose colour/shape encode identity and state."""
+                 seed: int = 0, teacher_every: int = 3, head_dim: int = 0) -> Path:
+    """A dataset folder in the builder's format: head-ish blobs whose colour/shape encode identity and state.
+    With `head_dim`, a whole-head teacher's head vectors too (teacher_head.npy, one per sample, faces or not)."""
     rng = np.random.default_rng(seed)
     (root / "crops").mkdir(parents=True, exist_ok=True)
     rows = []
     teacher = []
+    heads = []
+    head_dirs = rng.normal(size=(identities, states, head_dim))
     id_dirs = rng.normal(size=(identities, TEACHER_DIM))
     for i in range(identities):
         skin = rng.uniform(60, 230, size=3)
@@ -66,9 +69,17 @@ def make_dataset(root: Path, identities: int = 6, states: int = 2, per_state: in
                     "face_visible": has_teacher, "head_crop": rel, "face_crop": rel if has_teacher else None,
                     "teacher_index": len(teacher) - 1 if has_teacher else -1,
                 })
+                if head_dim:
+                    h = head_dirs[i, s] + 0.3 * rng.normal(size=head_dim)
+                    heads.append(h / np.linalg.norm(h))
+                    rows[-1]["teacher_head_index"] = len(heads) - 1
     pq.write_table(pa.Table.from_pylist(rows), root / "manifest.parquet")
     np.save(root / "teacher.npy", np.asarray(teacher, np.float32))
-    (root / "teacher.json").write_text(json.dumps({"name": "synthetic-teacher", "dim": TEACHER_DIM}))
+    meta = {"name": "synthetic-teacher", "dim": TEACHER_DIM}
+    if head_dim:
+        np.save(root / "teacher_head.npy", np.asarray(heads, np.float32))
+        meta.update(kinds=["id", "head"], dims={"id": TEACHER_DIM, "head": head_dim})
+    (root / "teacher.json").write_text(json.dumps(meta))
     return root
 
 
@@ -309,3 +320,51 @@ def test_split_is_identity_disjoint_and_seeded():
     assert len({ids[i] for i in va}) == 2 and "single" in {ids[i] for i in tr}
     assert np.array_equal(split_identities(ids, 0.2, 0)[1], va)
     assert len(tr) + len(va) == len(ids)
+
+
+# --- a whole-head teacher: head vectors, head alignment, the head skip path ---------------------------------
+
+
+def test_dataset_head_vectors_read_and_older_folders(tmp_path, dataset):
+    old = load_dataset(dataset)  # no teacher_head_index column: a folder from before head vectors
+    assert old.head_dim == 0 and not old.has_head_vectors and (old.teacher_head_index == -1).all()
+    ds = make_dataset(tmp_path / "heads", identities=3, per_state=2, size=48, head_dim=24)
+    info = load_dataset(ds)
+    assert info.has_head_vectors and info.head_dim == 24 and info.teacher_head.shape == (len(info), 24)
+    assert info.teacher_head_index.tolist() == list(range(len(info)))
+    # Refused with one line: the manifest points at head vectors that are missing or too few.
+    (ds / "teacher_head.npy").rename(ds / "moved.npy")
+    r = _run("train", ds, "--out", tmp_path / "o", "--config", "tiny", "--lambda-align-head", "1", ok=False)
+    assert r.exit_code == 1 and "teacher_head.npy is missing" in r.output and len(r.output.strip().splitlines()) == 1
+    np.save(ds / "teacher_head.npy", np.load(ds / "moved.npy")[:3])
+    r = _run("train", ds, "--out", tmp_path / "o", "--config", "tiny", ok=False)
+    assert r.exit_code == 1 and "teacher_head_index up to" in r.output and "Traceback" not in r.output
+
+
+def test_head_alignment_needs_head_vectors(tmp_path, dataset):
+    for flag in (["--lambda-align-head", "1"], ["--head-skip"]):
+        r = _run("train", dataset, "--out", tmp_path / "o", "--config", "tiny", *flag, ok=False)
+        assert r.exit_code == 1 and "needs teacher head vectors" in r.output and "sface+lite0" in r.output
+        assert len(r.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("head_skip", [False, True])
+def test_train_with_head_alignment(tmp_path, head_skip):
+    ds = make_dataset(tmp_path / "ds", identities=4, per_state=3, size=64, head_dim=24)
+    result = train(ds, tmp_path / "run", _opts(head_skip=head_skip, lambda_align_head=1.0, val_identities=0.0, epochs=1,
+                                                   batch_size=12))
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    epoch = [e for e in log if e["event"] == "epoch"][-1]
+    assert np.isfinite(epoch["align_head"]) and 0.0 <= epoch["align_head"] <= 2.0
+    model = load_checkpoint(result["last"])
+    assert model.cfg.head_dim == 24 and model.cfg.z_head_dim == 24 and model.cfg.out_dim == TEACHER_DIM
+    assert model.cfg.head_skip is head_skip and ("head_beta" in dict(model.named_parameters())) is head_skip
+    card = json.loads((tmp_path / "run" / "last.safetensors.json").read_text())["card"]
+    assert card["lambda_align_head"] == 1.0 and card["head_skip"] is head_skip
+    if head_skip:  # starts near the teacher: the learned part is added at beta ~0.1
+        info = load_dataset(ds)
+        t = torch.from_numpy(info.teacher_head[:4])
+        with torch.no_grad():
+            _, z_head = model(torch.zeros(4, 3, 112, 112), head=t, head_mask=torch.tensor([True, True, True, False]))
+        cos = torch.nn.functional.cosine_similarity(z_head, t, dim=1)
+        assert (cos[:3] > 0.9).all() and cos[3] < 0.9  # the masked sample has the learned part alone

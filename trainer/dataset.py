@@ -79,6 +79,7 @@ from trainer.dataset_format import (
     PART_HEADS,
     PART_META,
     PART_TEACHER,
+    PART_TEACHER_HEAD,
     PARTS,
     DatasetError,
     Sample,
@@ -216,9 +217,13 @@ def part_key(path: Path) -> str:
 
 
 def part_settings(settings: IndexSettings, teacher: ModelInfo) -> dict:
-    """What a part depends on besides its file: a part made with other settings is analysed again."""
-    return {"part_version": PART_VERSION, "sample_fps": settings.sample_fps, "crop_px": settings.crop_px,
-            "head_px": HEAD_PX, "face_px": FACE_PX, "teacher": [teacher.name, teacher.version]}
+    """What a part depends on besides its file: a part made with other settings is analysed again. A teacher with
+    head vectors adds "teacher_head" (so parts of face teachers, which have none, keep their key)."""
+    key = {"part_version": PART_VERSION, "sample_fps": settings.sample_fps, "crop_px": settings.crop_px,
+           "head_px": HEAD_PX, "face_px": FACE_PX, "teacher": [teacher.name, teacher.version]}
+    if VectorKind.HEAD in teacher.kinds:
+        key["teacher_head"] = teacher.dim_of(VectorKind.HEAD)
+    return key
 
 
 @dataclass
@@ -254,6 +259,13 @@ class Part:
         """Teacher vectors of the part's face-visible observations (rows named by their "teacher_row")."""
         return np.load(self.folder / PART_TEACHER)
 
+    @functools.cached_property
+    def teacher_head(self) -> np.ndarray | None:
+        """Teacher head vectors of the part's observations (rows named by their "teacher_head_row"); None when the
+        teacher has none."""
+        path = self.folder / PART_TEACHER_HEAD
+        return np.load(path) if path.is_file() else None
+
     def video_entry(self) -> dict:
         """The file's line in videos.json."""
         m = self.meta
@@ -287,14 +299,15 @@ def _used_tracks(path: Path, kind: MediaKind, tracks: list[HeadTrack]) -> list[H
     return [max(tracks, key=lambda t: t.observations[0].head.area)]
 
 
-def _write_part_crops(folder: Path, tracks: list[HeadTrack]) -> tuple[list[dict], list[np.ndarray]]:
-    """Write the tracks' head crops (and aligned faces) into a part; their rows for meta.json and teacher vectors."""
+def _write_part_crops(folder: Path, tracks: list[HeadTrack]) -> tuple[list[dict], list[np.ndarray], list[np.ndarray]]:
+    """Write the tracks' head crops (and aligned faces) into a part; their rows for meta.json, teacher vectors (of the
+    faces) and teacher head vectors (of the observations that have one: all of them for a whole-head teacher)."""
     from headsearch.detection.faces import yaw_hint
     from headsearch.models import align_face
 
     (folder / PART_HEADS).mkdir(parents=True, exist_ok=True)
     (folder / PART_FACES).mkdir(parents=True, exist_ok=True)
-    rows, vectors = [], []
+    rows, vectors, head_vectors = [], [], []
     n = 0
     for tr in tracks:
         obs_rows = []
@@ -308,13 +321,17 @@ def _write_part_crops(folder: Path, tracks: list[HeadTrack]) -> tuple[list[dict]
                 (folder / face).write_bytes(encode_jpeg(align_face(crop_from_image(rgb, o.head, o.face), FACE_PX), JPEG_QUALITY))
                 teacher_row = len(vectors)
                 vectors.append(np.asarray(o.embeddings[VectorKind.ID], np.float32))
+            head_row = -1
+            if VectorKind.HEAD in o.embeddings:
+                head_row = len(head_vectors)
+                head_vectors.append(np.asarray(o.embeddings[VectorKind.HEAD], np.float32))
             n += 1
             obs_rows.append({"frame": int(o.frame_index), "time": float(o.time), "head": list(map(float, o.head.as_tuple())),
                              "face": None if o.face is None else list(map(float, o.face.box.as_tuple())),
                              "pose": None if o.face is None else yaw_hint(o.face), "head_crop": head,
-                             "face_crop": face, "teacher_row": teacher_row})
+                             "face_crop": face, "teacher_row": teacher_row, "teacher_head_row": head_row})
         rows.append({"shot": int(tr.shot_index), "obs": obs_rows})
-    return rows, vectors
+    return rows, vectors, head_vectors
 
 
 def analyse_to_part(analyser: Analyser, path: Path, part_dir: Path, progress: FrameProgress | None) -> None:
@@ -327,8 +344,10 @@ def analyse_to_part(analyser: Analyser, path: Path, part_dir: Path, progress: Fr
     try:
         a = analyser
         result = analyse_file(path, a.settings, a.detector, a.embedder, keep_crops=True, progress=progress)
-        rows, vectors = _write_part_crops(tmp, _used_tracks(path, result.kind, result.tracks))
+        rows, vectors, head_vectors = _write_part_crops(tmp, _used_tracks(path, result.kind, result.tracks))
         save_vectors(tmp / PART_TEACHER, vectors, a.embedder.dim)
+        if VectorKind.HEAD in a.embedder.kinds:
+            save_vectors(tmp / PART_TEACHER_HEAD, head_vectors, a.embedder.dims[VectorKind.HEAD])
         meta = {"path": str(path), "kind": str(result.kind), "size": result.stamp.size, "mtime": result.stamp.mtime,
                 "settings": a.settings_key, "duration": result.duration, "fps": result.fps, "width": result.width,
                 "height": result.height, "frames_decoded": result.frames_decoded, "frames_sampled": result.frames_sampled,
@@ -416,6 +435,7 @@ class BuildSummary:
     samples_video: int = 0
     samples_photo: int = 0
     teacher_rows: int = 0
+    teacher_head_rows: int = 0  # samples with a teacher head vector (all, for a whole-head teacher; 0 for a face teacher)
     pairs: dict = field(default_factory=dict)
     cannot_link_pairs: int = 0
     cannot_link_blocked: int = 0
@@ -671,7 +691,8 @@ def build_dataset(videos: Sequence[Path], out: Path, labels: Sequence[Path] = ()
     unlabelled = label_video_segments(segments, inputs.labelled_videos, threshold, summary)
     cluster_identities(unlabelled, threshold, embedder.dim, summary)
     segments = [x for x in segments if x.identity]
-    assemble(out, segments + photos, parts, summary.teacher, embedder.dim, summary)
+    head_dim = embedder.dims[VectorKind.HEAD] if VectorKind.HEAD in embedder.kinds else 0
+    assemble(out, segments + photos, parts, summary.teacher, embedder.dim, summary, head_dim)
     summary.wall_seconds = time.perf_counter() - start
     write_summary(out, asdict(summary))
     return summary
@@ -684,11 +705,13 @@ def _link(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def assemble(out: Path, segments: list[Segment], parts: dict[Path, Part], teacher: dict, dim: int, summary: BuildSummary) -> None:
-    """Step 5: write heads/, faces/, teacher.npy, teacher.json, manifest.parquet, videos.json and contact/."""
+def assemble(out: Path, segments: list[Segment], parts: dict[Path, Part], teacher: dict, dim: int, summary: BuildSummary,
+             head_dim: int = 0) -> None:
+    """Step 5: write heads/, faces/, teacher.npy (teacher_head.npy with `head_dim`), teacher.json, manifest.parquet,
+    videos.json and contact/."""
     heads, faces = fresh_dir(out / HEADS), fresh_dir(out / FACES)
     samples: list[Sample] = []
-    vectors = []
+    vectors, head_vectors = [], []
     for s in segments:
         for o in s.obs:
             sid = len(samples)
@@ -699,13 +722,17 @@ def assemble(out: Path, segments: list[Segment], parts: dict[Path, Part], teache
                 face_crop = face_crop_path(sid)
                 ti = len(vectors)
                 vectors.append(s.part.teacher[o["teacher_row"]])
+            hi = -1
+            if head_dim and o.get("teacher_head_row", -1) >= 0:
+                hi = len(head_vectors)
+                head_vectors.append(s.part.teacher_head[o["teacher_head_row"]])
             samples.append(Sample(sample_id=sid, identity=s.identity, state=s.state, source=s.source, video=s.video,
                                   segment=s.name, shot=s.shot, frame_index=o["frame"], time=o["time"],
                                   pose_hint=math.nan if o["pose"] is None else o["pose"], face_visible=o["face"] is not None,
-                                  head_crop=head_crop_path(sid), face_crop=face_crop, teacher_index=ti))
+                                  head_crop=head_crop_path(sid), face_crop=face_crop, teacher_index=ti, teacher_head_index=hi))
     swap_dir(heads, out / HEADS)
     swap_dir(faces, out / FACES)
-    write_teacher(out, vectors, teacher, dim)
+    write_teacher(out, vectors, teacher, dim, head_vectors if head_dim else None, head_dim)
     summary.samples = write_manifest(out, samples)
     write_videos(out, {p.meta["path"]: p.video_entry() for p in parts.values()})
     identities, states = [x.identity for x in samples], [x.state for x in samples]
@@ -713,6 +740,7 @@ def assemble(out: Path, segments: list[Segment], parts: dict[Path, Part], teache
     summary.samples_video = sum(x.source == "video" for x in samples)
     summary.samples_photo = sum(x.source == "photo" for x in samples)
     summary.teacher_rows = len(vectors)
+    summary.teacher_head_rows = len(head_vectors)
     summary.identities = len(set(identities))
     summary.states = len(set(states))
     summary.pairs = relation_counts(identities, states)

@@ -5,7 +5,9 @@ Layout of a dataset folder::
 
     manifest.parquet      one row per sample (MANIFEST_SCHEMA below)
     teacher.npy           float32 (n_teacher, dim): the teacher's vectors of the samples' aligned faces
-    teacher.json          the teacher model (`ModelInfo.to_dict()`: name, version, dim, kinds, source)
+    teacher_head.npy      float32 (n_head, head_dim): the teacher's head vectors of the samples' whole head crops,
+                          one per sample (faces or not); only for teachers with head vectors (e.g. sface+lite0)
+    teacher.json          the teacher model (`ModelInfo.to_dict()`: name, version, dim, kinds, source, dims)
     heads/<sample_id>.jpg the 160 px whole-head crop of each sample
     faces/<sample_id>.jpg the ArcFace-aligned 112 px face, for samples with a visible face
     contact/<identity>.png one contact sheet per identity (`contact_sheet_name`)
@@ -14,7 +16,9 @@ Layout of a dataset folder::
     parts/<key>/          the builder's resumable analysis of one input file (see PART_* below)
 
 The trainer needs only the manifest's REQUIRED_COLUMNS, the crops and, when any sample has a
-teacher row, teacher.npy.
+teacher row, teacher.npy; and teacher_head.npy when any sample has a `teacher_head_index` row. Folders
+written before head vectors existed have no `teacher_head_index` column: they read as having no head
+vectors (train without the head-alignment term, or rebuild with a teacher that has head vectors).
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ from headsearch.basics.files import atomic_write
 
 MANIFEST = "manifest.parquet"
 TEACHER_VECTORS = "teacher.npy"
+TEACHER_HEAD_VECTORS = "teacher_head.npy"
 TEACHER_INFO = "teacher.json"
 HEADS = "heads"
 FACES = "faces"
@@ -45,6 +50,7 @@ PARTS = "parts"
 # One analysed input file, under parts/<key>/ (written to <key>.tmp and renamed when complete).
 PART_META = "meta.json"  # the analysis: file stamp, settings, shots, tracks with their observations
 PART_TEACHER = TEACHER_VECTORS  # teacher vectors of the part's face-visible observations
+PART_TEACHER_HEAD = TEACHER_HEAD_VECTORS  # teacher head vectors of the part's observations (teachers with head vectors)
 PART_HEADS = HEADS  # heads/<n>.jpg
 PART_FACES = FACES  # faces/<n>.jpg
 
@@ -54,6 +60,7 @@ JPEG_QUALITY = 92
 
 # Columns the trainer reads; the others describe where a sample comes from.
 REQUIRED_COLUMNS = ("sample_id", "identity", "state", "head_crop", "teacher_index")
+OPTIONAL_COLUMNS = ("teacher_head_index",)  # absent in folders built before head vectors: read as -1
 
 
 @functools.cache
@@ -76,6 +83,7 @@ def manifest_schema():
         ("head_crop", pa.string()),  # relative path of the head crop: heads/<sample_id>.jpg
         ("face_crop", pa.string()),  # relative path of the aligned face: faces/<sample_id>.jpg; null without a face
         ("teacher_index", pa.int64()),  # row of teacher.npy with the face's teacher vector; -1 without a face
+        ("teacher_head_index", pa.int64()),  # row of teacher_head.npy with the crop's teacher head vector; -1 when none
     ])
 
 
@@ -97,6 +105,7 @@ class Sample:
     head_crop: str
     face_crop: str | None
     teacher_index: int
+    teacher_head_index: int = -1
 
 
 def crop_name(number: int) -> str:
@@ -121,7 +130,8 @@ def contact_sheet_name(identity: str) -> str:
 
 def layout_help() -> str:
     """The builder's outputs, for help texts."""
-    return f"{MANIFEST}, {HEADS}/, {FACES}/, {TEACHER_VECTORS}, {TEACHER_INFO}, {CONTACT}/<identity>.png and {SUMMARY}"
+    return (f"{MANIFEST}, {HEADS}/, {FACES}/, {TEACHER_VECTORS} ({TEACHER_HEAD_VECTORS} too for a teacher with head vectors), "
+            f"{TEACHER_INFO}, {CONTACT}/<identity>.png and {SUMMARY}")
 
 
 class DatasetError(HeadsearchError):
@@ -170,9 +180,15 @@ def write_manifest(root: Path, samples: Sequence[Sample]) -> int:
     return table.num_rows
 
 
-def write_teacher(root: Path, vectors: Sequence[np.ndarray], info: dict, dim: int) -> None:
-    """teacher.npy (the rows `teacher_index` points at) and teacher.json (the model that made them)."""
+def write_teacher(root: Path, vectors: Sequence[np.ndarray], info: dict, dim: int,
+                  head_vectors: Sequence[np.ndarray] | None = None, head_dim: int = 0) -> None:
+    """teacher.npy (the rows `teacher_index` points at), teacher_head.npy (the rows `teacher_head_index` points at;
+    only with `head_vectors`, else an older one is removed) and teacher.json (the model that made them)."""
     save_vectors(root / TEACHER_VECTORS, vectors, dim)
+    if head_vectors is not None:
+        save_vectors(root / TEACHER_HEAD_VECTORS, head_vectors, head_dim)
+    else:
+        (root / TEACHER_HEAD_VECTORS).unlink(missing_ok=True)
     (root / TEACHER_INFO).write_text(json.dumps(info, indent=2))
 
 
@@ -199,6 +215,24 @@ class DatasetInfo:
     teacher: np.ndarray  # float32 (n_teacher, D), may be (0, D)
     teacher_meta: dict
     sample_id: list[int]
+    teacher_head_index: np.ndarray | None = None  # int64 (N,), -1 when none (all -1 for older folders)
+    teacher_head: np.ndarray | None = None  # float32 (n_head, head_dim), may be (0, 0)
+
+    def __post_init__(self) -> None:
+        if self.teacher_head_index is None:
+            self.teacher_head_index = np.full(len(self.identity), -1, np.int64)
+        if self.teacher_head is None:
+            self.teacher_head = np.zeros((0, 0), np.float32)
+
+    @property
+    def head_dim(self) -> int:
+        """Width of the teacher's head vectors; 0 when the dataset has none."""
+        return int(self.teacher_head.shape[1]) if self.teacher_head.ndim == 2 and len(self.teacher_head) else 0
+
+    @property
+    def has_head_vectors(self) -> bool:
+        """Every sample has a teacher head vector (what head alignment and the head skip path need)."""
+        return self.head_dim > 0 and bool((self.teacher_head_index >= 0).all())
 
     @property
     def dim(self) -> int | None:
@@ -222,7 +256,7 @@ def _read_manifest(root: Path) -> dict[str, list]:
     missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
     if missing:
         raise DatasetError(f"{manifest} lacks column(s) {', '.join(missing)}")
-    cols = {c: table.column(c).to_pylist() for c in REQUIRED_COLUMNS}
+    cols = {c: table.column(c).to_pylist() for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c in table.column_names}
     if table.num_rows == 0:
         raise DatasetError(f"{manifest} has no samples")
     if any(v is None or v == "" for v in cols["identity"]):
@@ -265,6 +299,23 @@ def _read_teacher_vectors(root: Path, meta: dict, tidx: np.ndarray) -> np.ndarra
     return teacher
 
 
+def _read_head_vectors(root: Path, hidx: np.ndarray) -> np.ndarray:
+    manifest, path = root / MANIFEST, root / TEACHER_HEAD_VECTORS
+    if not (hidx >= 0).any():
+        return np.zeros((0, 0), np.float32)
+    if not path.is_file():
+        raise DatasetError(f"{manifest} refers to teacher head vectors but {path} is missing")
+    try:
+        head = np.load(path, allow_pickle=False).astype(np.float32, copy=False)
+    except (OSError, ValueError) as e:
+        raise DatasetError(f"cannot read {path}: {e}") from None
+    if head.ndim != 2:
+        raise DatasetError(f"{path} must be a 2-d (n_head, head_dim) array, got shape {head.shape}")
+    if (hidx >= head.shape[0]).any():
+        raise DatasetError(f"{manifest}: teacher_head_index up to {int(hidx.max())} but {path} has {head.shape[0]} rows")
+    return head
+
+
 def load_dataset(root: Path) -> DatasetInfo:
     """Read and check a dataset folder; any problem is a DatasetError naming it."""
     root = Path(root)
@@ -279,4 +330,6 @@ def load_dataset(root: Path) -> DatasetInfo:
     if len(set(ids)) < 2:
         raise DatasetError(f"dataset {root} has {len(set(ids))} identity; training needs at least 2 (R3 negatives)")
     sample_id = [int(v) if v is not None else k for k, v in enumerate(cols["sample_id"])]
-    return DatasetInfo(root, ids, states, [str(p) for p in cols["head_crop"]], tidx, teacher, meta, sample_id)
+    hidx = np.asarray([-1 if t is None else int(t) for t in cols.get("teacher_head_index", [None] * len(ids))], dtype=np.int64)
+    head = _read_head_vectors(root, hidx)
+    return DatasetInfo(root, ids, states, [str(p) for p in cols["head_crop"]], tidx, teacher, meta, sample_id, hidx, head)

@@ -20,6 +20,9 @@ s_an2 = highest-similarity R3.  For the third term, ``r2_mining`` chooses s_an1'
 * ``"per_term"``: s_an1' = the *lowest*-similarity R2, i.e. the hardest R2 for the R2-above-R3 ordering.
   Then every term equals the maximum of that term over all (anchor, partner, partner) combinations.
 
+Head alignment (for a whole-head teacher, which has a head vector for every crop, faces or not):
+L_align_head = mean over samples with a teacher head vector of 1 - cos(t_head, z_head), the same form as L_align.
+
 Averaging: a term exists for an anchor only if the anchor has both partners it needs (term 1: R1 and R2,
 term 2: R1 and R3, term 3: R2 and R3); missing terms are omitted.  The loss is the mean, over anchors with
 at least one existing term, of the sum of that anchor's existing terms.  With no such anchor it is 0
@@ -128,8 +131,10 @@ def head_similarity_loss(
     z_id: Tensor, z_head: Tensor, identity: Tensor, state: Tensor,
     z_teacher: Tensor | None = None, face_valid: Tensor | None = None, lambda_align: float = 1.0,
     m1: float = 0.1, m2: float = 0.3, m3: float = 0.2, r2_mining: str = "single",
+    z_teacher_head: Tensor | None = None, head_valid: Tensor | None = None, lambda_align_head: float = 0.0,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Total = L_sim(z_id) + L_sim(z_head) + lambda_align * L_align(z_teacher, z_id) (align only if a teacher).
+    """Total = L_sim(z_id) + L_sim(z_head) + lambda_align * L_align(z_teacher, z_id) (align only if a teacher)
+    + lambda_align_head * L_align(z_teacher_head, z_head) (only with teacher head vectors; `head_valid` marks them).
 
     For the "shared" variant z_head is z_id and L_sim is simply counted twice.  Returns (loss, logged floats).
     """
@@ -142,5 +147,11 @@ def head_similarity_loss(
         total = total + lambda_align * align
         stats["align"] = float(align.detach())
         stats["align_valid_frac"] = float(face_valid.float().mean()) if face_valid is not None else 1.0
+    if z_teacher_head is not None and lambda_align_head:
+        if z_teacher_head.shape[-1] != z_head.shape[-1]:
+            raise ValueError(f"teacher head vectors are {z_teacher_head.shape[-1]}-d but z_head is {z_head.shape[-1]}-d")
+        align_head = align_loss(z_teacher_head, z_head, head_valid)
+        total = total + lambda_align_head * align_head
+        stats["align_head"] = float(align_head.detach())
     stats["loss"] = float(total.detach())
     return total, stats

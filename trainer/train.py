@@ -54,7 +54,7 @@ BEST = "best.safetensors"
 STATE = "state.pt"
 # Options a resumed run must share with the saved one (they decide the batches and the split).
 RESUME_KEYS = ("config", "variant", "seed", "batch_size", "val_identities", "samples_per_state", "stem", "freeze_stem", "stem_views",
-               "face_token")
+               "face_token", "head_skip")
 
 
 class TrainingError(HeadsearchError):
@@ -70,6 +70,7 @@ class TrainOptions:
     stem_views: int = 4  # frozen stem: cached views per sample (trainer.stem_cache); 0 runs the stem every step
     face_token: bool = False  # feed the teacher's face vector as one more input token (headsearch.models.dual_cls: face_dim)
     face_token_drop: float = 0.3  # share of training samples whose face token is replaced by the "no face" token
+    head_skip: bool = False  # z_head = normalize(teacher head vector + beta * learned) (a whole-head teacher's dataset)
     epochs: int = 30
     batch_size: int = 256
     lr: float = 1e-4
@@ -84,6 +85,7 @@ class TrainOptions:
     max_steps: int | None = None  # stop (resumably) after this many optimizer steps in total
     grad_clip: float | None = 5.0  # max gradient norm; None or <= 0: no clipping
     lambda_align: float = 1.0
+    lambda_align_head: float = 0.0  # > 0: also align z_head with the teacher's head vectors (every sample; z_head takes their width)
     samples_per_state: int = 4  # K of the mixed batches
     background_p: float = 0.5  # probability of the background randomisation
     val_batch_size: int = 128
@@ -140,6 +142,7 @@ class CropDataset(torch.utils.data.Dataset):
         self.state_codes, _ = encode_labels([(info.identity[i], info.state[i]) for i in self.indices])
         dim = info.teacher.shape[1] if info.teacher.size else 1
         self._zero_teacher = np.zeros(dim, np.float32)
+        self._zero_head = np.zeros(max(1, info.head_dim), np.float32)
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -164,12 +167,15 @@ class CropDataset(torch.utils.data.Dataset):
             x = eval_transform(self.image(local), self.size)
         g = int(self.indices[local])
         t = int(self.info.teacher_index[g])
+        h = int(self.info.teacher_head_index[g])
         return {
             "x": x,
             "identity": int(self.identity_codes[local]),
             "state": int(self.state_codes[local]),
             "teacher": torch.from_numpy(self.info.teacher[t] if t >= 0 else self._zero_teacher),
             "has_teacher": t >= 0,
+            "teacher_head": torch.from_numpy(self.info.teacher_head[h] if h >= 0 else self._zero_head),
+            "has_teacher_head": h >= 0,
         }
 
 
@@ -180,6 +186,8 @@ def _collate(items: list[dict]) -> dict[str, Tensor]:
         "state": torch.tensor([it["state"] for it in items], dtype=torch.long),
         "teacher": torch.stack([it["teacher"] for it in items]),
         "has_teacher": torch.tensor([it["has_teacher"] for it in items], dtype=torch.bool),
+        "teacher_head": torch.stack([it["teacher_head"] for it in items]),
+        "has_teacher_head": torch.tensor([it["has_teacher_head"] for it in items], dtype=torch.bool),
     }
 
 
@@ -219,7 +227,7 @@ def lr_factor(step: int, total: int, warmup: int, min_ratio: float = 0.0) -> flo
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def model_config(options: TrainOptions, out_dim: int | None) -> HeadModelConfig:
+def model_config(options: TrainOptions, out_dim: int | None, head_dim: int = 0) -> HeadModelConfig:
     if options.config not in CONFIGS:
         raise TrainingError(f"unknown config {options.config!r}; expected one of {', '.join(CONFIGS)}")
     overrides: dict[str, Any] = {"variant": options.variant}
@@ -233,6 +241,13 @@ def model_config(options: TrainOptions, out_dim: int | None) -> HeadModelConfig:
         if not out_dim:
             raise TrainingError("--face-token needs teacher vectors in the dataset")
         overrides["face_dim"] = int(out_dim)
+    if options.head_skip or options.lambda_align_head > 0:
+        if not head_dim:
+            what = "--head-skip" if options.head_skip else "--lambda-align-head"
+            raise TrainingError(f"{what} needs teacher head vectors in the dataset (teacher_head.npy for every sample): "
+                                "build it with a whole-head teacher, e.g. build-dataset --teacher sface+lite0")
+        overrides["head_dim"] = int(head_dim)
+        overrides["head_skip"] = options.head_skip
     try:
         return getattr(HeadModelConfig, options.config)(**overrides)
     except ValueError as e:
@@ -269,13 +284,17 @@ class ValidationSet:
 
 
 def face_inputs(model: nn.Module, batch: dict[str, Tensor], device: torch.device, keep: Tensor | None = None) -> dict[str, Tensor]:
-    """The face token's inputs of a batch (none when the model has no face token): teacher vectors, and where they exist."""
-    if not getattr(model.cfg, "face_dim", 0):
-        return {}
-    mask = batch["has_teacher"].to(device)
-    if keep is not None:
-        mask = mask & keep.to(device)
-    return {"face": batch["teacher"].to(device), "face_mask": mask}
+    """The teacher inputs of a batch that the model takes: the face token's (teacher vectors, and where they exist;
+    `keep` hides some) and the head skip path's (teacher head vectors, and where they exist); none for a plain model."""
+    inputs: dict[str, Tensor] = {}
+    if getattr(model.cfg, "face_dim", 0):
+        mask = batch["has_teacher"].to(device)
+        if keep is not None:
+            mask = mask & keep.to(device)
+        inputs.update(face=batch["teacher"].to(device), face_mask=mask)
+    if getattr(model.cfg, "head_skip", False):
+        inputs.update(head=batch["teacher_head"].to(device), head_mask=batch["has_teacher_head"].to(device))
+    return inputs
 
 
 @torch.no_grad()
@@ -306,12 +325,19 @@ def validate(model, loader, device, amp, identities, states, from_stem: bool = F
 
 
 def teacher_validation(info: DatasetInfo, val: ValidationSet) -> dict[str, Any]:
-    """The same metrics on the teacher's vectors of the held-out samples that have one: the bar to reach."""
+    """The same metrics on the teacher's vectors of the held-out samples that have one: the bar to reach (with head
+    vectors, theirs under "z_head")."""
     has = [k for k, g in enumerate(val.indices) if info.teacher_index[g] >= 0]
     if len(has) < 2:
-        return {"n": len(has)}
-    zt = info.teacher[info.teacher_index[val.indices[has]]]
-    return embedding_summary(zt, [val.identities[k] for k in has], [val.states[k] for k in has])
+        out: dict[str, Any] = {"n": len(has)}
+    else:
+        zt = info.teacher[info.teacher_index[val.indices[has]]]
+        out = embedding_summary(zt, [val.identities[k] for k in has], [val.states[k] for k in has])
+    heads = [k for k, g in enumerate(val.indices) if info.teacher_head_index[g] >= 0]
+    if len(heads) >= 2:
+        zh = info.teacher_head[info.teacher_head_index[val.indices[heads]]]
+        out["z_head"] = embedding_summary(zh, [val.identities[k] for k in heads], [val.states[k] for k in heads])
+    return out
 
 
 # --- state files --------------------------------------------------------------------------------------
@@ -423,7 +449,7 @@ class TrainState:
         if self.step_in_epoch == 0:
             self.sums, self.counts, self.images_seen = {}, {}, 0
 
-    def add_step(self, stats: dict[str, float], images: int, has_teacher: bool) -> None:
+    def add_step(self, stats: dict[str, float], images: int, has_teacher: bool, has_teacher_head: bool = True) -> None:
         """Count one optimizer step and its logged losses."""
         self.step += 1
         self.step_in_epoch += 1
@@ -431,11 +457,13 @@ class TrainState:
         for k, v in stats.items():
             if k == "align" and not has_teacher:
                 continue  # a batch without any teacher embedding says nothing about L_align
+            if k == "align_head" and not has_teacher_head:
+                continue
             self.sums[k] = self.sums.get(k, 0.0) + float(v)
             self.counts[k] = self.counts.get(k, 0) + 1
 
     def mean_stats(self) -> dict[str, float | None]:
-        keys = ("loss", "sim_id", "sim_head", "align", "align_valid_frac")
+        keys = ("loss", "sim_id", "sim_head", "align", "align_valid_frac", "align_head")
         return {k: (self.sums[k] / self.counts[k] if self.counts.get(k) else None) for k in keys}
 
     def save(self, path: Path, options: TrainOptions, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler) -> None:
@@ -576,7 +604,7 @@ def setup(dataset: Path, out: Path, options: TrainOptions) -> tuple[Run, dict[st
     except DatasetError as e:
         raise TrainingError(str(e)) from None
     device = resolve_device(options.device)
-    cfg = model_config(options, info.dim)
+    cfg = model_config(options, info.dim, info.head_dim if info.has_head_vectors else 0)
     train_idx, val_idx = _split(info, options)
 
     saved = None
@@ -627,6 +655,9 @@ def setup(dataset: Path, out: Path, options: TrainOptions) -> tuple[Run, dict[st
         "stem_views": options.stem_views if features is not None else 0,
         "face_token": options.face_token,
         "face_token_drop": options.face_token_drop if options.face_token else None,
+        "head_skip": options.head_skip,
+        "lambda_align": options.lambda_align,
+        "lambda_align_head": options.lambda_align_head,
         "dataset": str(dataset.resolve()),
         "teacher": _jsonable(info.teacher_meta),
         "command": options.command_line or " ".join(sys.argv),
@@ -657,7 +688,8 @@ def prepare_stem(model: HeadSimilarityModel, options: TrainOptions) -> None:
 
 
 def train_step(run: Run, batch: dict[str, Tensor]) -> tuple[dict[str, float], bool]:
-    """One optimizer step on a batch: (logged losses, whether any sample had a teacher vector)."""
+    """One optimizer step on a batch: (logged losses, whether any sample had a teacher vector).
+    (Whether any had a teacher head vector is in the batch: `has_teacher_head`.)"""
     options, device = run.options, run.device
     x = batch["x"].to(device, non_blocking=True)
     keep = None
@@ -668,10 +700,13 @@ def train_step(run: Run, batch: dict[str, Tensor]) -> tuple[dict[str, float], bo
         z_id, z_head = run.model(x, from_stem=run.from_stem, **face_inputs(run.model, batch, device, keep))
     has_teacher = batch["has_teacher"].to(device)
     z_teacher = batch["teacher"].to(device) if run.info.teacher.size and options.lambda_align else None
+    align_head = bool(options.lambda_align_head) and run.info.has_head_vectors
     loss, stats = head_similarity_loss(
         z_id.float(), z_head.float(), batch["identity"].to(device), batch["state"].to(device),
         z_teacher=z_teacher, face_valid=has_teacher if z_teacher is not None else None,
-        lambda_align=options.lambda_align)
+        lambda_align=options.lambda_align,
+        z_teacher_head=batch["teacher_head"].to(device) if align_head else None,
+        head_valid=batch["has_teacher_head"].to(device) if align_head else None, lambda_align_head=options.lambda_align_head)
     run.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if options.grad_clip and options.grad_clip > 0:
@@ -693,7 +728,7 @@ def train_epoch(run: Run, state: TrainState, epoch: int, stop: _Interrupt) -> fl
                          total=run.steps_per_epoch, initial=state.step_in_epoch, leave=False)
     for batch in step_bar:
         stats, has_teacher = train_step(run, batch)
-        state.add_step(stats, int(batch["x"].shape[0]), has_teacher)
+        state.add_step(stats, int(batch["x"].shape[0]), has_teacher, bool(batch["has_teacher_head"].any()))
         if options.progress and hasattr(step_bar, "set_postfix"):
             step_bar.set_postfix(loss=f"{stats['loss']:.4f}", lr=f"{run.scheduler.get_last_lr()[0]:.2e}")
         if stop.requested or options.stop_at(state.step):

@@ -52,6 +52,8 @@ class HeadModelConfig:
     variant: str = "dual_cls"  # ablation, one of VARIANTS (see their comments)
     stem: str = "patch"  # "patch": the ViT's own patch embedding; else a pretrained CNN stem (headsearch.models.stems.STEMS)
     face_dim: int = 0  # > 0: one more input token, the face teacher's vector of the aligned face (a learned token without a face)
+    head_dim: int = 0  # width of z_head (0: out_dim); e.g. the width of a whole-head teacher's head vectors, to align with them
+    head_skip: bool = False  # z_head = normalize(t_head + beta * g_head): the teacher's head vector (head_dim wide) as the base
 
     def __post_init__(self) -> None:
         from headsearch.models.stems import STEM_INPUT, STEM_STRIDE, STEMS
@@ -69,8 +71,15 @@ class HeadModelConfig:
             raise ValueError(f"embed_dim {self.embed_dim} is not a multiple of num_heads {self.num_heads}")
         if self.variant == "dual_head_split" and self.embed_dim % 2:
             raise ValueError(f"variant dual_head_split needs an even embed_dim, got {self.embed_dim}")
-        if self.out_dim < 1 or self.depth < 1:
-            raise ValueError("out_dim and depth must be positive")
+        if self.out_dim < 1 or self.depth < 1 or self.head_dim < 0:
+            raise ValueError("out_dim and depth must be positive (head_dim >= 0)")
+        if self.head_skip and (self.variant == "shared" or not self.head_dim):
+            raise ValueError("head_skip needs a separate z_head (not variant shared) and head_dim (the teacher's head vector width)")
+
+    @property
+    def z_head_dim(self) -> int:
+        """The width of z_head."""
+        return self.head_dim or self.out_dim
 
     @classmethod
     def paper(cls, **overrides: Any) -> HeadModelConfig:
@@ -184,9 +193,13 @@ class HeadSimilarityModel(VisionTransformer):
             # ...and a skip path: where a face was seen, z = normalize(face + beta * g(f)), the learned part starting
             # small, so the student starts as its teacher and learns what the whole head adds (cfg.face_dim == out_dim).
             self.face_beta = nn.Parameter(torch.tensor([0.1, 0.5]))  # (z_id, z_head)
+        if cfg.head_skip:
+            # The head skip path: z_head = normalize(t + beta * g_head(f)) with t the whole-head teacher's head vector of the
+            # same crop (every crop has one), the learned part starting small: the student starts as the teacher's head vector.
+            self.head_beta = nn.Parameter(torch.tensor(0.1))
         in_dim = d // 2 if cfg.variant == "dual_head_split" else d
         self.g_id = _projection(in_dim, d, cfg.out_dim, relu=False)
-        self.g_head = None if cfg.variant == "shared" else _projection(in_dim, d, cfg.out_dim, relu=True)
+        self.g_head = None if cfg.variant == "shared" else _projection(in_dim, d, cfg.z_head_dim, relu=True)
 
     @property
     def stem(self) -> nn.Module | None:
@@ -245,7 +258,9 @@ class HeadSimilarityModel(VisionTransformer):
         return cls, cls
 
     def forward(self, x: Tensor, from_stem: bool = False, face: Tensor | None = None,  # type: ignore[override]
-                face_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                face_mask: Tensor | None = None, head: Tensor | None = None, head_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """`head`, `head_mask` (head_skip models): the whole-head teacher's head vectors (N, head_dim) and where they exist;
+        without them (or where the mask is False) z_head is the learned part alone."""
         f_id, f_head = self.prefix_features(x, from_stem, face, face_mask)
         z_id = F.normalize(self.g_id(f_id), dim=-1)
         z_head = z_id if self.g_head is None else F.normalize(self.g_head(f_head), dim=-1)
@@ -253,19 +268,25 @@ class HeadSimilarityModel(VisionTransformer):
             f = F.normalize(face.to(z_id.dtype), dim=-1)
             m = torch.ones(len(f), 1, dtype=torch.bool, device=f.device) if face_mask is None else face_mask.reshape(-1, 1).to(torch.bool)
             z_id = torch.where(m, F.normalize(f + self.face_beta[0] * z_id, dim=-1), z_id)
-            z_head = torch.where(m, F.normalize(f + self.face_beta[1] * z_head, dim=-1), z_head)
+            if not self.cfg.head_skip and z_head.shape[-1] == f.shape[-1]:
+                z_head = torch.where(m, F.normalize(f + self.face_beta[1] * z_head, dim=-1), z_head)
+        if self.cfg.head_skip and head is not None:
+            t = F.normalize(head.to(z_head.dtype), dim=-1)
+            m = torch.ones(len(t), 1, dtype=torch.bool, device=t.device) if head_mask is None else head_mask.reshape(-1, 1).to(torch.bool)
+            z_head = torch.where(m, F.normalize(t + self.head_beta * z_head, dim=-1), z_head)
         return z_id, z_head
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
         names = {n for n, _ in self.named_parameters()}
-        return {n for n in ("pos_embed", "cls_token", "reg_token", "face_type", "face_missing", "face_beta") if n in names}
+        return {n for n in ("pos_embed", "cls_token", "reg_token", "face_type", "face_missing", "face_beta", "head_beta") if n in names}
 
     # --- key bookkeeping for the loaders -------------------------------------------------------------
     def new_keys(self) -> set[str]:
         """State-dict keys a face-recognition ViT checkpoint does not have: prefix tokens and projection heads."""
         return {k for k in self.state_dict()
-                if k in ("cls_token", "reg_token", "face_type", "face_missing", "face_beta") or k.startswith(("g_id.", "g_head.", "face_embed."))}
+                if k in ("cls_token", "reg_token", "face_type", "face_missing", "face_beta", "head_beta")
+                or k.startswith(("g_id.", "g_head.", "face_embed."))}
 
     def backbone_keys(self) -> set[str]:
         return set(self.state_dict()) - self.new_keys()

@@ -41,13 +41,38 @@ class HeadSimilarityEmbedder(Embedder):
         self.source = source or str(self.path.resolve())
         self.kinds = (VectorKind.ID, VectorKind.HEAD) if self.model.cfg.variant != "shared" else (VectorKind.ID,)
         self._face_model = None
-        if self.model.cfg.face_dim:  # the face token: the teacher's vector of each aligned face, computed here
-            teacher = (self.card.get("card", {}).get("teacher") or {}).get("name")
-            if teacher != "sface":
-                raise ModelError(f"{self.path}: its face token needs the teacher it was trained with (sface), the card names {teacher!r}")
-            from headsearch.models.sface import SFaceEmbedder
+        self._teacher = None
+        cfg = self.model.cfg
+        if cfg.face_dim or cfg.head_skip:
+            self._load_teacher(cfg.head_skip)
 
-            self._face_model = SFaceEmbedder()
+    @property
+    def dims(self) -> dict[VectorKind, int]:
+        """z_id's width for ID; z_head's (a head-aligned student's: its teacher's head vector width) for HEAD."""
+        return {k: self.model.cfg.z_head_dim if k == VectorKind.HEAD else self.dim for k in self.kinds}
+
+    def _load_teacher(self, head: bool) -> None:
+        """The teacher the checkpoint was trained with, run here for its inputs: the face token takes the teacher's
+        vector of each aligned face (SFace's, for the sface and sface+lite0 teachers); the head skip path its head vector."""
+        info = self.card.get("card", {}).get("teacher") or {}
+        teacher = info.get("name")
+        if head:
+            if teacher != "sface+lite0":
+                raise ModelError(f"{self.path}: its head skip path needs the teacher it was trained with (sface+lite0), the card "
+                                 f"names {teacher!r}")
+            from headsearch.models.whole_head import WholeHeadEmbedder
+
+            self._teacher = WholeHeadEmbedder()
+            if info.get("version") and info["version"] != self._teacher.version:
+                raise ModelError(f"{self.path}: trained with teacher {teacher} {info['version']}, but this install has "
+                                 f"{self._teacher.version}: its head vectors are not the ones it learned from")
+            self._face_model = self._teacher
+            return
+        if teacher not in ("sface", "sface+lite0"):  # both give SFace's vector of the aligned face
+            raise ModelError(f"{self.path}: its face token needs the teacher it was trained with (sface), the card names {teacher!r}")
+        from headsearch.models.sface import SFaceEmbedder
+
+        self._face_model = SFaceEmbedder()
 
     def preprocess(self, crops: Sequence[HeadCrop]) -> np.ndarray:
         """Head crops as an (N, 3, S, S) float32 batch in [-1, 1], exactly as in training's validation."""
@@ -68,8 +93,10 @@ class HeadSimilarityEmbedder(Embedder):
                 face = {}
                 if self._face_model is not None:
                     mask = torch.tensor([c.landmarks is not None for c in part], device=self.device)
-                    vectors = self._face_model.embed(part)[VectorKind.ID]
-                    face = {"face": torch.from_numpy(vectors).to(self.device), "face_mask": mask}
+                    teacher = self._face_model.embed(part)
+                    face = {"face": torch.from_numpy(teacher[VectorKind.ID]).to(self.device), "face_mask": mask}
+                    if self._teacher is not None:  # the head skip path: every crop has a teacher head vector
+                        face["head"] = torch.from_numpy(teacher[VectorKind.HEAD]).to(self.device)
                 with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
                     z_id, z_head = self.model(x, **face)
                 ids.append(z_id.float().cpu().numpy())
