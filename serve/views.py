@@ -14,7 +14,17 @@ from pathlib import Path, PurePosixPath
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.images import encode_jpeg
 from headsearch.basics.timeline import seek_text
-from headsearch.people.persons import list_people, people_thresholds, person_looks, person_moments
+from headsearch.people.listing import (
+    find_person,
+    inbox,
+    inbox_reasons,
+    list_people,
+    merge_suggestions,
+    person_choices,
+    person_looks,
+    person_moments,
+)
+from headsearch.people.persons import PersonNotFound, people_thresholds
 from headsearch.search.hits import (
     HeadResult,
     ShownHit,
@@ -38,6 +48,12 @@ MAX_K = 100
 
 class NotFound(HeadsearchError):
     """No such video, track, sighting or person (by id)."""
+
+
+MAX_CHOICES = 500  # persons offered in a picker, the most alike first
+MAX_SUGGESTIONS = 24  # "are these the same person?" pairs on the people page
+INBOX_PAGE = 60  # inbox tracks a page
+FILES_PAGE = 100  # files a page of the Videos page
 
 
 class Site:
@@ -81,10 +97,29 @@ class Site:
                             "kind": track.video_kind, "watch": watch_url(track.video_id, h.start, h.end, h.track_id)})
         return out
 
-    def videos_page(self) -> dict:
+    def videos_page(self, query: str = "", kind: str = "all", page: int = 1, per_page: int = FILES_PAGE) -> dict:
+        """The library's files grouped by folder, `per_page` a page; `query` keeps those whose file name holds it or
+        in which a listed person whose name holds it is seen; `kind`: "video", "image" or "all"."""
         with self.library.browsing() as b:
-            videos = b.videos()
-        return {"videos": [_listed(v) for v in videos]}
+            files = b.videos()
+        text = " ".join(query.split()).casefold()
+        matched: list[dict] = []
+        if text:
+            people = [p for p in list_people(self.library, with_looks=False) if p.name and text in p.name.casefold()]
+            matched = [{"id": p.id, "label": p.label()} for p in people]
+            seen_in = {f for p in people for f in p.videos + p.photos}
+            files = [v for v in files if text in Path(v.path).name.casefold() or v.path in seen_in]
+        if kind in ("video", "image"):
+            files = [v for v in files if v.kind == kind]
+        files = sorted(files, key=lambda v: (str(Path(v.path).parent), Path(v.path).name))
+        pages = max(1, -(-len(files) // per_page))
+        page = min(max(1, page), pages)
+        shown = [_listed(v) for v in files[(page - 1) * per_page : page * per_page]]
+        folders: dict[str, list[dict]] = {}
+        for v in shown:
+            folders.setdefault(str(Path(v["path"]).parent), []).append(v)
+        return {"videos": shown, "folders": [{"folder": f, "files": vs} for f, vs in folders.items()], "total": len(files),
+                "page": page, "pages": pages, "per_page": per_page, "q": query, "kind": kind if kind in ("video", "image") else "all", "people": matched}
 
     def video_page(self, video_id: int) -> dict:
         with self.library.people_reading() as store:
@@ -92,16 +127,21 @@ class Site:
             if video is None:
                 raise NotFound(f"no video {video_id}")
             shots, tracks, members = store.shots(video_id), store.tracks(video_id=video_id), store.memberships()
-            names = {p.id: p.name for p in store.persons()}
+            persons = {p.id: p for p in store.persons()}
+        listed = {p.id for p in list_people(self.library, with_looks=False)}  # hidden people are left out everywhere
         duration = max(float(video.duration), max((t.end_time for t in tracks), default=0.0), 1e-6)
         rows: dict[int | None, list[dict]] = {}
+        hidden = 0
         for t in tracks:
             pid = members.get(t.id)
-            rows.setdefault(pid, []).append({**_track(t), **_span(t.start_time, t.end_time, duration),
-                                             "watch": watch_url(video_id, t.start_time, t.end_time, t.id)})
-        people = [{"id": pid, "label": (names.get(pid) or f"person {pid}") if pid is not None else "not grouped yet",
+            if pid in persons and persons[pid].hidden:
+                hidden += 1
+                continue
+            rows.setdefault(pid if pid in listed else None, []).append({**_track(t), **_span(t.start_time, t.end_time, duration),
+                                                                        "watch": watch_url(video_id, t.start_time, t.end_time, t.id)})
+        people = [{"id": pid, "label": (persons[pid].name or f"person {pid}") if pid is not None else "inbox (in no listed person)",
                    "tracks": ts} for pid, ts in sorted(rows.items(), key=lambda kv: (kv[0] is None, -len(kv[1])))]
-        return {"video": _video(video), "duration": duration,
+        return {"video": _video(video), "duration": duration, "hidden_tracks": hidden,
                 "shots": [{**asdict(s), **_span(s.start_time, s.end_time, duration)} for s in shots], "people": people}
 
     def track_page(self, track_id: int, k: int = 12) -> dict:
@@ -116,7 +156,9 @@ class Site:
             pid = store.memberships().get(track_id)
             person = next((p for p in store.persons() if p.id == pid), None)
         similar = self.service.similar(vectors, k, track_id) if VectorKind.ID in vectors else []
-        return {"track": {**_track(track), **_found(summary)}, "person": None if person is None else {"id": person.id, "label": person.name or f"person {pid}"},
+        return {"track": {**_track(track), **_found(summary)},
+                "person": None if person is None else {"id": person.id, "label": person.name or f"person {pid}", "hidden": bool(person.hidden)},
+                "move_to": [c for c in person_choices(self.library, track_id=track_id, min_tracks=1) if c["id"] != pid][:MAX_CHOICES],
                 "watch": watch_url(track.video_id, track.start_time, track.end_time, track_id),
                 "sightings": [{"id": s.id, "time": s.time, "frame_index": s.frame_index, "face_visible": s.face_visible,
                                "found_by": s.found_by,
@@ -128,24 +170,49 @@ class Site:
         with self.library.people_reading() as store:
             grouped = len(store.memberships())
             total = len(store.track_ids())
+            measured = len(store.track_quality())
+        labels = {p.id: p.label() for p in people}
+        suggestions = [{**s.to_dict(), "a_label": labels.get(s.a, f"person {s.a}"), "b_label": labels.get(s.b, f"person {s.b}"),
+                        "a_tracks": next((p.tracks[:3] for p in people if p.id == s.a), []),
+                        "b_tracks": next((p.tracks[:3] for p in people if p.id == s.b), [])}
+                       for s in merge_suggestions(self.library)[:MAX_SUGGESTIONS]]
         return {"people": [{**p.to_dict(), "label": p.label(), "hidden": p.hidden} for p in people],
-                "ungrouped_tracks": max(0, total - grouped), "thresholds": people_thresholds(self.library).source}
+                "ungrouped_tracks": max(0, total - max(grouped, measured)), "inbox": len(inbox(self.library)),
+                "suggestions": suggestions, "thresholds": people_thresholds(self.library).source}
 
     def person_page(self, person_id: int) -> dict:
-        found = [p for p in list_people(self.library, include_hidden=True, with_looks=False) if p.id == person_id]
-        if not found:
-            raise NotFound(f"no person {person_id}")
-        person = found[0]
+        try:
+            person = find_person(self.library, person_id)
+        except PersonNotFound as e:
+            raise NotFound(f"no person {person_id}") from e
         looks = person_looks(self.library, person_id)
+        person.looks = looks
         moments = person_moments(self.library, person)
         by_track = {h.track_id: h for h in moments}
         with self.library.browsing() as b:
             found = {s.id: _found(s) for s in b.track_summaries(person.tracks)}
+        suggested = [s for s in merge_suggestions(self.library) if person_id in (s.a, s.b)]
         return {"person": {**person.to_dict(), "looks": looks, "label": person.label(), "hidden": person.hidden},
                 "looks": [[{"track_id": tr, "video": by_track[tr].video, "start": by_track[tr].start, "end": by_track[tr].end,
-                            **found.get(tr, {})}
+                            "kind": "image" if by_track[tr].video in person.photos else "video", **found.get(tr, {})}
                            for tr in look if tr in by_track] for look in looks],
+                "merge_choices": person_choices(self.library, person_id=person_id, min_tracks=1)[:MAX_CHOICES],
+                "suggestions": [{"other": s.b if s.a == person_id else s.a, "score": s.score} for s in suggested],
                 "moments": [{**c, "moment": True} for c in self.cards(found_hits(self.library, moments).hits)]}
+
+    def inbox_page(self, page: int = 1) -> dict:
+        """Tracks in no listed person, those most like a listed person first, `INBOX_PAGE` a page."""
+        waiting = inbox(self.library)
+        pages = max(1, -(-len(waiting) // INBOX_PAGE))
+        page = min(max(1, page), pages)
+        shown = waiting[(page - 1) * INBOX_PAGE : page * INBOX_PAGE]
+        with self.library.browsing() as b:
+            video_ids = {t.id: t.video_id for t in b.tracks(track_ids=[w.track_id for w in shown])} if shown else {}
+        choices = person_choices(self.library)[:MAX_CHOICES]
+        return {"tracks": [{**w.to_dict(), "name": Path(w.video).name, "video_id": video_ids.get(w.track_id),
+                            "watch": watch_url(video_ids[w.track_id], w.start, w.end, w.track_id) if w.track_id in video_ids else None}
+                           for w in shown],
+                "total": len(waiting), "page": page, "pages": pages, "reasons": inbox_reasons(), "choices": choices}
 
     def watch_page(self, video_id: int, start: float, end: float, track: int | None) -> dict:
         with self.library.browsing() as b:
