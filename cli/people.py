@@ -217,3 +217,56 @@ def different_command(ctx: click.Context, a: int, b: int, library: Path | None) 
 
     keep_apart(_library(ctx, library), a, b)
     click.echo(f"persons {a} and {b} are kept apart")
+
+
+@people.command("add-photo")
+@click.argument("person_id", type=int)
+@click.argument("photos", nargs=-1, required=True, type=click.Path(path_type=Path))
+@library_option
+@click.pass_context
+def add_photo_command(ctx: click.Context, person_id: int, photos: tuple[Path, ...], library: Path | None) -> None:
+    """Keep PHOTOS (their largest head) as reference photos of person PERSON_ID: the person is listed, and its moments
+    (`query --person`, the person page) are scored against them too."""
+    from headsearch.people.photos import add_photo_file
+
+    lib = _library(ctx, library)
+    for photo in photos:
+        row = add_photo_file(lib, person_id, Path(photo).expanduser())
+        click.echo(f"reference photo {row.id} of person {person_id}: {photo}" + ("" if row.face_visible else " (no face)"))
+
+
+@people.command("photos")
+@click.argument("person_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help='A JSON list of {"id", "path", "crop", "face_visible", "model", "added_at"}.')
+@library_option
+@click.pass_context
+def photos_command(ctx: click.Context, person_id: int, as_json: bool, library: Path | None) -> None:
+    """The reference photos of person PERSON_ID."""
+    from headsearch.people.listing import find_person
+    from headsearch.people.photos import model_key, reference_photos
+
+    lib = _library(ctx, library)
+    find_person(lib, person_id)
+    rows = reference_photos(lib, person_id)
+    if as_json:
+        click.echo(json.dumps([{"id": r.id, "path": r.path, "crop": str(lib.root / r.crop), "face_visible": r.face_visible,
+                                "model": r.model, "added_at": r.added_at} for r in rows], indent=2))
+        return
+    if not rows:
+        click.echo(f"person {person_id} has no reference photos (`headsearch people add-photo {person_id} PHOTO`)")
+    key = model_key(lib)
+    for r in rows:
+        click.echo(f"{r.id:>5}  {r.path}" + ("" if r.model == key else f"  (made by {r.model}: give it again)"))
+
+
+@people.command("remove-photo")
+@click.argument("person_id", type=int)
+@click.argument("photo_id", type=int)
+@library_option
+@click.pass_context
+def remove_photo_command(ctx: click.Context, person_id: int, photo_id: int, library: Path | None) -> None:
+    """Remove reference photo PHOTO_ID of person PERSON_ID."""
+    from headsearch.people.photos import remove_reference_photo
+
+    remove_reference_photo(_library(ctx, library), person_id, photo_id)
+    click.echo(f"reference photo {photo_id} of person {person_id} removed")

@@ -330,6 +330,11 @@ async def thumbnail(request: Request) -> Response:
     return OpenFileResponse(opened, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
 
 
+async def person_photo(request: Request) -> Response:
+    opened = await run_in_threadpool(_site(request).person_photo, request.path_params["photo_id"])
+    return OpenFileResponse(opened, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
+
+
 async def frame(request: Request) -> Response:
     opened = await run_in_threadpool(_site(request).frame, request.path_params["sighting_id"])
     return OpenFileResponse(opened, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
@@ -409,6 +414,7 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
         Route("/media/{video_id:id}/preview", preview),
         Route("/thumbnails/{track_id:id}.jpg", thumbnail),
         Route("/frames/{sighting_id:id}.jpg", frame),
+        Route("/person-photos/{photo_id:id}.jpg", person_photo),
     ]
     app = Starlette(routes=routes, middleware=[Middleware(Guard)],
                     exception_handlers={HTTPException: on_http, UploadRefused: on_refused, HeadsearchError: on_domain})

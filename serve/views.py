@@ -25,6 +25,7 @@ from headsearch.people.listing import (
     person_moments,
 )
 from headsearch.people.persons import PersonNotFound, people_thresholds
+from headsearch.people.photos import reference_photo, reference_photos, reference_vectors, stacked
 from headsearch.search.hits import (
     HeadResult,
     ShownHit,
@@ -36,7 +37,7 @@ from headsearch.search.hits import (
 )
 from headsearch.search.pictures import pictures_folder, render_picture
 from headsearch.search.service import Answer, QueryOptions, SearchService
-from headsearch.store.layout import PICTURES, THUMBNAILS
+from headsearch.store.layout import PERSON_PHOTOS, PICTURES, THUMBNAILS
 from headsearch.store.library import Library
 from headsearch.store.rows import ListedFile, TrackRow, TrackSummary, VideoRow
 from schemas.records import VectorKind
@@ -187,7 +188,8 @@ class Site:
             raise NotFound(f"no person {person_id}") from e
         looks = person_looks(self.library, person_id)
         person.looks = looks
-        moments = person_moments(self.library, person)
+        references, aside = reference_vectors(self.library, person_id)
+        moments = person_moments(self.library, person, stacked(references))
         by_track = {h.track_id: h for h in moments}
         with self.library.browsing() as b:
             found = {s.id: _found(s) for s in b.track_summaries(person.tracks)}
@@ -196,6 +198,8 @@ class Site:
                 "looks": [[{"track_id": tr, "video": by_track[tr].video, "start": by_track[tr].start, "end": by_track[tr].end,
                             "kind": "image" if by_track[tr].video in person.photos else "video", **found.get(tr, {})}
                            for tr in look if tr in by_track] for look in looks],
+                "references": [{"id": r.id, "path": r.path, "name": Path(r.path).name, "face_visible": r.face_visible}
+                               for r in reference_photos(self.library, person_id)], "references_aside": aside,
                 "merge_choices": person_choices(self.library, person_id=person_id, min_tracks=1)[:MAX_CHOICES],
                 "suggestions": [{"other": s.b if s.a == person_id else s.a, "score": s.score} for s in suggested],
                 "moments": [{**c, "moment": True} for c in self.cards(found_hits(self.library, moments).hits)]}
@@ -267,6 +271,15 @@ class Site:
         if PurePosixPath(track.thumbnail).parts[:1] != (THUMBNAILS,):
             raise FileNotServed(f"track {track_id}: its thumbnail {track.thumbnail} is not in the library's {THUMBNAILS} folder")
         return open_in_folder(self.root, track.thumbnail, f"track {track_id}'s thumbnail")
+
+    def person_photo(self, photo_id: int) -> OpenFile:
+        """A reference photo's head crop: a regular file in the library's person-photos folder, never through a link."""
+        row = reference_photo(self.library, photo_id)
+        if row is None:
+            raise NotFound(f"no reference photo {photo_id}")
+        if PurePosixPath(row.crop).parts[:1] != (PERSON_PHOTOS,):
+            raise FileNotServed(f"reference photo {photo_id}: its crop {row.crop} is not in the library's {PERSON_PHOTOS} folder")
+        return open_in_folder(self.root, row.crop, f"reference photo {photo_id}")
 
     def frame(self, sighting_id: int) -> OpenFile:
         """The picture of a sighting: its frame with the head boxed (the same picture `query` makes), rendered only

@@ -224,3 +224,42 @@ def test_videos_page_by_folder_paged_and_searched(library, tmp_path):
     found = client.get("/api/videos?q=koothra").json()
     assert {v["path"] for v in found["videos"]} == {str(f) for f in RAJ} and [p["id"] for p in found["people"]] == [raj["id"]]
     assert client.get("/api/videos?kind=audio").status_code == 400
+
+
+def test_reference_photos_of_a_person(library, tmp_path):
+    everyone = people_json(library, "--unlisted")
+    amy = owner(everyone, tracks_of(library, AMY[0])[0])
+    alone = next(p for p in everyone if not p["listed"])
+    before = json.loads(run("query", "--person", str(amy["id"]), "--library", library, "--json", "--no-pictures").stdout)
+    out = run("people", "add-photo", amy["id"], AMY_DIR / "amy4.png", "--library", library).stdout
+    assert f"of person {amy['id']}" in out
+    (photo,) = json.loads(run("people", "photos", amy["id"], "--library", library, "--json").stdout)
+    assert photo["path"] == str(AMY_DIR / "amy4.png") and photo["face_visible"] and Path(photo["crop"]).is_file()
+    # The moments are scored against the reference photo too: the same tracks, other scores, best first.
+    after = json.loads(run("query", "--person", str(amy["id"]), "--library", library, "--json", "--no-pictures").stdout)
+    assert {h["track_id"] for h in after} == {h["track_id"] for h in before}
+    assert [h["score"] for h in after] != [h["score"] for h in before]
+    assert [h["score"] for h in after] == sorted((h["score"] for h in after), reverse=True)
+    # A person of one track with a reference photo is listed; the photo shows on the person page.
+    run("people", "add-photo", alone["id"], RAJ[0], "--library", library)
+    assert alone["id"] in [p["id"] for p in people_json(library)]
+    client = _client(library, tmp_path)
+    page = client.get(f"/api/people/{amy['id']}").json()
+    assert [r["id"] for r in page["references"]] == [photo["id"]]
+    assert f'src="/person-photos/{photo["id"]}.jpg"' in client.get(f"/people/{amy['id']}").text
+    r = client.get(f"/person-photos/{photo['id']}.jpg")
+    assert r.status_code == 200 and r.headers["content-type"] == "image/jpeg" and r.content[:2] == b"\xff\xd8"
+    assert client.get("/person-photos/99999.jpg").status_code == 404
+    # Bad input: one line each, nothing kept.
+    blank = tmp_path / "blank.png"
+    cv2.imwrite(str(blank), (cv2.imread(str(AMY[0])) * 0 + 128).astype("uint8"))
+    for args, message in [((amy["id"], blank), "no face found"), ((99999, AMY[1]), "no person with id 99999"),
+                          ((amy["id"], AMY_DIR / "amy4.png"), "already a reference photo"),
+                          ((amy["id"], tmp_path / "missing.png"), "missing.png")]:
+        bad = run("people", "add-photo", *args, "--library", library, ok=False)
+        assert bad.exit_code != 0 and message in bad.stderr and "Traceback" not in bad.output, (args, bad.output)
+        assert len(bad.stderr.strip().splitlines()) == 1
+    assert len(json.loads(run("people", "photos", amy["id"], "--library", library, "--json").stdout)) == 1
+    run("people", "remove-photo", amy["id"], photo["id"], "--library", library)
+    assert json.loads(run("people", "photos", amy["id"], "--library", library, "--json").stdout) == []
+    assert not Path(photo["crop"]).exists()

@@ -82,6 +82,8 @@ def test_reindex_moves_a_library_to_the_new_model_with_its_people(tmp_path):
     run("people", "name", single[0]["id"], "Merged", "--library", lib)
     photo_only = next(p for p in people if p["files"] == [str(TWO_PEOPLE)])
     run("people", "hide", photo_only["id"], "--library", lib)
+    run("people", "different", amy["id"], multi["id"], "--library", lib)  # an answer to "are these the same person?"
+    run("people", "add-photo", amy["id"], AMY_DIR / "amy4.png", "--library", lib)  # a reference photo
     shutil.copy(WEIGHTS_DIR / "sface.thresholds.json", lib / "thresholds.json")  # the library's own, calibrated for sface
     before, hidden_before = people_json(lib), people_json(lib, "--all")
     old_tracks = {tr for p in hidden_before for tr in p["tracks"]}
@@ -120,6 +122,10 @@ def test_reindex_moves_a_library_to_the_new_model_with_its_people(tmp_path):
     assert set(named) == {"Amy", "Merged"} and named["Merged"]["id"] == single[0]["id"]
     assert str(AMY_DIR / "amy3.png") not in named["Amy"]["photos"]  # the verdict holds on the new track
     assert len(next(p for p in hidden_after if p["id"] == split_id)["tracks"]) == 1
+    with library_db(lib) as con:  # the answer and the reference photo come over; the photo's old vectors are left aside
+        assert con.execute("select person_a, person_b from person_pairs").fetchall() == [tuple(sorted((amy["id"], multi["id"])))]
+    assert "give it again" in run("people", "photos", amy["id"], "--library", lib).stdout
+    assert next(p for p in after if p["id"] == amy["id"])["references"] == 1
     moments = json.loads(run("query", "--person", "Amy", "--library", lib, "--json").stdout)
     assert {m["video"] for m in moments} == set(named["Amy"]["files"])
     # It answers with the new model.

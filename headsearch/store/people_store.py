@@ -108,14 +108,17 @@ class PeopleStore(BrowseReader):
         self._conn.execute(sa.update(t.person_feedback).where(t.person_feedback.c.id == feedback_id).values(**values))
 
     def replace_people(self, persons: list[PersonRow], members: list[MembershipRow], feedback: list[FeedbackRow],
-                       next_ids: dict[str, int]) -> None:
+                       next_ids: dict[str, int], pairs: list[PersonPairRow] = (), photos: list[PersonPhotoRow] = ()) -> None:
         """Replace the people tables with these rows, as they are (a library re-embedded from another, whose
-        people and verdicts come over: `headsearch.store.reembedding`); ids stay above `next_ids`."""
-        for table in (t.person_tracks, t.person_feedback, t.people):
+        people, verdicts, answers about pairs and reference photos come over: `headsearch.store.reembedding`); ids
+        stay above `next_ids`."""
+        for table in (t.person_tracks, t.person_feedback, t.people, t.person_pairs, t.person_photos):
             self._conn.execute(sa.delete(table))
         bulk_insert(self._conn, t.people, persons)
         bulk_insert(self._conn, t.person_tracks, members)
         bulk_insert(self._conn, t.person_feedback, feedback)
+        bulk_insert(self._conn, t.person_pairs, list(pairs))
+        bulk_insert(self._conn, t.person_photos, list(photos))
         save_next_ids(self._conn, {name: max(int(value), self.next_id(name)) for name, value in next_ids.items()})
 
     def delete_feedback(self, feedback_ids: list[int]) -> None:
