@@ -11,6 +11,8 @@ import threading
 from dataclasses import asdict
 from pathlib import Path, PurePosixPath
 
+import numpy as np
+
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.images import encode_jpeg
 from headsearch.basics.timeline import seek_text
@@ -40,7 +42,7 @@ from headsearch.search.service import Answer, QueryOptions, SearchService
 from headsearch.store.layout import PERSON_PHOTOS, PICTURES, THUMBNAILS
 from headsearch.store.library import Library
 from headsearch.store.rows import ListedFile, TrackRow, TrackSummary, VideoRow
-from schemas.records import VectorKind
+from schemas.records import SearchHit, Tier, VectorKind
 from serve.files import FileChanged, FileNotServed, IndexedFiles, OpenFile, open_in_folder
 from serve.media import PREVIEW_PAD_S, MediaCache, Playback, cache_folder, decoding, probe_playback
 
@@ -55,6 +57,7 @@ MAX_CHOICES = 500  # persons offered in a picker, the most alike first
 MAX_SUGGESTIONS = 24  # "are these the same person?" pairs on the people page
 INBOX_PAGE = 60  # inbox tracks a page
 FILES_PAGE = 100  # files a page of the Videos page
+REFERENCE_K = 24  # tracks looked at per reference photo for "found by the reference photos"
 
 
 class Site:
@@ -190,6 +193,7 @@ class Site:
         person.looks = looks
         references, aside = reference_vectors(self.library, person_id)
         moments = person_moments(self.library, person, stacked(references))
+        found_by_photos = self.found_by_references(references, set(person.tracks))
         by_track = {h.track_id: h for h in moments}
         with self.library.browsing() as b:
             found = {s.id: _found(s) for s in b.track_summaries(person.tracks)}
@@ -200,9 +204,23 @@ class Site:
                            for tr in look if tr in by_track] for look in looks],
                 "references": [{"id": r.id, "path": r.path, "name": Path(r.path).name, "face_visible": r.face_visible}
                                for r in reference_photos(self.library, person_id)], "references_aside": aside,
+                "found_by_photos": found_by_photos,
                 "merge_choices": person_choices(self.library, person_id=person_id, min_tracks=1)[:MAX_CHOICES],
                 "suggestions": [{"other": s.b if s.a == person_id else s.a, "score": s.score} for s in suggested],
                 "moments": [{**c, "moment": True} for c in self.cards(found_hits(self.library, moments).hits)]}
+
+    def found_by_references(self, references: list[dict[VectorKind, np.ndarray]], mine: set[int]) -> list[dict]:
+        """The library searched with a person's reference photos: confident hits (same person by the library's
+        thresholds) on tracks not in the person, best first, as cards (none without calibrated thresholds)."""
+        best: dict[int, SearchHit] = {}
+        for vectors in references:
+            for h in self.service.similar(vectors, REFERENCE_K):
+                if h.track_id in mine or h.tier in (None, Tier.OTHER_PERSON):
+                    continue
+                if h.track_id not in best or h.score > best[h.track_id].score:
+                    best[h.track_id] = h
+        hits = sorted(best.values(), key=lambda h: (-h.score, h.track_id))
+        return self.cards(found_hits(self.library, hits).hits) if hits else []
 
     def inbox_page(self, page: int = 1) -> dict:
         """Tracks in no listed person, those most like a listed person first, `INBOX_PAGE` a page."""

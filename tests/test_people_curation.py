@@ -246,6 +246,14 @@ def test_reference_photos_of_a_person(library, tmp_path):
     client = _client(library, tmp_path)
     page = client.get(f"/api/people/{amy['id']}").json()
     assert [r["id"] for r in page["references"]] == [photo["id"]]
+    assert not {c["track_id"] for c in page["found_by_photos"]} & set(amy["tracks"])
+    # Searched with its reference photo, the library gives back a track of Amy's that was split off her, with a move.
+    (amy3,) = tracks_of(library, AMY[2])
+    run("people", "split", amy["id"], amy3, "--library", library)
+    page = client.get(f"/api/people/{amy['id']}").json()
+    assert amy3 in [c["track_id"] for c in page["found_by_photos"]]
+    assert all(c["tier"] in ("same_look", "other_look") for c in page["found_by_photos"])
+    assert f'action="/tracks/{amy3}/move"' in client.get(f"/people/{amy['id']}").text
     assert f'src="/person-photos/{photo["id"]}.jpg"' in client.get(f"/people/{amy['id']}").text
     r = client.get(f"/person-photos/{photo['id']}.jpg")
     assert r.status_code == 200 and r.headers["content-type"] == "image/jpeg" and r.content[:2] == b"\xff\xd8"
