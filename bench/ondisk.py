@@ -10,7 +10,11 @@ page cache: the first 20 queries read from disk ("cold"), the next ones (p50/p95
 they need cached, and the same queries again find all of it cached ("cached").
 
 With a work folder every stage is kept and a rerun resumes after the last finished one (vectors,
-ground truth, training, each shard, the merge). The library itself does not use this index yet.
+ground truth, training, each shard, the merge).
+
+`--index library` measures the library's own store past memory on the same vectors, queries and ground
+truth: its on-disk segments (`headsearch.store.segments`, the same codec recipe: `train_codec`) built as a
+library builds them and searched, in a fresh process, as the query engine searches them.
 """
 from __future__ import annotations
 
@@ -30,8 +34,9 @@ import numpy as np
 from bench.search import SearchPlan, SearchSpeed, Synthetic, recall_at_k, single_query_latencies
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.files import atomic_write, write_json_atomic
-from headsearch.basics.quiet import native_stderr_silenced, native_stdout_silenced
-from headsearch.store.vector_index import ivf_nlist
+from headsearch.basics.quiet import native_stdout_silenced
+from headsearch.store.segments import CODES_SUFFIX, RAW_SUFFIX, STATE, RawVectors, SegmentedIndex, SegmentRecipe, pq_size, train_codec
+from headsearch.store.vector_index import VectorIndex, ivf_nlist
 
 
 @dataclass(frozen=True)
@@ -77,24 +82,6 @@ def _write_npy(path: Path, **arrays: np.ndarray) -> None:
                 np.savez(f, **arrays)
 
     atomic_write(path, write, fsync=False)
-
-
-class RowFile:
-    """Rows of a raw float32 file by index, read with pread: nothing is mapped into this process (a
-    memory map of a few scattered rows maps whole runs of pages around each)."""
-
-    def __init__(self, path: Path, n: int, dim: int):
-        self.path, self.shape = Path(path), (n, dim)
-
-    def __getitem__(self, rows) -> np.ndarray:
-        rows = np.atleast_1d(np.asarray(rows, dtype=np.int64))
-        size = self.shape[1] * 4
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            raw = b"".join(os.pread(fd, size, int(r) * size) for r in rows)
-        finally:
-            os.close(fd)
-        return np.frombuffer(raw, np.float32).reshape(len(rows), self.shape[1])
 
 
 def _sample(path: Path, n: int, dim: int, rows: np.ndarray, block: int = 1 << 18) -> np.ndarray:
@@ -143,7 +130,7 @@ def exact_top_k_on_disk(vectors: Path, n: int, queries: np.ndarray, k: int, bloc
             top = np.argpartition(-all_s, keep - 1, axis=1)[:, :keep]
             best_s, best_i = np.take_along_axis(all_s, top, axis=1), np.take_along_axis(all_i, top, axis=1)
             bar.update(len(rows))
-    db = RowFile(vectors, n, dim)
+    db = RawVectors(vectors, dim)
     k = min(k, n)
     ids = np.empty((len(queries), k), np.int64)
     kth = np.empty(len(queries), np.float64)
@@ -186,12 +173,8 @@ def build_ondisk(folder: Path, vectors: Path, n: int, dim: int, recipe: OnDiskRe
     if not trained.is_file():
         t0 = time.perf_counter()
         rows = np.sort(np.random.default_rng(seed + 1).choice(n, size=min(n, recipe.train_per_list * nlist), replace=False))
-        sample = _sample(vectors, n, dim, rows)
-        index = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, nlist, recipe.pq_bytes, 8, faiss.METRIC_INNER_PRODUCT)
-        index.cp.seed, index.cp.spherical, index.cp.niter = seed, True, recipe.kmeans_iterations
-        with native_stderr_silenced():  # faiss warns about small training sets on stderr
-            index.train(sample)  # the lists by spherical k-means, then the PQ codebooks on residuals
-        del sample
+        # the lists by spherical k-means, then the PQ codebooks on residuals: the library's segments' recipe
+        index = train_codec(_sample(vectors, n, dim, rows), nlist, recipe.pq_bytes, 8, seed, recipe.kmeans_iterations)
         _write_index(index, trained)
         _stage(folder, "train", time.perf_counter() - t0)
     shards = []
@@ -243,6 +226,22 @@ def _drop_from_page_cache(*paths: Path) -> None:
             os.close(fd)
 
 
+def _measure_searches(search: Callable[[np.ndarray], np.ndarray], queries: np.ndarray, cold_queries: int,
+                      latency_queries: int) -> dict:
+    """Cold then warm single-query latency (the first `cold_queries`, then the next `latency_queries` twice:
+    all they read is in the page cache the second time), then one batch of every query."""
+    import faiss
+
+    measured = queries[cold_queries:cold_queries + latency_queries]
+    cold = single_query_latencies(search, queries[:cold_queries])
+    first = single_query_latencies(search, measured)
+    again = single_query_latencies(search, measured)
+    t0 = time.perf_counter()
+    found = search(queries)
+    return {"found": found, "cold": cold, "first": first, "again": again, "batch_s": time.perf_counter() - t0,
+            "threads": faiss.omp_get_max_threads()}
+
+
 def _search_process(index_path: str, vectors_path: str, queries_path: str, nprobe: int, rerank: int, k: int,
                     cold_queries: int, latency_queries: int, pipe) -> None:
     """One configuration in a fresh process: cold then warm single-query latency, a batch of all
@@ -273,15 +272,23 @@ def _search_process(index_path: str, vectors_path: str, queries_path: str, nprob
                 out[row, :len(top)] = cand[top]
             return out
 
-        measured = queries[cold_queries:cold_queries + latency_queries]
-        cold = single_query_latencies(search, queries[:cold_queries])
-        first = single_query_latencies(search, measured)
-        again = single_query_latencies(search, measured)  # all they read is in the page cache now
-        t0 = time.perf_counter()
-        found = search(queries)
-        batch_s = time.perf_counter() - t0
-        pipe.send({"found": found, "cold": cold, "first": first, "again": again, "batch_s": batch_s, "memory": _status_mb(),
-                   "baseline": baseline, "threads": faiss.omp_get_max_threads()})
+        got = _measure_searches(search, queries, cold_queries, latency_queries)
+        pipe.send({**got, "memory": _status_mb(), "baseline": baseline})
+    except Exception as e:  # reported by the parent
+        pipe.send({"error": f"{type(e).__name__}: {e}"})
+
+
+def _library_search_process(folder: str, queries_path: str, k: int, cold_queries: int, latency_queries: int, pipe) -> None:
+    """The library's store in a fresh process, opened and searched as the query engine does (`search(q, k)`)."""
+    try:
+        _drop_from_page_cache(*[p for p in Path(folder).iterdir() if p.name.endswith((CODES_SUFFIX, RAW_SUFFIX))])
+        baseline = _status_mb()
+        store, _ = SegmentedIndex.open(Path(folder))
+        loaded = _status_mb()
+        queries = np.load(queries_path)
+        got = _measure_searches(lambda q: store.search(q, k)[1], queries, cold_queries, latency_queries)
+        pipe.send({**got, "memory": _status_mb(), "baseline": baseline, "loaded": loaded, "store": store.describe(),
+                   "device": store.device})
     except Exception as e:  # reported by the parent
         pipe.send({"error": f"{type(e).__name__}: {e}"})
 
@@ -290,26 +297,13 @@ def ondisk_search_speed(n: int, plan: SearchPlan, progress: Callable[[str], None
     """The on-disk IVF-PQ index over n synthetic vectors: one result per nprobe of the plan's recipe. With
     `progress`, progress lines go to it and long stages draw progress bars."""
     recipe = plan.recipe or OnDiskRecipe()
-    dim, seed, n_queries, k, work_dir = plan.dim, plan.seed, plan.queries, plan.k, plan.work_dir
+    dim, seed, k = plan.dim, plan.seed, plan.k
     show = progress is not None
     say = progress or (lambda m: None)
     if dim % recipe.pq_bytes:
         raise HeadsearchError(f"--pq-bytes {recipe.pq_bytes} must divide the dimension of the vectors ({dim})")
-    keep = work_dir is not None
-    root = Path(work_dir) if keep else Path(tempfile.mkdtemp(prefix="headsearch-ondisk-"))
-    data = root / f"n{n}-d{dim}-seed{seed}-q{n_queries}"
-    folder = data / f"ivfpq-nlist{recipe.lists(n)}-pq{recipe.pq_bytes}-tpl{recipe.train_per_list}-it{recipe.kmeans_iterations}"
-    try:
-        data.mkdir(parents=True, exist_ok=True)
-        free = shutil.disk_usage(data).free / 1e9
-        if not (data / "vectors.f32").is_file() and free < needs_gb(n, dim, recipe.pq_bytes):
-            raise HeadsearchError(f"{root}: {free:.1f} GB free, the on-disk benchmark at {n:,} vectors needs about "
-                                  f"{needs_gb(n, dim, recipe.pq_bytes):.1f} GB (choose another --work-dir)")
-        say(f"  {n:,} vectors of {dim} floats in {data} ({n * dim * 4 / 1e9:.1f} GB)")
-        vectors, queries_path = make_vectors(data, n, n_queries, dim, seed, show)
-        queries = np.load(queries_path)
-        say("  exact ground truth by chunked brute force")
-        truth, kth = ground_truth(data, vectors, n, queries, k, show)
+    with _prepared(n, plan, needs_gb(n, dim, recipe.pq_bytes), say, show) as (data, vectors, queries_path, queries, truth, kth):
+        folder = data / f"ivfpq-nlist{recipe.lists(n)}-pq{recipe.pq_bytes}-tpl{recipe.train_per_list}-it{recipe.kmeans_iterations}"
         say(f"  IVF-PQ: nlist {recipe.lists(n)}, {recipe.pq_bytes}-byte codes, shards of {recipe.shard:,}")
         index_path = build_ondisk(folder, vectors, n, dim, recipe, seed, show)
         build = json.loads((folder / "build.json").read_text())
@@ -317,8 +311,9 @@ def ondisk_search_speed(n: int, plan: SearchPlan, progress: Callable[[str], None
         results = []
         for nprobe in recipe.nprobe:
             say(f"  searching with nprobe {nprobe}, re-ranking {recipe.rerank} (fresh process, files dropped from the page cache)")
-            got = _in_fresh_process(index_path, vectors, queries_path, nprobe, recipe.rerank, k, plan.latency_queries)
-            recall = recall_at_k(got["found"], truth, RowFile(vectors, n, dim), queries, kth)
+            got = _in_fresh_process(_search_process, (str(index_path), str(vectors), str(queries_path), nprobe, recipe.rerank, k,
+                                                      min(20, plan.latency_queries), plan.latency_queries), f"nprobe {nprobe}")
+            recall = recall_at_k(got["found"], truth, RawVectors(vectors, dim), queries, kth)
             memory, cold, first, again = got["memory"], got["cold"], got["first"], got["again"]
             params = {"nlist": recipe.lists(n), "nprobe": nprobe, "pq_bytes": recipe.pq_bytes, "rerank": recipe.rerank,
                       "train_per_list": recipe.train_per_list, "kmeans_iterations": recipe.kmeans_iterations, "shard": recipe.shard}
@@ -333,16 +328,114 @@ def ondisk_search_speed(n: int, plan: SearchPlan, progress: Callable[[str], None
                                        len(queries) / got["batch_s"], recall, k, int(memory["VmRSS"] * 1e6), len(queries),
                                        got["threads"], extra))
         return results
+
+
+@contextlib.contextmanager
+def _prepared(n: int, plan: SearchPlan, disk_gb: float, say: Callable[[str], None], show: bool):
+    """The synthetic vectors of a size on disk, its queries and exact ground truth, in the plan's work folder
+    (kept) or a temporary one (removed afterwards): yields (folder, vectors, queries path, queries, truth, k-th best)."""
+    dim, seed, n_queries, work_dir = plan.dim, plan.seed, plan.queries, plan.work_dir
+    keep = work_dir is not None
+    root = Path(work_dir) if keep else Path(tempfile.mkdtemp(prefix="headsearch-ondisk-"))
+    data = root / f"n{n}-d{dim}-seed{seed}-q{n_queries}"
+    try:
+        data.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(data).free / 1e9
+        if not (data / "vectors.f32").is_file() and free < disk_gb:
+            raise HeadsearchError(f"{root}: {free:.1f} GB free, the on-disk benchmark at {n:,} vectors needs about "
+                                  f"{disk_gb:.1f} GB (choose another --work-dir)")
+        say(f"  {n:,} vectors of {dim} floats in {data} ({n * dim * 4 / 1e9:.1f} GB)")
+        vectors, queries_path = make_vectors(data, n, n_queries, dim, seed, show)
+        queries = np.load(queries_path)
+        say("  exact ground truth by chunked brute force")
+        truth, kth = ground_truth(data, vectors, n, queries, plan.k, show)
+        yield data, vectors, queries_path, queries, truth, kth
     finally:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _in_fresh_process(index_path: Path, vectors: Path, queries: Path, nprobe: int, rerank: int, k: int, latency_queries: int) -> dict:
+LIBRARY_ADDED_SHARE = 100  # the library store's last n/100 vectors are added as index runs add them...
+LIBRARY_ADD_BATCHES = 10  # ...in this many saves
+SAME_AS_EXACT_UP_TO = 1_000_000  # sizes whose answers are compared one by one with an exact in-memory index
+
+
+def build_library_store(folder: Path, vectors: Path, n: int, dim: int, seed: int) -> dict:
+    """The library's own vector store (`headsearch.store.segments.SegmentedIndex`, ids = row numbers) in
+    `folder`, built as a library builds it: created from all but the last n/100 vectors, as when a kind moves
+    past the memory budget to segments (lists and codebooks trained on a sample, every vector encoded, nprobe
+    tuned), then the last ones added in 10 saves as index runs add them (each save writes the tail as a
+    segment; past 8 segments the smallest neighbours merge). Returns its build record, kept beside it: a
+    finished store is reused, an unfinished one built again."""
+    record = folder.with_name(folder.name + ".build.json")
+    if record.is_file() and (folder / STATE).is_file():
+        return json.loads(record.read_text())
+    shutil.rmtree(folder, ignore_errors=True)
+    raw = RawVectors(vectors, dim)
+    added = n // LIBRARY_ADDED_SHARE if n >= LIBRARY_ADDED_SHARE * LIBRARY_ADD_BATCHES else 0
+    step = 1 << 18
+    t0 = time.perf_counter()
+    store = SegmentedIndex.create(folder, dim, ((np.arange(a, min(a + step, n - added)), raw.range(a, min(a + step, n - added)))
+                                                for a in range(0, n - added, step)), 0, SegmentRecipe(seed=seed))
+    created = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    bounds = np.linspace(n - added, n, LIBRARY_ADD_BATCHES + 1).astype(int) if added else []
+    for number, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        store.add(np.arange(a, b), raw.range(a, b))
+        store.save(number + 1, tail_cap=0)
+    out = {"created_s": created, "created_from": n - added, "added_s": time.perf_counter() - t0, "added": added,
+           "saves": len(bounds) - 1 if added else 0, "store": store.describe()}
+    store.close()
+    raw.close()
+    write_json_atomic(record, out)
+    return out
+
+
+def library_search_speed(n: int, plan: SearchPlan, progress: Callable[[str], None] | None = None) -> list[SearchSpeed]:
+    """The library's own vector store past memory (on-disk segments) over n synthetic vectors, built by
+    `build_library_store` and searched by a fresh process as the query engine searches it."""
+    dim, k = plan.dim, plan.k
+    show = progress is not None
+    say = progress or (lambda m: None)
+    pq = pq_size(dim)
+    with _prepared(n, plan, needs_gb(n, dim, pq) + n * dim * 4 / 1e9, say, show) as (data, vectors, queries_path, queries, truth, kth):
+        folder = data / f"library-store-seed{plan.seed}"
+        say(f"  the library's store: segments of {pq}-byte codes built from the vectors (at 1e7 about half an hour on 2 cores)")
+        build = build_library_store(folder, vectors, n, dim, plan.seed)
+        say("  searching it (fresh process, its files dropped from the page cache)")
+        got = _in_fresh_process(_library_search_process, (str(folder), str(queries_path), k, min(20, plan.latency_queries),
+                                                          plan.latency_queries), "library store")
+        recall = recall_at_k(got["found"], truth, RawVectors(vectors, dim), queries, kth)
+        memory, cold, first, again, store = got["memory"], got["cold"], got["first"], got["again"], got["store"]
+        params = {key: store[key] for key in ("nlist", "nprobe", "pq_bytes", "rerank", "segments", "tuned_recall") if key in store}
+        extra = {"cold_p50_ms": float(np.percentile(cold, 50) * 1e3), "cold_queries": len(cold),
+                 "cached_p50_ms": float(np.percentile(again, 50) * 1e3), "cached_p95_ms": float(np.percentile(again, 95) * 1e3),
+                 "rss_mb": memory["VmRSS"], "peak_rss_mb": memory["VmHWM"], "rss_anon_mb": memory["RssAnon"],
+                 "rss_file_mb": memory["RssFile"], "baseline_rss_mb": got["baseline"]["VmRSS"], "loaded_rss_mb": got["loaded"]["VmRSS"],
+                 "index_rss_mb": memory["VmRSS"] - got["baseline"]["VmRSS"], "device": got["device"], "store": store,
+                 "disk_mb": sum(p.stat().st_size for p in folder.iterdir()) / 1e6, "build": build}
+        if n <= SAME_AS_EXACT_UP_TO:
+            say("  the same queries on an exact in-memory index (the library's below its budget), one at a time")
+            extra["same_as_exact"] = same_answers(got["found"], vectors, n, dim, queries, k)
+        return [SearchSpeed("library", n, dim, params, build["created_s"] + build["added_s"], float(np.percentile(first, 50) * 1e3),
+                            float(np.percentile(first, 95) * 1e3), len(queries) / got["batch_s"], recall, k,
+                            int(memory["VmRSS"] * 1e6), len(queries), got["threads"], extra)]
+
+
+def same_answers(found: np.ndarray, vectors: Path, n: int, dim: int, queries: np.ndarray, k: int) -> float:
+    """Share of queries whose top k (ids in order) equal those of an exact in-memory index (`VectorIndex`, the
+    library's below its budget) over the same vectors, each query searched alone as the query engine does."""
+    exact = VectorIndex(dim)
+    exact.add(np.arange(n), RawVectors(vectors, dim).range(0, n))
+    same = sum(np.array_equal(exact.search(q[None, :], k)[1][0], found[i][:k]) for i, q in enumerate(queries))
+    return same / len(queries)
+
+
+def _in_fresh_process(target: Callable, args: tuple, what: str) -> dict:
+    """`target(*args, pipe)` in a fresh (spawned) process; what it sends back."""
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=_search_process, args=(str(index_path), str(vectors), str(queries), nprobe, rerank, k,
-                                                            min(20, latency_queries), latency_queries, send), daemon=True)
+    process = context.Process(target=target, args=(*args, send), daemon=True)
     process.start()
     send.close()
     try:
@@ -353,7 +446,7 @@ def _in_fresh_process(index_path: Path, vectors: Path, queries: Path, nprobe: in
         with contextlib.suppress(Exception):
             process.join(timeout=60)
     if "error" in got:
-        raise HeadsearchError(f"on-disk search (nprobe {nprobe}) failed: {got['error']}")
+        raise HeadsearchError(f"on-disk search ({what}) failed: {got['error']}")
     return got
 
 

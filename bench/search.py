@@ -1,6 +1,7 @@
 """Search speed: synthetic, seeded, clustered unit vectors searched with an exact FAISS index
-(IndexFlatIP), the library's approximate one (IndexIVFFlat with its tuned nprobe), HNSW, and an
-IVF-PQ index with on-disk inverted lists (`bench.ondisk`), measured against exact float64 search."""
+(IndexFlatIP), the library's approximate one (IndexIVFFlat with its tuned nprobe), HNSW, a stand-alone
+IVF-PQ index with on-disk inverted lists and the library's own store past memory (on-disk segments;
+both `bench.ondisk`), measured against exact float64 search."""
 from __future__ import annotations
 
 import math
@@ -137,6 +138,9 @@ class SearchSpeed:
             return f"ivf (nlist {p['nlist']}, nprobe {p['nprobe']} tuned)"
         if self.index == "hnsw":
             return f"hnsw (M {p['M']}, efSearch {p['efSearch']})"
+        if self.index == "library":
+            return (f"library segments (nlist {p['nlist']}, nprobe {p['nprobe']} tuned, PQ {p['pq_bytes']} B, re-rank k+{p['rerank']}, "
+                    f"{p['segments']} segments)")
         rerank = f", re-rank {p['rerank']}" if p.get("rerank") else ""
         return f"{self.index} (nlist {p['nlist']}, nprobe {p['nprobe']}, PQ {p['pq_bytes']} B{rerank})"
 
@@ -175,7 +179,7 @@ def _measure(name: str, index, params: dict, build_s: float, db: np.ndarray, que
 
 
 IN_MEMORY = ("flat", "ivf", "hnsw")
-ON_DISK = ("ivfpq-ondisk",)
+ON_DISK = ("ivfpq-ondisk", "library")
 INDEXES = IN_MEMORY + ON_DISK
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 40, 64
 
@@ -259,7 +263,7 @@ def check_memory(n: int, dim: int, indexes: tuple[str, ...]) -> None:
     need = n * dim * 4 * (2 + len(indexes)) + n * 8 * len(indexes)
     if need > available:
         raise HeadsearchError(f"search at {n:,} vectors in memory ({', '.join(indexes)}) needs about {need / 1e9:.1f} GB, "
-                              f"{available / 1e9:.1f} GB is available: measure that size with --index ivfpq-ondisk")
+                              f"{available / 1e9:.1f} GB is available: measure that size with --index library or ivfpq-ondisk")
 
 
 def parse_indexes(text: str) -> tuple[str, ...]:

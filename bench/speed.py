@@ -59,7 +59,7 @@ def bench_speed(options: SpeedOptions, report: Report = print, progress: Report 
 
 def search_results(plan: SearchPlan, progress: Report | None = None) -> list[SearchSpeed]:
     """Each index of the plan at each of its sizes, smallest first; a size that would not fit in memory is refused."""
-    from bench.ondisk import ondisk_search_speed
+    from bench.ondisk import library_search_speed, ondisk_search_speed
     from bench.search import check_memory, search_speed
 
     say = progress or (lambda m: None)
@@ -73,4 +73,7 @@ def search_results(plan: SearchPlan, progress: Report | None = None) -> list[Sea
         if "ivfpq-ondisk" in plan.indexes:
             say(f"search: {n:,} vectors (ivfpq-ondisk)")
             results.extend(ondisk_search_speed(n, plan, progress))
+        if "library" in plan.indexes:
+            say(f"search: {n:,} vectors (library: the library's store in on-disk segments)")
+            results.extend(library_search_speed(n, plan, progress))
     return results

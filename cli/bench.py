@@ -159,11 +159,12 @@ def accuracy(set_csv: Path, as_json: bool, plot: Path | None, quiet: bool, **giv
 @fps_option
 @click.option("--sizes", default="1e4,1e5,1e6", show_default=True, help="Stored vector counts for the search benchmark.")
 @click.option("--index", "index_names", default="flat,ivf", show_default=True,
-              help="Indexes the search benchmark measures: flat (exact), ivf (the library's approximate recipe), "
-                   "hnsw, ivfpq-ondisk (IVF-PQ with on-disk lists and exact re-ranking; the library does not use it yet).")
+              help="Indexes the search benchmark measures: flat (exact), ivf (the library's in-memory approximate recipe), "
+                   "hnsw, ivfpq-ondisk (a stand-alone IVF-PQ with on-disk lists and exact re-ranking), library (the library's "
+                   "own store past memory: on-disk IVF-PQ segments built and searched as a library does, nprobe tuned by it).")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder for ivfpq-ondisk's vectors, ground truth and index (5.1 GB at 1e7 x 128-d), kept so a rerun "
-                   "resumes; default: a temporary folder removed afterwards.")
+              help="Folder for ivfpq-ondisk's and library's vectors, ground truth and indexes (5.1 GB of vectors at 1e7 x 128-d, "
+                   "as much again for the library's store), kept so a rerun resumes; default: a temporary folder removed afterwards.")
 @click.option("--nlist", type=click.IntRange(min=1), default=None,
               help="ivfpq-ondisk: inverted lists (default ~4 sqrt(n), as the library's IVF).")
 @click.option("--nprobe", default=None, metavar="N[,N...]",

@@ -259,8 +259,29 @@ def test_speed_ivfpq_on_disk_resumes_from_its_work_folder(tmp_path):
     assert [r["recall_at_10"] for r in again] == [r["recall_at_10"] for r in out]
     assert (folder / "index.ivfdata").stat().st_mtime_ns == stamp
     text = speed(*[a for a in args if a != "--json"]).stdout
-    assert "ivfpq-ondisk (nlist 219, nprobe 64, PQ 16 B, re-rank 50)" in text and "not used by the library yet" in text
+    assert "ivfpq-ondisk (nlist 219, nprobe 64, PQ 16 B, re-rank 50)" in text and "ivfpq-ondisk (stand-alone)" in text
 
+
+
+def test_speed_library_store_answers_as_exact_search_and_is_kept(tmp_path):
+    """`--index library` at a small size: the library's own segments (created from 99% of the vectors, the rest
+    added in 10 saves that flush and merge), searched by a fresh process: every list is searched, so every
+    query's top 10 is the exact in-memory index's; a rerun reuses the kept store."""
+    args = ("--only", "search", "--sizes", "3000", "--queries", "100", "--index", "library", "--work-dir", tmp_path / "work",
+            "--json", "-q")
+    (r,) = json.loads(speed(*args).stdout)["search"]
+    assert r["index"] == "library" and r["vectors"] == 3000 and r["store"]["count"] == 3000
+    assert r["recall_at_10"] == 1.0 and r["same_as_exact"] == 1.0
+    assert r["params"]["nprobe"] == r["params"]["nlist"] == r["store"]["nlist"] and r["params"]["pq_bytes"] == 32
+    assert r["build"]["created_from"] == 2970 and r["build"]["added"] == 30 and r["build"]["saves"] == 10
+    assert 1 < r["params"]["segments"] <= 8 and sum(r["store"]["segment_vectors"]) == 3000 and r["store"]["tail"] == 0
+    assert r["memory_mb"] == r["rss_mb"] >= r["baseline_rss_mb"] > 0 and r["device"] == "cpu"
+    assert r["disk_mb"] > 3000 * 128 * 4 / 1e6  # the raw vectors are in the store's own files
+    folder = tmp_path / "work" / "n3000-d128-seed0-q100" / "library-store-seed0"
+    stamp = (folder / "state.json").stat().st_mtime_ns
+    text = speed(*[a for a in args if a != "--json"]).stdout
+    assert (folder / "state.json").stat().st_mtime_ns == stamp  # built once
+    assert "library segments (nlist" in text and "same as exact" in text
 
 def test_labels_csv_rows():
     from headsearch.evaluation.labels import read_label_set

@@ -45,9 +45,11 @@ def test_a_creation_killed_before_the_manifest_is_cleared_and_made_again(tmp_pat
             Library.create(lib, load_embedder(None).describe())
     assert (lib / UNFINISHED).exists() and (lib / "library.duckdb").exists() and not (lib / "manifest.json").exists()
     (lib / "vectors_id.faiss").write_bytes(b"half a cache")
+    (lib / "vectors_head.segments").mkdir()
+    (lib / "vectors_head.segments" / "seg-0123456789ab.f32").write_bytes(b"half a segment")
     run("index", PHOTO, "--library", lib, "-q")
     assert indexed_paths(lib) == [str(PHOTO)]
-    assert not (lib / UNFINISHED).exists()
+    assert not (lib / UNFINISHED).exists() and not (lib / "vectors_head.segments" / "seg-0123456789ab.f32").exists()
 
 
 def test_an_unfinished_database_without_marker_is_cleared(tmp_path):

@@ -89,3 +89,53 @@ def _numbers_from_env(cls) -> dict:
             except ValueError:
                 raise HeadsearchError(f"${env_name(f.name)}: a number is expected, got {raw!r}") from None
     return values
+
+
+# The in-memory vector indexes of one library may hold this share of the machine's memory together before
+# the largest moves to on-disk segments (headsearch.store.index_cache): an eighth leaves room for the
+# models, the decoder and other programs beside an index run or a web app.
+VECTOR_MEMORY_SHARE = 1 / 8
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def machine_memory() -> int | None:
+    """Bytes of memory this process may use: the machine's (MemTotal), or its cgroup's limit when lower; None when unknown."""
+    total = None
+    try:
+        with open("/proc/meminfo") as f:
+            total = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal:"))
+    except (OSError, StopIteration, ValueError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit.isdigit():
+            total = min(total, int(limit)) if total else int(limit)
+    except OSError:
+        pass
+    return total
+
+
+def parse_bytes(text: str) -> int:
+    """'2G' -> 2147483648, '512M', '1.5G', '0' (binary units K, M, G, T; a trailing B or iB is allowed)."""
+    raw = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = raw[-1:] if raw[-1:] in _UNITS and raw[-1:] else ""
+    try:
+        value = float(raw[: len(raw) - len(unit)])
+    except ValueError:
+        raise HeadsearchError(f"{text!r} is not a size (e.g. 2G, 512M, 0)") from None
+    if value < 0:
+        raise HeadsearchError(f"{text!r} is not a size (e.g. 2G, 512M, 0)")
+    return int(value * _UNITS[unit])
+
+
+def vector_memory_budget() -> int:
+    """Bytes the in-memory vector indexes of a library may hold together: $HEADSEARCH_VECTOR_MEMORY (e.g. 2G;
+    0 puts every vector kind in on-disk segments), else VECTOR_MEMORY_SHARE of `machine_memory()` (4 GiB when unknown)."""
+    raw = os.environ.get(env_name("vector_memory"), "").strip()
+    if raw:
+        try:
+            return parse_bytes(raw)
+        except HeadsearchError as e:
+            raise HeadsearchError(f"${env_name('vector_memory')}: {e}") from None
+    memory = machine_memory()
+    return int(memory * VECTOR_MEMORY_SHARE) if memory else 4 * 2**30

@@ -6,7 +6,7 @@ DATABASE = "library.duckdb"  # the source of truth, vectors included
 THUMBNAILS = "thumbnails"  # one JPEG per track, `thumbnails/<track id>.jpg`
 PICTURES = "pictures"  # hits' pictures, `pictures/<sighting id>.jpg`, made on demand
 PERSON_PHOTOS = "person-photos"  # reference photos of persons (their head crops), `person-photos/<photo id>.jpg`
-VECTOR_INDEX_GLOB = "vectors_*"  # the FAISS caches, one per vector kind
+VECTOR_INDEX_GLOB = "vectors_*"  # the FAISS caches, one per vector kind: a file in memory, a folder in segments
 WRITER_LOCK = ".writer.lock"
 UNFINISHED = ".unfinished"  # written first when a library is made or discarded, removed when that is done
 PEOPLE_LOCK = ".people.lock"
@@ -14,3 +14,7 @@ PEOPLE_LOCK = ".people.lock"
 
 def vector_index_file(kind: str) -> str:
     return f"vectors_{kind}.faiss"
+
+
+def vector_segments_folder(kind: str) -> str:
+    return f"vectors_{kind}.segments"

@@ -17,6 +17,7 @@ import fcntl
 import json
 import logging
 import re
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -29,14 +30,13 @@ from sqlalchemy.pool import NullPool
 from headsearch.basics.errors import LibraryDamaged, LibraryError, ModelMismatch, is_disk_full, is_interruption
 from headsearch.basics.files import write_bytes_atomic, write_json_atomic
 from headsearch.store import migrations
-from headsearch.store.index_cache import IndexCache
+from headsearch.store.index_cache import Index, IndexCache
 from headsearch.store.layout import DATABASE, MANIFEST, PEOPLE_LOCK, PICTURES, THUMBNAILS, UNFINISHED, VECTOR_INDEX_GLOB, WRITER_LOCK
 from headsearch.store.people_store import PeopleStore
 from headsearch.store.readers import BrowseReader, LibraryReader
 from headsearch.store.rows import FailedFile, LibraryStats, ListedFile, StoredFile
 from headsearch.store.table_rows import ID_TABLES, FileRows, generation, next_free_ids, save_next_ids
 from headsearch.store.unfinished import clear_unfinished, mark_finished, mark_unfinished, refuse_foreign
-from headsearch.store.vector_index import VectorIndex
 from schemas import tables as t
 from schemas.records import FileResult, MediaKind, ModelInfo, VectorKind
 
@@ -107,7 +107,7 @@ class Library:
         self._read_checked = False  # whether a read connection checked that the file is whole (`_check_intact`)
         self._held = threading.local()  # this thread's session connection (`session`)
         self.made_folder = False  # whether `create` made the folder (a run that indexes nothing removes it again)
-        self._index_cache = IndexCache(root, self.reader)
+        self._index_cache = IndexCache(root, self.reader, writable=not read_only)
 
     # ----- opening -------------------------------------------------------------------------
     @classmethod
@@ -221,7 +221,10 @@ class Library:
             for name in (DATABASE, f"{DATABASE}.wal", PEOPLE_LOCK):
                 (self.root / name).unlink(missing_ok=True)
             for p in self.root.glob(VECTOR_INDEX_GLOB):
-                p.unlink(missing_ok=True)
+                if p.is_dir():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
             for sub in (THUMBNAILS, PICTURES):
                 folder = self.root / sub
                 if folder.is_dir():
@@ -524,8 +527,8 @@ class Library:
     def index_path(self, kind: VectorKind) -> Path:
         return self._index_cache.path(VectorKind(kind))
 
-    def vector_index(self, kind: VectorKind = VectorKind.ID) -> VectorIndex:
-        """The FAISS index of one vector kind, brought up to date with the database."""
+    def vector_index(self, kind: VectorKind = VectorKind.ID) -> Index:
+        """The vector index of one kind (in memory, or in on-disk segments), brought up to date with the database."""
         kind = VectorKind(kind)
         return self._index_cache.load(kind, self.model.dim_of(kind))
 

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 _ID_PICTURE = re.compile(r"^(\d+\.jpg|\.\d+\.jpg\.[^/]*\.tmp)$")  # `<id>.jpg`, or atomic_write's temporary file of one
 _OUR_FILES = re.compile(r"^(vectors_\w+\.(faiss|json)|\.(vectors_\w+\.(faiss|json)|manifest\.json|\.unfinished)\.[^/]*\.tmp)$")
 _DATABASE_FILES = (DATABASE, f"{DATABASE}.wal")
+_OUR_FOLDERS = re.compile(r"^vectors_\w+\.segments$")  # a vector kind's on-disk segments
 
 
 def mark_unfinished(root: Path, made_folder: bool) -> None:
@@ -93,7 +94,7 @@ def _sorted_out(root: Path, marked: bool) -> tuple[list[Path], list[str]]:
                 ours.append(entry)
             else:
                 foreign.append(f"{name} (a database with other tables)")
-        elif _OUR_FILES.match(name) and entry.is_file() and not entry.is_symlink():
+        elif not entry.is_symlink() and ((_OUR_FILES.match(name) and entry.is_file()) or (_OUR_FOLDERS.match(name) and entry.is_dir())):
             ours.append(entry)
         elif not name.startswith("."):
             foreign.append(name)
