@@ -174,7 +174,10 @@ def people_text(run: PeopleRun) -> str:
     lines = []
     for r in run.rows:
         head = f"threshold {r['identity_threshold']:.3f}  " if "identity_threshold" in r else ""
-        lines.append(f"{head}{r['people']} people; " + "; ".join(
+        inbox = (f" ({r['unlisted_people']} more of too few tracks unlisted, {r['single_track_people_unlisted']} of them single-track; "
+                 f"{r['inbox_tracks']} of {r['all_tracks']} tracks in the inbox, {r['labelled_in_inbox']} labelled ones counted as "
+                 f"persons of their own)") if "inbox_tracks" in r else ""
+        lines.append(f"{head}{r['people']} people{inbox}; " + "; ".join(
             f"{part}: {r[part]['tracks']} tracks of {r[part]['identities']} identities in {r[part]['clusters']} people, "
             f"precision {r[part]['precision']:.3f} recall {r[part]['recall']:.3f} F1 {r[part]['f1']:.3f}" for part in PEOPLE_PARTS))
     return "\n".join(lines)

@@ -292,12 +292,19 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
     scope = Scope(videos_only, photos_only, tuple(Path(u).expanduser().resolve() for u in under))
     lib = Library.open(library_path(library))
     if person is not None:
-        from headsearch.people.persons import find_person, person_looks, person_moments
+        from headsearch.people.listing import find_person, person_looks, person_moments
+        from headsearch.people.photos import reference_vectors, stacked
 
-        confidence = Confidence()  # a person's moments are the tracks people put together: all shown
+        confidence = Confidence()  # a person's moments are the tracks people put together: all shown, best first, tiered
         with lib.session():
             found = find_person(lib, person)
-            results = [found_hits(lib, person_moments(lib, found), scope, person_looks(lib, found.id))]
+            looks = person_looks(lib, found.id)
+            found.looks = looks
+            references, aside = reference_vectors(lib, found.id)
+            if aside:
+                click.echo(f"note: {aside} reference photo(s) of {found.label()} were made by another model and are left aside "
+                           f"(`headsearch people add-photo {found.id} PHOTO` again)", err=True)
+            results = [found_hits(lib, person_moments(lib, found, stacked(references)), scope, looks)]
         if pictures:
             render_hit_pictures(lib.root, [h for r in results for h in r.hits])
     else:

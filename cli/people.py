@@ -21,33 +21,44 @@ def _echo_err(message: str) -> None:
 
 @click.group(invoke_without_command=True)
 @library_option
-@click.option("--json", "as_json", is_flag=True, help='A JSON list of {"id", "name", "tracks", "videos", "looks"} (looks: the tracks grouped by look).')
+@click.option("--json", "as_json", is_flag=True,
+              help='A JSON list of {"id", "name", "hidden", "listed", "tracks", "videos", "photos", "looks", "references"} '
+                   "(videos and photos: the files it is seen in; looks: the tracks grouped by look).")
 @click.option("--all", "include_hidden", is_flag=True, help="Hidden people too.")
+@click.option("--unlisted", is_flag=True, help="People with fewer than two tracks too (their tracks are in the inbox).")
 @click.pass_context
-def people(ctx: click.Context, library: Path | None, as_json: bool, include_hidden: bool) -> None:
-    """Group every track of the library into persons (new tracks join known people) and list them.
+def people(ctx: click.Context, library: Path | None, as_json: bool, include_hidden: bool, unlisted: bool) -> None:
+    """Group every track good enough (face size, sharpness, detector score, length) into persons (new tracks join
+    known people) and list those with at least two tracks, a name or reference photos.
 
-    Corrections (name, merge, split, hide, not) are kept when files are re-indexed and respected by
-    later grouping."""
+    The other tracks wait in the inbox (`headsearch people inbox`). Corrections (name, merge, split, move, hide,
+    not, same, different) are kept when files are re-indexed and respected by later grouping."""
     ctx.ensure_object(dict)
     ctx.obj["library"] = library
     if ctx.invoked_subcommand is not None:
         return
-    from headsearch.people.persons import list_people, update_people
+    from headsearch.people.listing import inbox, list_people, merge_suggestions
+    from headsearch.people.persons import update_people
 
     lib = _open(library)
     summary = update_people(lib, report=_echo_err)
     _echo_err(summary.line())
-    found = list_people(lib, include_hidden=include_hidden)
+    found = list_people(lib, include_hidden=include_hidden, include_unlisted=unlisted)
     if as_json:
         click.echo(json.dumps([p.to_dict() for p in found], indent=2))
         return
     if not found:
-        click.echo("no people (the library has no tracks)")
+        click.echo("no people listed yet (a person is listed from two good tracks; `headsearch people inbox` shows the rest)")
     for p in found:
-        hidden = "  (hidden)" if p.hidden else ""
-        videos = ", ".join(Path(v).name for v in p.videos[:3]) + (f" +{len(p.videos) - 3}" if len(p.videos) > 3 else "")
-        click.echo(f"{p.id:>5}  {p.label():<24} {len(p.tracks):>4} tracks  {len(p.videos):>3} files  {len(p.looks)} look{'s' if len(p.looks) != 1 else ''}  {videos}{hidden}")
+        flags = ("  (hidden)" if p.hidden else "") + ("" if p.listed else "  (unlisted)")
+        files = p.videos + p.photos
+        names = ", ".join(Path(v).name for v in files[:3]) + (f" +{len(files) - 3}" if len(files) > 3 else "")
+        click.echo(f"{p.id:>5}  {p.label():<24} {len(p.tracks):>4} tracks  {len(p.videos):>3} videos  {len(p.photos):>3} photos  "
+                   f"{len(p.looks)} look{'s' if len(p.looks) != 1 else ''}  {names}{flags}")
+    waiting, asked = len(inbox(lib)), len(merge_suggestions(lib))
+    if waiting or asked:
+        _echo_err(f"{waiting} tracks in the inbox (`headsearch people inbox`)"
+                  + (f"; {asked} pairs of people may be one person (`headsearch people suggestions`)" if asked else ""))
 
 
 def _library(ctx: click.Context, library: Path | None):
@@ -119,3 +130,143 @@ def not_command(ctx: click.Context, tracks: tuple[int, ...], person_id: int | No
     for track in tracks:
         was = not_this_person(lib, track, person_id)
         click.echo(f"track {track} is not person {was}; now in person {person_of_track(lib, track)}")
+
+
+@people.command("move")
+@click.argument("tracks", nargs=-1, required=True, type=int)
+@click.option("--to", "person_id", type=int, required=True, help="The person the tracks are.")
+@library_option
+@click.pass_context
+def move_command(ctx: click.Context, tracks: tuple[int, ...], person_id: int, library: Path | None) -> None:
+    """TRACKS are person --to: in one step they leave the person they were in (for good) and join this one, even
+    tracks the quality gates held back (from the inbox)."""
+    from headsearch.people.persons import move_track
+
+    lib = _library(ctx, library)
+    for track in tracks:
+        was = move_track(lib, track, person_id)
+        click.echo(f"track {track} moved to person {person_id}" + (f" (from person {was})" if was not in (None, person_id) else ""))
+
+
+@people.command("inbox")
+@click.option("--json", "as_json", is_flag=True, help='A JSON list of {"track_id", "video", "kind", "start", "end", "reason", "why", '
+                                                      '"person_id", "nearest", "likely"}.')
+@library_option
+@click.pass_context
+def inbox_command(ctx: click.Context, as_json: bool, library: Path | None) -> None:
+    """Tracks in no listed person: held back by a quality gate (small, blurred or unsure face, a glimpse, no face) or
+    in a person with too few tracks; each with the listed person it is most like (`people move TRACK --to ID`)."""
+    from headsearch.basics.timeline import format_time
+    from headsearch.people.listing import inbox
+
+    waiting = inbox(_library(ctx, library))
+    if as_json:
+        click.echo(json.dumps([t.to_dict() for t in waiting], indent=2))
+        return
+    if not waiting:
+        click.echo("the inbox is empty")
+    for t in waiting:
+        when = "photo" if t.kind == "image" else f"{format_time(t.start)}-{format_time(t.end)}"
+        near = (f"  most like {t.nearest['label']} ({t.nearest['score']:.3f}{', likely' if t.likely else ''})" if t.nearest else "")
+        click.echo(f"{t.track_id:>6}  {Path(t.video).name}  {when}  {t.why}{near}")
+
+
+@people.command("suggestions")
+@click.option("--json", "as_json", is_flag=True, help='A JSON list of {"a", "b", "score"}.')
+@library_option
+@click.pass_context
+def suggestions_command(ctx: click.Context, as_json: bool, library: Path | None) -> None:
+    """Pairs of people who may be one person ("are these the same person?"), most alike first; answer with
+    `people same A B` (merge) or `people different A B` (never asked again)."""
+    from headsearch.people.listing import find_person, merge_suggestions
+
+    lib = _library(ctx, library)
+    found = merge_suggestions(lib)
+    if as_json:
+        click.echo(json.dumps([s.to_dict() for s in found], indent=2))
+        return
+    if not found:
+        click.echo("no suggestions")
+    for s in found:
+        a, b = find_person(lib, s.a), find_person(lib, s.b)
+        click.echo(f"{s.score:.3f}  {a.label()} ({len(a.tracks)} tracks)  ~  {b.label()} ({len(b.tracks)} tracks)"
+                   f"   headsearch people same {s.a} {s.b} | different {s.a} {s.b}")
+
+
+@people.command("same")
+@click.argument("a", type=int)
+@click.argument("b", type=int)
+@library_option
+@click.pass_context
+def same_command(ctx: click.Context, a: int, b: int, library: Path | None) -> None:
+    """Yes, A and B are the same person: B is merged into A for good."""
+    from headsearch.people.persons import merge_people
+
+    merge_people(_library(ctx, library), a, b)
+    click.echo(f"person {b} merged into person {a}")
+
+
+@people.command("different")
+@click.argument("a", type=int)
+@click.argument("b", type=int)
+@library_option
+@click.pass_context
+def different_command(ctx: click.Context, a: int, b: int, library: Path | None) -> None:
+    """No, A and B are not the same person: they are never suggested together again (kept across re-grouping)."""
+    from headsearch.people.persons import keep_apart
+
+    keep_apart(_library(ctx, library), a, b)
+    click.echo(f"persons {a} and {b} are kept apart")
+
+
+@people.command("add-photo")
+@click.argument("person_id", type=int)
+@click.argument("photos", nargs=-1, required=True, type=click.Path(path_type=Path))
+@library_option
+@click.pass_context
+def add_photo_command(ctx: click.Context, person_id: int, photos: tuple[Path, ...], library: Path | None) -> None:
+    """Keep PHOTOS (their largest head) as reference photos of person PERSON_ID: the person is listed, and its moments
+    (`query --person`, the person page) are scored against them too."""
+    from headsearch.people.photos import add_photo_file
+
+    lib = _library(ctx, library)
+    for photo in photos:
+        row = add_photo_file(lib, person_id, Path(photo).expanduser())
+        click.echo(f"reference photo {row.id} of person {person_id}: {photo}" + ("" if row.face_visible else " (no face)"))
+
+
+@people.command("photos")
+@click.argument("person_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help='A JSON list of {"id", "path", "crop", "face_visible", "model", "added_at"}.')
+@library_option
+@click.pass_context
+def photos_command(ctx: click.Context, person_id: int, as_json: bool, library: Path | None) -> None:
+    """The reference photos of person PERSON_ID."""
+    from headsearch.people.listing import find_person
+    from headsearch.people.photos import model_key, reference_photos
+
+    lib = _library(ctx, library)
+    find_person(lib, person_id)
+    rows = reference_photos(lib, person_id)
+    if as_json:
+        click.echo(json.dumps([{"id": r.id, "path": r.path, "crop": str(lib.root / r.crop), "face_visible": r.face_visible,
+                                "model": r.model, "added_at": r.added_at} for r in rows], indent=2))
+        return
+    if not rows:
+        click.echo(f"person {person_id} has no reference photos (`headsearch people add-photo {person_id} PHOTO`)")
+    key = model_key(lib)
+    for r in rows:
+        click.echo(f"{r.id:>5}  {r.path}" + ("" if r.model == key else f"  (made by {r.model}: give it again)"))
+
+
+@people.command("remove-photo")
+@click.argument("person_id", type=int)
+@click.argument("photo_id", type=int)
+@library_option
+@click.pass_context
+def remove_photo_command(ctx: click.Context, person_id: int, photo_id: int, library: Path | None) -> None:
+    """Remove reference photo PHOTO_ID of person PERSON_ID."""
+    from headsearch.people.photos import remove_reference_photo
+
+    remove_reference_photo(_library(ctx, library), person_id, photo_id)
+    click.echo(f"reference photo {photo_id} of person {person_id} removed")

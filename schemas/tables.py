@@ -164,3 +164,45 @@ person_feedback = Table(
     Column("y2", Double, nullable=False),
     Column("created_at", Double, nullable=False),
 )
+
+# How good each track is for grouping into persons (format 6), measured once by `headsearch.people.quality` from its
+# sightings and thumbnail; the gates (`QualityGates`) are applied when read, so changing them needs no new measurement.
+track_quality = Table(
+    "track_quality",
+    metadata,
+    Column("track_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("face_px", Double, nullable=False),  # height of its largest face, in decoded pixels (0: no face)
+    Column("sharpness", Double, nullable=False),  # variance of the Laplacian of the thumbnail's middle
+    Column("face_score", Double, nullable=False),  # the face detector's best score (0: no face)
+    Column("faces", Integer, nullable=False),  # sightings with a face
+    Column("photo", Boolean, nullable=False),  # the track is a photo's (one sighting by nature)
+)
+
+# A user's answer to "are these the same person?" when it is no (format 6): the two persons are kept apart and not
+# asked about again. A yes merges them (verdicts on their tracks, `person_feedback`).
+person_pairs = Table(
+    "person_pairs",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("person_a", BigInteger, nullable=False),
+    Column("person_b", BigInteger, nullable=False),
+    Column("verdict", String, nullable=False),  # "different"
+    Column("created_at", Double, nullable=False),
+)
+
+# Reference photos of a person (format 6): the head a user gave for them, embedded with the library's model, its crop
+# kept in the library folder (`person-photos/<id>.jpg`); `query --person` searches with them.
+person_photos = Table(
+    "person_photos",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("person_id", BigInteger, nullable=False, index=True),
+    Column("path", String, nullable=False),  # the photo as the user named it
+    Column("fingerprint", String, nullable=False),
+    Column("crop", String, nullable=False),  # the head crop, relative to the library folder
+    Column("model", String, nullable=False),  # name and version of the model that made the vectors
+    Column("face_visible", Boolean, nullable=False),
+    Column("id_vector", LargeBinary, nullable=True),  # float32, unit (None without a face)
+    Column("head_vector", LargeBinary, nullable=True),  # float32, unit (None for models without head vectors)
+    Column("added_at", Double, nullable=False),
+)

@@ -25,11 +25,22 @@ from starlette.templating import Jinja2Templates
 
 from headsearch.basics.errors import HeadsearchError, LibraryError, MediaError, NoHeadFound
 from headsearch.basics.settings import MediaLimits
-from headsearch.people.persons import PersonNotFound, hide_person, merge_people, name_person, not_this_person, split_person, update_people
+from headsearch.basics.timeline import format_time, seek_text
+from headsearch.people.persons import (
+    PersonNotFound,
+    hide_person,
+    keep_apart,
+    merge_people,
+    move_track,
+    name_person,
+    not_this_person,
+    split_person,
+    update_people,
+)
 from serve.files import FileChanged, FileNotServed, OpenFileResponse
 from serve.guard import CSRF_FIELD, CSRF_HEADER, Guard, SessionTokens, csrf_token, require_csrf_token
 from serve.uploads import UploadRefused, UploadSlots, read_form, received_photo
-from serve.views import MAX_K, NotFound, Site
+from serve.views import FILES_PAGE, MAX_K, NotFound, Site
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +76,13 @@ register_url_convertor("id", IdConvertor())
 
 
 def hms(seconds: float | None) -> str:
-    """Seconds as h:mm:ss."""
-    s = max(0, int(round(seconds or 0.0)))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    """Seconds as h:mm:ss.mmm, as players show a position."""
+    return format_time(seconds or 0.0)
 
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 templates.env.filters["hms"] = hms
+templates.env.filters["seek"] = seek_text
 templates.env.filters["basename"] = lambda p: Path(str(p)).name
 
 
@@ -155,7 +166,13 @@ async def search(request: Request) -> Response:
 
 
 async def videos(request: Request) -> Response:
-    return _page(request, "videos.html", await run_in_threadpool(_site(request).videos_page))
+    query = request.query_params.get("q", "")[:200]
+    kind = request.query_params.get("kind", "all")
+    if kind not in ("all", "video", "image"):
+        raise HTTPException(400, "kind must be all, video or image")
+    page = _int_param(request, "page", 1, 1, 1_000_000)
+    per_page = _int_param(request, "per_page", FILES_PAGE, 1, 1000)
+    return _page(request, "videos.html", await run_in_threadpool(_site(request).videos_page, query, kind, page, per_page))
 
 
 async def video(request: Request) -> Response:
@@ -170,6 +187,11 @@ async def track(request: Request) -> Response:
 async def people(request: Request) -> Response:
     data = await run_in_threadpool(_site(request).people_page, _flag(request.query_params.get("all")))
     return _page(request, "people.html", data)
+
+
+async def inbox(request: Request) -> Response:
+    page = _int_param(request, "page", 1, 1, 1_000_000)
+    return _page(request, "inbox.html", await run_in_threadpool(_site(request).inbox_page, page))
 
 
 async def person(request: Request) -> Response:
@@ -250,6 +272,27 @@ async def track_not_this_person(request: Request) -> Response:
     return _done(request, f"/people/{was}", {"track_id": tid, "was": was})
 
 
+async def track_move(request: Request) -> Response:
+    """Track T is person P, in one step (from another person or from the inbox)."""
+    tid = request.path_params["track_id"]
+    fields = await _form(request)
+    pid = _id_field(fields.get("person", ""), "person")
+    was = await run_in_threadpool(move_track, _site(request).library, tid, pid)
+    back = str(fields.get("back", ""))  # where the form was: the inbox, the track, or the person it left
+    allowed = {"/inbox", f"/tracks/{tid}", *([f"/people/{was}"] if was is not None else [])}
+    return _done(request, back if back in allowed else f"/people/{pid}", {"track_id": tid, "person": pid, "was": was})
+
+
+async def person_different(request: Request) -> Response:
+    """No, these two are not the same person: never suggested together again."""
+    pid = request.path_params["person_id"]
+    fields = await _form(request)
+    other = _id_field(fields.get("other", ""), "person")
+    await run_in_threadpool(keep_apart, _site(request).library, pid, other)
+    back = str(fields.get("back", ""))
+    return _done(request, "/people" if back == "/people" else f"/people/{pid}", {"id": pid, "different": other})
+
+
 async def people_update(request: Request) -> Response:
     await _form(request)
     summary = await run_in_threadpool(update_people, _site(request).library)
@@ -284,6 +327,11 @@ async def preview(request: Request) -> Response:
 
 async def thumbnail(request: Request) -> Response:
     opened = await run_in_threadpool(_site(request).thumbnail, request.path_params["track_id"])
+    return OpenFileResponse(opened, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
+
+
+async def person_photo(request: Request) -> Response:
+    opened = await run_in_threadpool(_site(request).person_photo, request.path_params["photo_id"])
     return OpenFileResponse(opened, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
 
 
@@ -350,6 +398,7 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
             Route(f"{prefix}/tracks/{{track_id:id}}", track),
             Route(f"{prefix}/people", people),
             Route(f"{prefix}/people/{pid}", person),
+            Route(f"{prefix}/inbox", inbox),
             Route(f"{prefix}/watch/{{video_id:id}}", watch),
             Route(f"{prefix}/people/update", people_update, methods=["POST"]),
             Route(f"{prefix}/people/{pid}/name", person_name, methods=["POST"]),
@@ -357,12 +406,15 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
             Route(f"{prefix}/people/{pid}/merge", person_merge, methods=["POST"]),
             Route(f"{prefix}/people/{pid}/split", person_split, methods=["POST"]),
             Route(f"{prefix}/tracks/{{track_id:id}}/not-this-person", track_not_this_person, methods=["POST"]),
+            Route(f"{prefix}/tracks/{{track_id:id}}/move", track_move, methods=["POST"]),
+            Route(f"{prefix}/people/{pid}/different", person_different, methods=["POST"]),
         ]
     routes += [
         Route("/media/{video_id:id}", media),
         Route("/media/{video_id:id}/preview", preview),
         Route("/thumbnails/{track_id:id}.jpg", thumbnail),
         Route("/frames/{sighting_id:id}.jpg", frame),
+        Route("/person-photos/{photo_id:id}.jpg", person_photo),
     ]
     app = Starlette(routes=routes, middleware=[Middleware(Guard)],
                     exception_handlers={HTTPException: on_http, UploadRefused: on_refused, HeadsearchError: on_domain})

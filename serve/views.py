@@ -11,9 +11,23 @@ import threading
 from dataclasses import asdict
 from pathlib import Path, PurePosixPath
 
+import numpy as np
+
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.images import encode_jpeg
-from headsearch.people.persons import list_people, people_thresholds, person_looks, person_moments
+from headsearch.basics.timeline import seek_text
+from headsearch.people.listing import (
+    find_person,
+    inbox,
+    inbox_reasons,
+    list_people,
+    merge_suggestions,
+    person_choices,
+    person_looks,
+    person_moments,
+)
+from headsearch.people.persons import PersonNotFound, people_thresholds
+from headsearch.people.photos import reference_photo, reference_photos, reference_vectors, stacked
 from headsearch.search.hits import (
     HeadResult,
     ShownHit,
@@ -25,10 +39,10 @@ from headsearch.search.hits import (
 )
 from headsearch.search.pictures import pictures_folder, render_picture
 from headsearch.search.service import Answer, QueryOptions, SearchService
-from headsearch.store.layout import PICTURES, THUMBNAILS
+from headsearch.store.layout import PERSON_PHOTOS, PICTURES, THUMBNAILS
 from headsearch.store.library import Library
 from headsearch.store.rows import ListedFile, TrackRow, TrackSummary, VideoRow
-from schemas.records import VectorKind
+from schemas.records import SearchHit, Tier, VectorKind
 from serve.files import FileChanged, FileNotServed, IndexedFiles, OpenFile, open_in_folder
 from serve.media import PREVIEW_PAD_S, MediaCache, Playback, cache_folder, decoding, probe_playback
 
@@ -37,6 +51,13 @@ MAX_K = 100
 
 class NotFound(HeadsearchError):
     """No such video, track, sighting or person (by id)."""
+
+
+MAX_CHOICES = 500  # persons offered in a picker, the most alike first
+MAX_SUGGESTIONS = 24  # "are these the same person?" pairs on the people page
+INBOX_PAGE = 60  # inbox tracks a page
+FILES_PAGE = 100  # files a page of the Videos page
+REFERENCE_K = 24  # tracks looked at per reference photo for "found by the reference photos"
 
 
 class Site:
@@ -80,10 +101,29 @@ class Site:
                             "kind": track.video_kind, "watch": watch_url(track.video_id, h.start, h.end, h.track_id)})
         return out
 
-    def videos_page(self) -> dict:
+    def videos_page(self, query: str = "", kind: str = "all", page: int = 1, per_page: int = FILES_PAGE) -> dict:
+        """The library's files grouped by folder, `per_page` a page; `query` keeps those whose file name holds it or
+        in which a listed person whose name holds it is seen; `kind`: "video", "image" or "all"."""
         with self.library.browsing() as b:
-            videos = b.videos()
-        return {"videos": [_listed(v) for v in videos]}
+            files = b.videos()
+        text = " ".join(query.split()).casefold()
+        matched: list[dict] = []
+        if text:
+            people = [p for p in list_people(self.library, with_looks=False) if p.name and text in p.name.casefold()]
+            matched = [{"id": p.id, "label": p.label()} for p in people]
+            seen_in = {f for p in people for f in p.videos + p.photos}
+            files = [v for v in files if text in Path(v.path).name.casefold() or v.path in seen_in]
+        if kind in ("video", "image"):
+            files = [v for v in files if v.kind == kind]
+        files = sorted(files, key=lambda v: (str(Path(v.path).parent), Path(v.path).name))
+        pages = max(1, -(-len(files) // per_page))
+        page = min(max(1, page), pages)
+        shown = [_listed(v) for v in files[(page - 1) * per_page : page * per_page]]
+        folders: dict[str, list[dict]] = {}
+        for v in shown:
+            folders.setdefault(str(Path(v["path"]).parent), []).append(v)
+        return {"videos": shown, "folders": [{"folder": f, "files": vs} for f, vs in folders.items()], "total": len(files),
+                "page": page, "pages": pages, "per_page": per_page, "q": query, "kind": kind if kind in ("video", "image") else "all", "people": matched}
 
     def video_page(self, video_id: int) -> dict:
         with self.library.people_reading() as store:
@@ -91,16 +131,21 @@ class Site:
             if video is None:
                 raise NotFound(f"no video {video_id}")
             shots, tracks, members = store.shots(video_id), store.tracks(video_id=video_id), store.memberships()
-            names = {p.id: p.name for p in store.persons()}
+            persons = {p.id: p for p in store.persons()}
+        listed = {p.id for p in list_people(self.library, with_looks=False)}  # hidden people are left out everywhere
         duration = max(float(video.duration), max((t.end_time for t in tracks), default=0.0), 1e-6)
         rows: dict[int | None, list[dict]] = {}
+        hidden = 0
         for t in tracks:
             pid = members.get(t.id)
-            rows.setdefault(pid, []).append({**_track(t), **_span(t.start_time, t.end_time, duration),
-                                             "watch": watch_url(video_id, t.start_time, t.end_time, t.id)})
-        people = [{"id": pid, "label": (names.get(pid) or f"person {pid}") if pid is not None else "not grouped yet",
+            if pid in persons and persons[pid].hidden:
+                hidden += 1
+                continue
+            rows.setdefault(pid if pid in listed else None, []).append({**_track(t), **_span(t.start_time, t.end_time, duration),
+                                                                        "watch": watch_url(video_id, t.start_time, t.end_time, t.id)})
+        people = [{"id": pid, "label": (persons[pid].name or f"person {pid}") if pid is not None else "inbox (in no listed person)",
                    "tracks": ts} for pid, ts in sorted(rows.items(), key=lambda kv: (kv[0] is None, -len(kv[1])))]
-        return {"video": _video(video), "duration": duration,
+        return {"video": _video(video), "duration": duration, "hidden_tracks": hidden,
                 "shots": [{**asdict(s), **_span(s.start_time, s.end_time, duration)} for s in shots], "people": people}
 
     def track_page(self, track_id: int, k: int = 12) -> dict:
@@ -115,7 +160,9 @@ class Site:
             pid = store.memberships().get(track_id)
             person = next((p for p in store.persons() if p.id == pid), None)
         similar = self.service.similar(vectors, k, track_id) if VectorKind.ID in vectors else []
-        return {"track": {**_track(track), **_found(summary)}, "person": None if person is None else {"id": person.id, "label": person.name or f"person {pid}"},
+        return {"track": {**_track(track), **_found(summary)},
+                "person": None if person is None else {"id": person.id, "label": person.name or f"person {pid}", "hidden": bool(person.hidden)},
+                "move_to": [c for c in person_choices(self.library, track_id=track_id, min_tracks=1) if c["id"] != pid][:MAX_CHOICES],
                 "watch": watch_url(track.video_id, track.start_time, track.end_time, track_id),
                 "sightings": [{"id": s.id, "time": s.time, "frame_index": s.frame_index, "face_visible": s.face_visible,
                                "found_by": s.found_by,
@@ -127,24 +174,67 @@ class Site:
         with self.library.people_reading() as store:
             grouped = len(store.memberships())
             total = len(store.track_ids())
+            measured = len(store.track_quality())
+        labels = {p.id: p.label() for p in people}
+        suggestions = [{**s.to_dict(), "a_label": labels.get(s.a, f"person {s.a}"), "b_label": labels.get(s.b, f"person {s.b}"),
+                        "a_tracks": next((p.tracks[:3] for p in people if p.id == s.a), []),
+                        "b_tracks": next((p.tracks[:3] for p in people if p.id == s.b), [])}
+                       for s in merge_suggestions(self.library)[:MAX_SUGGESTIONS]]
         return {"people": [{**p.to_dict(), "label": p.label(), "hidden": p.hidden} for p in people],
-                "ungrouped_tracks": max(0, total - grouped), "thresholds": people_thresholds(self.library).source}
+                "ungrouped_tracks": max(0, total - max(grouped, measured)), "inbox": len(inbox(self.library)),
+                "suggestions": suggestions, "thresholds": people_thresholds(self.library).source}
 
     def person_page(self, person_id: int) -> dict:
-        found = [p for p in list_people(self.library, include_hidden=True, with_looks=False) if p.id == person_id]
-        if not found:
-            raise NotFound(f"no person {person_id}")
-        person = found[0]
+        try:
+            person = find_person(self.library, person_id)
+        except PersonNotFound as e:
+            raise NotFound(f"no person {person_id}") from e
         looks = person_looks(self.library, person_id)
-        moments = person_moments(self.library, person)
+        person.looks = looks
+        references, aside = reference_vectors(self.library, person_id)
+        moments = person_moments(self.library, person, stacked(references))
+        found_by_photos = self.found_by_references(references, set(person.tracks))
         by_track = {h.track_id: h for h in moments}
         with self.library.browsing() as b:
             found = {s.id: _found(s) for s in b.track_summaries(person.tracks)}
+        suggested = [s for s in merge_suggestions(self.library) if person_id in (s.a, s.b)]
         return {"person": {**person.to_dict(), "looks": looks, "label": person.label(), "hidden": person.hidden},
                 "looks": [[{"track_id": tr, "video": by_track[tr].video, "start": by_track[tr].start, "end": by_track[tr].end,
-                            **found.get(tr, {})}
+                            "kind": "image" if by_track[tr].video in person.photos else "video", **found.get(tr, {})}
                            for tr in look if tr in by_track] for look in looks],
+                "references": [{"id": r.id, "path": r.path, "name": Path(r.path).name, "face_visible": r.face_visible}
+                               for r in reference_photos(self.library, person_id)], "references_aside": aside,
+                "found_by_photos": found_by_photos,
+                "merge_choices": person_choices(self.library, person_id=person_id, min_tracks=1)[:MAX_CHOICES],
+                "suggestions": [{"other": s.b if s.a == person_id else s.a, "score": s.score} for s in suggested],
                 "moments": [{**c, "moment": True} for c in self.cards(found_hits(self.library, moments).hits)]}
+
+    def found_by_references(self, references: list[dict[VectorKind, np.ndarray]], mine: set[int]) -> list[dict]:
+        """The library searched with a person's reference photos: confident hits (same person by the library's
+        thresholds) on tracks not in the person, best first, as cards (none without calibrated thresholds)."""
+        best: dict[int, SearchHit] = {}
+        for vectors in references:
+            for h in self.service.similar(vectors, REFERENCE_K):
+                if h.track_id in mine or h.tier in (None, Tier.OTHER_PERSON):
+                    continue
+                if h.track_id not in best or h.score > best[h.track_id].score:
+                    best[h.track_id] = h
+        hits = sorted(best.values(), key=lambda h: (-h.score, h.track_id))
+        return self.cards(found_hits(self.library, hits).hits) if hits else []
+
+    def inbox_page(self, page: int = 1) -> dict:
+        """Tracks in no listed person, those most like a listed person first, `INBOX_PAGE` a page."""
+        waiting = inbox(self.library)
+        pages = max(1, -(-len(waiting) // INBOX_PAGE))
+        page = min(max(1, page), pages)
+        shown = waiting[(page - 1) * INBOX_PAGE : page * INBOX_PAGE]
+        with self.library.browsing() as b:
+            video_ids = {t.id: t.video_id for t in b.tracks(track_ids=[w.track_id for w in shown])} if shown else {}
+        choices = person_choices(self.library)[:MAX_CHOICES]
+        return {"tracks": [{**w.to_dict(), "name": Path(w.video).name, "video_id": video_ids.get(w.track_id),
+                            "watch": watch_url(video_ids[w.track_id], w.start, w.end, w.track_id) if w.track_id in video_ids else None}
+                           for w in shown],
+                "total": len(waiting), "page": page, "pages": pages, "reasons": inbox_reasons(), "choices": choices}
 
     def watch_page(self, video_id: int, start: float, end: float, track: int | None) -> dict:
         with self.library.browsing() as b:
@@ -160,8 +250,8 @@ class Site:
             return {**out, "image": True, "src": None, "fragment": "", "offset": 0.0, "direct": False, "reason": "a photo"}
         playback = self.playback(video)
         offset = 0.0 if playback.direct else max(0.0, start - PREVIEW_PAD_S)
-        src = f"/media/{video_id}" if playback.direct else f"/media/{video_id}/preview?start={start:.3f}&end={end:.3f}"
-        return {**out, "image": False, "src": src, "fragment": f"#t={start - offset:.3f},{end - offset:.3f}", "offset": offset,
+        src = f"/media/{video_id}" if playback.direct else f"/media/{video_id}/preview?start={seek_text(start)}&end={seek_text(end)}"
+        return {**out, "image": False, "src": src, "fragment": f"#t={seek_text(start - offset)},{seek_text(end - offset)}", "offset": offset,
                 "direct": playback.direct, "reason": playback.reason}
 
     # ----- media --------------------------------------------------------------------------------------
@@ -200,6 +290,15 @@ class Site:
             raise FileNotServed(f"track {track_id}: its thumbnail {track.thumbnail} is not in the library's {THUMBNAILS} folder")
         return open_in_folder(self.root, track.thumbnail, f"track {track_id}'s thumbnail")
 
+    def person_photo(self, photo_id: int) -> OpenFile:
+        """A reference photo's head crop: a regular file in the library's person-photos folder, never through a link."""
+        row = reference_photo(self.library, photo_id)
+        if row is None:
+            raise NotFound(f"no reference photo {photo_id}")
+        if PurePosixPath(row.crop).parts[:1] != (PERSON_PHOTOS,):
+            raise FileNotServed(f"reference photo {photo_id}: its crop {row.crop} is not in the library's {PERSON_PHOTOS} folder")
+        return open_in_folder(self.root, row.crop, f"reference photo {photo_id}")
+
     def frame(self, sighting_id: int) -> OpenFile:
         """The picture of a sighting: its frame with the head boxed (the same picture `query` makes), rendered only
         from the version of the file indexed and kept in the library's pictures folder (else in the app's cache)."""
@@ -228,7 +327,9 @@ def _crop_url(result: HeadResult) -> str:
 
 
 def watch_url(video_id: int, start: float, end: float, track: int | None = None) -> str:
-    return f"/watch/{video_id}?start={start:.3f}&end={end:.3f}" + (f"&track={track}" if track is not None else "")
+    """The player at a moment: times in whole milliseconds never before the frame (`seek_time`), so a track that starts
+    at a cut opens on its own shot."""
+    return f"/watch/{video_id}?start={seek_text(start)}&end={seek_text(end)}" + (f"&track={track}" if track is not None else "")
 
 
 def _span(start: float, end: float, duration: float) -> dict:

@@ -43,7 +43,9 @@ def assert_one_model(library: Path) -> None:
 
 
 def people_json(library: Path, *extra) -> list[dict]:
-    return json.loads(run("people", "--library", library, "--json", *extra).stdout)
+    """Every person, those of one track too (`--unlisted`); "files": its videos and photos."""
+    people = json.loads(run("people", "--library", library, "--json", "--unlisted", *extra).stdout)
+    return [{**p, "files": p["videos"] + p["photos"]} for p in people]
 
 
 def listed(library: Path) -> dict[str, str]:
@@ -52,7 +54,7 @@ def listed(library: Path) -> dict[str, str]:
 
 def shape(people: list[dict]) -> dict[int, tuple]:
     """Each person as what survives re-embedding: its name, how many tracks, in which files (not the track ids)."""
-    return {p["id"]: (p["name"], len(p["tracks"]), tuple(sorted(p["videos"]))) for p in people}
+    return {p["id"]: (p["name"], len(p["tracks"]), tuple(sorted(p["files"]))) for p in people}
 
 
 def track_file(library: Path, track: int) -> str:
@@ -68,18 +70,20 @@ def test_reindex_moves_a_library_to_the_new_model_with_its_people(tmp_path):
     lib = tmp_path / "library"
     run("index", AMY_DIR, gone, TWO_PEOPLE, HAMILTON, "--library", lib, "--model", OLD, "-q")
     people = people_json(lib)
-    amy = next(p for p in people if str(AMY_DIR / "amy2.png") in p["videos"])
+    amy = next(p for p in people if str(AMY_DIR / "amy2.png") in p["photos"])
     run("people", "name", amy["id"], "Amy", "--library", lib)
     rejected = next(tr for tr in amy["tracks"] if track_file(lib, tr) == str(AMY_DIR / "amy3.png"))
     run("people", "not", rejected, "--library", lib)  # "not this person": amy3 leaves Amy
-    in_clip = [p for p in people if p["videos"] == [str(HAMILTON)]]
+    in_clip = [p for p in people if p["files"] == [str(HAMILTON)]]
     multi = next(p for p in in_clip if len(p["tracks"]) >= 2)
     split_id = int(run("people", "split", multi["id"], multi["tracks"][-1], "--library", lib).stdout.split()[-1])
     single = [p for p in in_clip if len(p["tracks"]) == 1]
     run("people", "merge", single[0]["id"], single[1]["id"], "--library", lib)
     run("people", "name", single[0]["id"], "Merged", "--library", lib)
-    photo_only = next(p for p in people if p["videos"] == [str(TWO_PEOPLE)])
+    photo_only = next(p for p in people if p["files"] == [str(TWO_PEOPLE)])
     run("people", "hide", photo_only["id"], "--library", lib)
+    run("people", "different", amy["id"], multi["id"], "--library", lib)  # an answer to "are these the same person?"
+    run("people", "add-photo", amy["id"], AMY_DIR / "amy4.png", "--library", lib)  # a reference photo
     shutil.copy(WEIGHTS_DIR / "sface.thresholds.json", lib / "thresholds.json")  # the library's own, calibrated for sface
     before, hidden_before = people_json(lib), people_json(lib, "--all")
     old_tracks = {tr for p in hidden_before for tr in p["tracks"]}
@@ -116,10 +120,14 @@ def test_reindex_moves_a_library_to_the_new_model_with_its_people(tmp_path):
     assert {p["id"] for p in after} == {p["id"] for p in before} and photo_only["id"] not in {p["id"] for p in after}
     named = {p["name"]: p for p in after if p["name"]}
     assert set(named) == {"Amy", "Merged"} and named["Merged"]["id"] == single[0]["id"]
-    assert str(AMY_DIR / "amy3.png") not in named["Amy"]["videos"]  # the verdict holds on the new track
+    assert str(AMY_DIR / "amy3.png") not in named["Amy"]["photos"]  # the verdict holds on the new track
     assert len(next(p for p in hidden_after if p["id"] == split_id)["tracks"]) == 1
+    with library_db(lib) as con:  # the answer and the reference photo come over; the photo's old vectors are left aside
+        assert con.execute("select person_a, person_b from person_pairs").fetchall() == [tuple(sorted((amy["id"], multi["id"])))]
+    assert "give it again" in run("people", "photos", amy["id"], "--library", lib).stdout
+    assert next(p for p in after if p["id"] == amy["id"])["references"] == 1
     moments = json.loads(run("query", "--person", "Amy", "--library", lib, "--json").stdout)
-    assert {m["video"] for m in moments} == set(named["Amy"]["videos"])
+    assert {m["video"] for m in moments} == set(named["Amy"]["files"])
     # It answers with the new model.
     hits = query_json(lib, query, "-k", "1")
     assert hits[0]["video"] == str(HAMILTON) and hits[0]["start"] == asked[0]["start"]
@@ -162,7 +170,7 @@ def _stop_after(proc: subprocess.Popen, line: re.Pattern, sig: int, pause: float
 def test_interrupted_and_killed_reindex_leave_the_old_library_answering_and_resume(tmp_path):
     lib = tmp_path / "library"
     run("index", AMY_DIR, HAMILTON, "--library", lib, "--model", OLD, "-q")  # the photos are stored before the clip is analysed
-    amy = next(p for p in people_json(lib) if str(AMY_DIR / "amy1.png") in p["videos"])
+    amy = next(p for p in people_json(lib) if str(AMY_DIR / "amy1.png") in p["photos"])
     run("people", "name", amy["id"], "Amy", "--library", lib)
     query = pixel_copy(MIRANDA, tmp_path / "query")
     asked = query_json_photo(lib, query)

@@ -85,7 +85,19 @@ def video_id(library: Path, path: Path) -> int:
 
 
 def test_hms():
-    assert [hms(x) for x in (0, 59.6, 61, 3725.2)] == ["0:00:00", "0:01:00", "0:01:01", "1:02:05"]
+    assert [hms(x) for x in (0, None, 59.6, 61, 3725.2, 1.51935)] == [
+        "0:00:00.000", "0:00:00.000", "0:00:59.600", "0:01:01.000", "1:02:05.200", "0:00:01.519"]
+
+
+def test_watch_links_never_start_before_the_frame():
+    """A frame presented at 1.51935 s is linked as 1.520 (1.519 shows the frame before it); exact milliseconds stay."""
+    from headsearch.basics.timeline import seek_text, seek_time
+    from serve.views import watch_url
+
+    assert [seek_text(x) for x in (1.51935, 1.519, 1.5, 0.1 + 0.2, 0.0, -0.5, 7.8923923)] == [
+        "1.520", "1.519", "1.500", "0.300", "0.000", "0.000", "7.893"]
+    assert all(seek_time(x) >= x - 1e-6 for x in np.linspace(0, 30, 3001) + 1 / 3)
+    assert watch_url(3, 1.5193526860193527, 3.588088088088088, 94) == "/watch/3?start=1.520&end=3.589&track=94"
 
 
 def test_api_query_is_query_json(client, library):
@@ -460,7 +472,7 @@ def test_every_change_needs_the_same_origin_and_the_session_token(library, tmp_p
     people = json.loads(run("people", "--library", library, "--json", "--all").stdout)
     person, other = people[0], people[1]
     posts = sorted({r.path for r in app.routes if isinstance(r, Route) and "POST" in r.methods} - {"/api/query"})
-    assert len(posts) == 13  # POST / and six corrections, each with its /api twin
+    assert len(posts) == 17  # POST / and eight corrections, each with its /api twin
     token = client.get("/api/csrf").json()["token"]
     stranger = TestClient(app, base_url=own).get("/api/csrf").json()["token"]  # another session's token
     refused = [{CSRF_HEADER: token},  # names no origin (neither Origin nor Referer)

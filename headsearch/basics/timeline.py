@@ -3,7 +3,8 @@
 decord counts from the first decoded frame (its first timestamp is 0), while a video stream may
 start later on the file's timeline: in short_hamilton_clip.mp4 the video starts at 0.852 s, so a
 time from decord is 0.852 s early in every player. `decord_offset` measures what to add.
-Text shows times as h:mm:ss.mmm; JSON keeps seconds.
+Text shows times as h:mm:ss.mmm; JSON keeps seconds; links and players get `seek_time`, whole milliseconds never
+before the frame (a player asked for 1.519 s shows the frame before one at 1.51935 s: across a cut, the other shot).
 """
 from __future__ import annotations
 
@@ -75,3 +76,15 @@ def format_time(seconds: float) -> str:
     m, rest = divmod(rest, 60_000)
     s, ms = divmod(rest, 1000)
     return f"{h}:{m:02d}:{s:02d}.{ms:03d}"
+
+
+def seek_time(seconds: float) -> float:
+    """The first whole millisecond at or after `seconds`: where a link or a player is sent to show the frame presented
+    at `seconds` (players show the last frame at or before the position asked, so rounding down shows the frame before
+    it). Float noise below a microsecond is ignored (1.5 stays 1.5)."""
+    return max(0, math.ceil(round(float(seconds) * 1000, 3))) / 1000
+
+
+def seek_text(seconds: float) -> str:
+    """`seek_time` as a link writes it: "1.520"."""
+    return f"{seek_time(seconds):.3f}"

@@ -1,4 +1,6 @@
-"""People: every track of a library grouped into persons, with the names and corrections users give.
+"""People: every track of a library good enough to join a person grouped into persons, with the names and
+corrections users give (what users see of them: `headsearch.people.listing`; reference photos:
+`headsearch.people.photos`; which tracks are good enough: `headsearch.people.quality`).
 
 Clustering is incremental. Tracks not yet in a person are taken in batches, in the order they were
 indexed, and clustered by average linkage on their identity vectors together with the existing
@@ -11,8 +13,7 @@ library's model (`headsearch bench --calibrate`); without one, a named default i
 Users' corrections are verdicts on tracks ("track T is / is not person P"), stored with where the
 track was (file, time, head box) so that they find the track again when its file is re-indexed,
 and a person keeps its mean vector when all its tracks are gone, so its name comes back with them.
-Looks: a person's tracks grouped by their whole-head vectors (dual-CLS models); identity vectors
-alone give one look.
+A track the quality gates hold back joins no person by itself; a user may still put it in one ("move").
 """
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ from headsearch.basics.errors import HeadsearchError
 from headsearch.evaluation.thresholds import thresholds_for
 from headsearch.models.registry import find_spec
 from headsearch.people.clustering import average_linkage
+from headsearch.people.quality import DEFAULT_GATES, QualityGates, measure
 from headsearch.store.library import Library
 from headsearch.store.people_store import PeopleStore
-from headsearch.store.rows import FeedbackRow, PersonRow, Place
-from schemas.records import SearchHit, VectorKind
+from headsearch.store.rows import FeedbackRow, PersonPairRow, PersonRow, Place, TrackQualityRow
+from schemas.records import VectorKind
 
 # Used only when a library's model has no calibrated thresholds (`headsearch bench --calibrate`) and its spec
 # names no `people_threshold` (dlib's 0.93: best F1 at precision >= 0.99 on ../shared/data, `headsearch bench people --sweep`).
@@ -77,12 +79,16 @@ class UpdateSummary:
     new_people: int = 0
     rebound: int = 0  # re-indexed tracks (and verdicts) that found their places again
     removed_people: int = 0
+    held_back: int = 0  # tracks the quality gates keep out of persons (in the inbox)
+    left: int = 0  # tracks that were in a person and now fail a gate
     threshold: float = 0.0
     source: str = ""
 
     def line(self) -> str:
         return (f"{self.new_tracks} new tracks: {self.joined} joined known people, {self.new_people} new people"
                 + (f", {self.rebound} re-indexed tracks found in their places" if self.rebound else "")
+                + (f"; {self.held_back} tracks held back by the quality gates (`headsearch people inbox`)" if self.held_back else "")
+                + (f", {self.left} of them taken out of their persons" if self.left else "")
                 + f" (identity threshold {self.threshold:.3f}, {self.source.split(';')[0]})")
 
 
@@ -229,6 +235,23 @@ def _cannot_link(store: PeopleStore, tracks: Iterable[int]) -> dict[int, set[int
     return cannot
 
 
+def _corrected_persons(store: PeopleStore, state: _State) -> set[int]:
+    """Persons a user said something about (verdicts on tracks or pairs, reference photos): kept even when empty."""
+    return ({pid for pids in state.nots.values() for pid in pids} | set(state.pins.values())
+            | {p for row in store.pairs() for p in (row.person_a, row.person_b)} | {ph.person_id for ph in store.photos()})
+
+
+def _measure_quality(store: PeopleStore, library: Library, existing: set[int]) -> dict[int, TrackQualityRow]:
+    """Every track's measured quality; tracks not measured yet (new, or from before format 6) are measured now."""
+    store.forget_quality(store.stale_quality())
+    have = store.track_quality()
+    missing = sorted(existing - have.keys())
+    rows = measure(library.root, store.quality_inputs(missing))
+    store.save_quality(rows)
+    have.update({r.track_id: r for r in rows})
+    return have
+
+
 def _write(store: PeopleStore, state: _State, assigned: dict[int, int], summary: UpdateSummary, feedback_persons: set[int]) -> None:
     store.assign(assigned)
     counts: dict[int, int] = {}
@@ -262,154 +285,71 @@ def _retake_means(store: PeopleStore, state: _State, dim: int) -> None:
         store.update_person(pid, centroid=state.persons[pid].centroid, weight=state.persons[pid].weight)
 
 
-def _update(store: PeopleStore, library: Library, report: Callable[[str], None] | None, fresh_vectors: bool = False) -> UpdateSummary:
+def _update(store: PeopleStore, library: Library, report: Callable[[str], None] | None, fresh_vectors: bool = False,
+            gates: QualityGates = DEFAULT_GATES) -> UpdateSummary:
     th = people_thresholds(library)
     summary = UpdateSummary(threshold=th.identity, source=th.source)
     existing = store.track_ids()
     state = _read_state(store, existing, summary)
     if fresh_vectors:
         _retake_means(store, state, library.model.dim_of(VectorKind.ID))
+    quality = _measure_quality(store, library, existing)
+    # A track that fails a quality gate joins no person (it waits in the inbox), unless a user put it in one.
+    held = {tr for tr in existing if tr not in state.pins and tr in quality and gates.reason(quality[tr]) is not None}
+    summary.held_back = len(held)
     # Tracks whose place a verdict contradicts leave it; pinned tracks go where the user put them.
-    loose = [tr for tr, pid in state.members.items() if pid in state.nots.get(tr, ()) or state.pins.get(tr, pid) != pid]
-    new = sorted(tr for tr in existing if tr not in state.members) + loose
+    loose = [tr for tr, pid in state.members.items()
+             if pid in state.nots.get(tr, ()) or state.pins.get(tr, pid) != pid or tr in held]
+    summary.left = sum(1 for tr in loose if tr in held)
+    new = [tr for tr in sorted(existing) if tr not in state.members and tr not in held] + [tr for tr in loose if tr not in held]
     kept = {tr: pid for tr, pid in state.inherited.items() if tr not in loose}
     summary.rebound += len(kept)
-    if not new:
+    if not new and not loose:
         store.assign(kept)
         return summary
-    vectors = store.track_vectors(VectorKind.ID, sorted(set(new)))
-    out = [tr for tr in loose]
-    if out:
-        old: dict[int, list[np.ndarray]] = {}
-        for tr in out:
-            if tr in vectors:
-                old.setdefault(state.members[tr], []).append(vectors[tr])
-            del state.members[tr]
-        for pid, vs in old.items():
-            state.move(pid, vs, sign=-1)
-    new = [tr for tr in dict.fromkeys(new) if tr in vectors]
-    summary.new_tracks = len(new)
-    pinned = [tr for tr in new if tr in state.pins]
+    vectors = store.track_vectors(VectorKind.ID, sorted(set(new) | set(loose)))
+    old: dict[int, list[np.ndarray]] = {}
+    for tr in loose:
+        if tr in vectors:
+            old.setdefault(state.members[tr], []).append(vectors[tr])
+        del state.members[tr]
+    for pid, vs in old.items():
+        state.move(pid, vs, sign=-1)
+    store.unassign([tr for tr in loose if tr in held])
+    new = list(dict.fromkeys(new))
+    pinned = [tr for tr in new if tr in state.pins]  # a track without a face joins the person it was put in, too
     for tr in pinned:
         state.members[tr] = state.pins[tr]
-        state.move(state.pins[tr], [vectors[tr]])
-    rest = [tr for tr in new if tr not in state.pins]
+        if tr in vectors:
+            state.move(state.pins[tr], [vectors[tr]])
+    rest = [tr for tr in new if tr not in state.pins and tr in vectors]
+    summary.new_tracks = len(pinned) + len(rest)
     cannot = _cannot_link(store, rest)
     for start in range(0, len(rest), BATCH):
         _cluster_batch(store, state, rest[start : start + BATCH], vectors, cannot, th.identity, summary)
-    _write(store, state, {**kept, **{tr: state.members[tr] for tr in new}}, summary,
-           {pid for pids in state.nots.values() for pid in pids} | set(state.pins.values()))
+    _write(store, state, {**kept, **{tr: state.members[tr] for tr in pinned + rest}}, summary, _corrected_persons(store, state))
     if report and not th.calibrated:
         report(f"note: {th.source}")
     return summary
 
 
-def update_people(library: Library, report: Callable[[str], None] | None = None, fresh_vectors: bool = False) -> UpdateSummary:
-    """Put every track not yet in a person into one (joining a known person or starting a new one),
-    honouring users' verdicts; one transaction on the people tables. `fresh_vectors`: every vector was made
-    anew by another model since the people were grouped (`headsearch reindex`): tracks found in their places
-    keep their persons, whose means are taken again from them before the other tracks are grouped."""
+def update_people(library: Library, report: Callable[[str], None] | None = None, fresh_vectors: bool = False,
+                  gates: QualityGates = DEFAULT_GATES) -> UpdateSummary:
+    """Put every track not yet in a person and good enough (`gates`) into one (joining a known person or starting a
+    new one), honouring users' verdicts; one transaction on the people tables. A track that fails a gate leaves its
+    person unless a user put it there. `fresh_vectors`: every vector was made anew by another model since the people
+    were grouped (`headsearch reindex`): tracks found in their places keep their persons, whose means are taken again
+    from them before the other tracks are grouped."""
     with library.people_writing() as store:
-        return _update(store, library, report, fresh_vectors)
+        return _update(store, library, report, fresh_vectors, gates)
 
 
-# ----- what users see ------------------------------------------------------------------------------
-@dataclass
-class Person:
-    id: int
-    name: str | None
-    hidden: bool
-    tracks: list[int]
-    videos: list[str]
-    looks: list[list[int]] = field(default_factory=list)  # the tracks grouped by look (head vectors), the largest first
-
-    def label(self) -> str:
-        return self.name or f"person {self.id}"
-
-    def to_dict(self) -> dict:
-        return {"id": self.id, "name": self.name, "tracks": self.tracks, "videos": self.videos, "looks": self.looks}
-
-
-def _looks(store: PeopleStore, library: Library, groups: dict[int, list[int]]) -> dict[int, list[list[int]]]:
-    """Each person's tracks grouped by look: whole-head vectors clustered at the same-look threshold."""
-    if VectorKind.HEAD not in library.model.kinds:
-        return {pid: [tracks] for pid, tracks in groups.items()}
-    th = people_thresholds(library)
-    head = store.track_vectors(VectorKind.HEAD, [tr for tracks in groups.values() for tr in tracks])
-    out = {}
-    for pid, tracks in groups.items():
-        have = [tr for tr in tracks if tr in head]
-        if len(have) < 2:
-            out[pid] = [tracks]
-            continue
-        labels = average_linkage(np.stack([head[tr] for tr in have]), np.ones(len(have)), th.same_look,
-                                 np.zeros((len(have), len(have)), bool))
-        looks = [[tr for tr, lab in zip(have, labels, strict=True) if lab == k] for k in range(int(labels.max()) + 1)]
-        looks[0] += [tr for tr in tracks if tr not in head]
-        out[pid] = sorted(looks, key=len, reverse=True)
-    return out
-
-
-def list_people(library: Library, include_hidden: bool = False, with_looks: bool = True) -> list[Person]:
-    """Persons that have tracks, the most seen first."""
-    with library.people_reading() as store:
-        members = store.memberships()
-        tracks = {r.id: r for r in store.tracks(track_ids=list(members))} if members else {}
-        groups: dict[int, list[int]] = {}
-        for tr, pid in members.items():
-            if tr in tracks:
-                groups.setdefault(pid, []).append(tr)
-        rows = {p.id: p for p in store.persons()}
-        groups = {pid: sorted(trs, key=lambda tr: (tracks[tr].video, tracks[tr].start_time, tr))
-                  for pid, trs in groups.items() if pid in rows and (include_hidden or not rows[pid].hidden)}
-        looks = _looks(store, library, groups) if with_looks else {}
-    people = [Person(pid, rows[pid].name, bool(rows[pid].hidden), trs, list(dict.fromkeys(tracks[tr].video for tr in trs)),
-                     looks.get(pid, [trs])) for pid, trs in groups.items()]
-    return sorted(people, key=lambda p: (-len(p.tracks), p.id))
-
-
-def person_looks(library: Library, person_id: int) -> list[list[int]]:
-    """A person's tracks grouped by look, the largest group first."""
-    with library.people_reading() as store:
-        tracks = sorted(tr for tr, pid in store.memberships().items() if pid == person_id)
-        return _looks(store, library, {person_id: tracks})[person_id] if tracks else []
-
-
-def find_person(library: Library, key: str | int) -> Person:
-    """A person by id or (case-insensitive) name, hidden ones included."""
-    people = list_people(library, include_hidden=True, with_looks=False)
-    text = str(key).strip()
-    for p in people:
-        if text.isdigit() and p.id == int(text):
-            return p
-    named = [p for p in people if p.name and p.name.casefold() == text.casefold()]
-    if named:
-        return named[0]
-    raise PersonNotFound(f"no person {'with id' if text.isdigit() else 'named'} {text!r} in {library.root} "
-                         "(`headsearch people` lists them)")
-
-
+# ----- users' corrections --------------------------------------------------------------------------
 def person_of_track(library: Library, track_id: int) -> int | None:
     with library.people_reading() as store:
         return store.memberships().get(int(track_id))
 
 
-def person_moments(library: Library, person: Person) -> list[SearchHit]:
-    """Every track of a person as a hit: video, time range, best time, thumbnail; the score is the
-    track's similarity to the person (the mean of its tracks)."""
-    with library.people_reading() as store:
-        rows = store.tracks(track_ids=person.tracks)
-        vectors = store.track_vectors(VectorKind.ID, person.tracks)
-        centroid = next(np.frombuffer(p.centroid, "<f4") for p in store.persons() if p.id == person.id)
-        best = {r.id: store.best_sighting(r.id) for r in rows}
-    unit = centroid / max(float(np.linalg.norm(centroid)), 1e-12)
-    return [SearchHit(track_id=r.id, video=r.video, start=r.start_time, end=r.end_time, time=r.best_time,
-                      score=float(np.dot(vectors[r.id], unit)) if r.id in vectors else 0.0,
-                      thumbnail=str((library.root / r.thumbnail).resolve()),
-                      observation_id=best[r.id].id if best[r.id] else None) for r in rows]
-
-
-# ----- users' corrections --------------------------------------------------------------------------
 def _person_row(store: PeopleStore, person_id: int, root) -> PersonRow:
     for p in store.persons():
         if p.id == person_id:
@@ -463,6 +403,7 @@ def merge_people(library: Library, into: int, other: int) -> None:
             mean = (np.frombuffer(a.centroid, "<f4") * a.weight + np.frombuffer(b.centroid, "<f4") * b.weight) / total
             store.update_person(into, centroid=mean.astype("<f4").tobytes(), weight=total, name=a.name or b.name)
         store.assign({tr: into for tr in moved})
+        store.repoint_person(other, into)
         store.delete_person(other)
 
 
@@ -504,3 +445,44 @@ def not_this_person(library: Library, track_id: int, person_id: int | None = Non
         _verdict(store, person_id, track_id, "not")
     update_people(library)
     return person_id
+
+
+def move_track(library: Library, track_id: int, person_id: int) -> int | None:
+    """Track `track_id` is person `person_id`: it leaves the person it was in (never to be put back there by the
+    grouping) and joins this one for good, in one step, even if a quality gate held it back; returns the person it
+    left (None: it was in none)."""
+    with library.people_writing() as store:
+        _person_row(store, person_id, library.root)
+        if store.track(track_id) is None:
+            raise HeadsearchError(f"no track {track_id} in {library.root}")
+        members = store.memberships()
+        was = members.get(track_id)
+        if was == person_id:
+            return was
+        state = _State({p.id: p for p in store.persons()}, members)
+        vector = store.track_vectors(VectorKind.ID, [track_id]).get(track_id)
+        if was is not None:
+            _verdict(store, was, track_id, "not")
+            if vector is not None:
+                state.move(was, [vector], sign=-1)
+        _verdict(store, person_id, track_id, "is")
+        if vector is not None:
+            state.move(person_id, [vector])
+        for pid in state.changed:
+            store.update_person(pid, centroid=state.persons[pid].centroid, weight=state.persons[pid].weight)
+        store.assign({track_id: person_id})
+        return was
+
+
+def keep_apart(library: Library, a: int, b: int) -> None:
+    """"Not the same person": persons `a` and `b` are not suggested for a merge again (kept across re-indexing and
+    re-grouping, as both persons are)."""
+    if a == b:
+        raise HeadsearchError(f"person {a} is person {a}")
+    with library.people_writing() as store:
+        _person_row(store, a, library.root)
+        _person_row(store, b, library.root)
+        if any({r.person_a, r.person_b} == {a, b} for r in store.pairs()):
+            return
+        store.add_pair(PersonPairRow(id=store.next_id("person_pairs"), person_a=min(a, b), person_b=max(a, b), verdict="different",
+                                     created_at=time.time()))

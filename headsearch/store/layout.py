@@ -5,6 +5,7 @@ MANIFEST = "manifest.json"  # the format and the model; written last, so a folde
 DATABASE = "library.duckdb"  # the source of truth, vectors included
 THUMBNAILS = "thumbnails"  # one JPEG per track, `thumbnails/<track id>.jpg`
 PICTURES = "pictures"  # hits' pictures, `pictures/<sighting id>.jpg`, made on demand
+PERSON_PHOTOS = "person-photos"  # reference photos of persons (their head crops), `person-photos/<photo id>.jpg`
 VECTOR_INDEX_GLOB = "vectors_*"  # the FAISS caches, one per vector kind: a file in memory, a folder in segments
 WRITER_LOCK = ".writer.lock"
 UNFINISHED = ".unfinished"  # written first when a library is made or discarded, removed when that is done

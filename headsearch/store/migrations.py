@@ -23,7 +23,7 @@ from schemas import tables as t
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 FORMAT_KEY = "format"  # library_state key holding the database's format
 
 
@@ -106,11 +106,20 @@ def _how_heads_were_found(conn: sa.Connection) -> None:
                          "WHERE found_by IS NULL"))
 
 
+def _people_curation(conn: sa.Connection) -> None:
+    """Format 6: what people's curation keeps: each track's measured quality (the gates before it joins a person),
+    "not the same person" answers to merge suggestions, and persons' reference photos. Empty at first: the next
+    `headsearch people` (or index run) measures every track and takes the gates' verdict."""
+    for table in (t.track_quality, t.person_pairs, t.person_photos):
+        table.create(conn, checkfirst=True)
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: Migration(1, "record the library format in the database", _record_format_in_database),
     2: Migration(2, "add the people tables", _add_people_tables),
     3: Migration(3, "times on the files' presentation timeline, failed files remembered, source frame sizes", _presentation_times),
     4: Migration(4, "how each sighting's head was found (face, keypoints, followed)", _how_heads_were_found),
+    5: Migration(5, "people's curation: track quality, answers to merge suggestions, reference photos", _people_curation),
 }
 
 

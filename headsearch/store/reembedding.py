@@ -28,7 +28,7 @@ from pathlib import Path
 
 from headsearch.basics.errors import LibraryError
 from headsearch.basics.files import exchange_paths, fsync_folder, write_json_atomic
-from headsearch.store.layout import MANIFEST, PEOPLE_LOCK
+from headsearch.store.layout import MANIFEST, PEOPLE_LOCK, PERSON_PHOTOS
 from headsearch.store.library import Library, existing_model
 from headsearch.store.table_rows import ID_TABLES, next_free_ids, save_next_ids
 from schemas import tables as t
@@ -112,9 +112,12 @@ def carry_over(old: Library, new: Library) -> CarriedOver:
     people tables are replaced, failed files already recorded there are left as they are."""
     with old.people_reading() as src:
         persons, members, feedback = src.persons(), src.all_memberships(), src.feedback()
-        next_ids = {"people": src.next_id("people"), "person_feedback": src.next_id("person_feedback")}
+        pairs, photos = src.pairs(), src.photos()
+        next_ids = {name: src.next_id(name) for name in ("people", "person_feedback", "person_pairs", "person_photos")}
+    if (old.root / PERSON_PHOTOS).is_dir():  # the reference photos' crops (their vectors, of the old model, are left aside)
+        shutil.copytree(old.root / PERSON_PHOTOS, new.root / PERSON_PHOTOS, dirs_exist_ok=True)
     with new.people_writing() as dst:
-        dst.replace_people(persons, members, feedback, next_ids)
+        dst.replace_people(persons, members, feedback, next_ids, pairs, photos)
     known = new.stored_files().keys() | new.failed_files().keys()
     failed = [f for path, f in old.failed_files().items() if path not in known]
     for f in failed:

@@ -269,6 +269,57 @@ class FeedbackRow:
         return Place(self.video_path, self.time, self.x1, self.y1, self.x2, self.y2)
 
 
+@dataclass(frozen=True)
+class TrackQualityRow:
+    """How good a track is for grouping into persons, as measured: its `track_quality` row."""
+
+    track_id: int
+    face_px: float  # height of its largest face in decoded pixels (0: no face)
+    sharpness: float  # variance of the Laplacian of the thumbnail's middle
+    face_score: float  # the face detector's best score (0: no face)
+    faces: int  # sightings with a face
+    photo: bool  # a photo's track (one sighting by nature)
+
+
+@dataclass(frozen=True)
+class TrackQualityInput:
+    """What a track's quality is measured from: its sightings counted, its largest face, its thumbnail."""
+
+    track_id: int
+    kind: str  # "video" or "image"
+    faces: int
+    face_score: float
+    head_height: float  # the largest head box of a sighting with a face, decoded pixels
+    thumbnail: str  # relative to the library folder
+
+
+@dataclass(frozen=True)
+class PersonPairRow:
+    """A user's answer that two persons are not the same: its `person_pairs` row."""
+
+    id: int
+    person_a: int
+    person_b: int
+    verdict: str  # "different"
+    created_at: float
+
+
+@dataclass(frozen=True)
+class PersonPhotoRow:
+    """A reference photo of a person: its `person_photos` row."""
+
+    id: int
+    person_id: int
+    path: str
+    fingerprint: str
+    crop: str  # the head crop, relative to the library folder
+    model: str  # "name version" of the model that made the vectors
+    face_visible: bool
+    id_vector: bytes | None  # float32, unit
+    head_vector: bytes | None
+    added_at: float
+
+
 # ----- the library as a whole ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class LibraryStats:

@@ -20,6 +20,8 @@
       document.querySelectorAll("section.head-results").forEach((s) => { s.hidden = s.dataset.head !== button.dataset.head; });
     });
   });
+  // Whole milliseconds never before the frame (as the server's `seek_time`): rounded down, a player shows the frame before.
+  const seek = (t) => (Math.max(0, Math.ceil(Math.round(t * 1e6) / 1e3)) / 1000).toFixed(3);
   const player = document.getElementById("player");
   if (player) {
     const start = parseFloat(player.dataset.start), end = parseFloat(player.dataset.end);
@@ -30,8 +32,8 @@
       if (player.dataset.direct !== "1") return;  // already the preview clip
       player.dataset.direct = "0";
       const offset = parseFloat(player.dataset.previewStart);
-      player.dataset.start = String(start - offset);
-      player.src = player.dataset.preview + "#t=" + (start - offset).toFixed(3) + "," + (end - offset).toFixed(3);
+      player.dataset.start = seek(start - offset);
+      player.src = player.dataset.preview + "#t=" + seek(start - offset) + "," + seek(end - offset);
     });
   }
 })();

@@ -1,0 +1,373 @@
+"""What users see of the people: persons as listed, each with its files and looks; the inbox of tracks in no
+listed person; merge suggestions ("are these the same person?"); a person's moments scored and tiered; the person
+labels of search hits.
+
+A person is listed once it has `MIN_TRACKS` tracks, a name or reference photos; hidden persons are left out of
+every list and label (asked for by id or name, they still answer). Tracks that wait for a person are the inbox:
+those the quality gates hold back (`headsearch.people.quality`) and those of persons too small to be listed.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from headsearch.evaluation.thresholds import thresholds_for
+from headsearch.models.registry import find_spec
+from headsearch.models.scoring import appearance_part
+from headsearch.people.clustering import average_linkage
+from headsearch.people.persons import PersonNotFound, people_thresholds
+from headsearch.people.quality import DEFAULT_GATES, MIN_TRACKS, REASONS, QualityGates
+from headsearch.store.library import Library
+from headsearch.store.people_store import PeopleStore
+from headsearch.store.rows import PersonRow, TrackRow
+from schemas.records import MediaKind, SearchHit, Tier, VectorKind
+
+SUGGEST_FAR = 1e-2  # persons whose tracks are this alike on average are suggested for a merge (measured: README "People")
+ALONE = "alone"  # an inbox reason: the track's person has too few tracks to be listed
+
+
+@dataclass
+class Person:
+    id: int
+    name: str | None
+    hidden: bool
+    tracks: list[int]
+    videos: list[str]  # the video files it is seen in
+    photos: list[str] = field(default_factory=list)  # the photo files it is seen in
+    looks: list[list[int]] = field(default_factory=list)  # the tracks grouped by look (head vectors), the largest first
+    references: int = 0  # reference photos a user gave
+    listed: bool = True  # enough tracks, a name or reference photos
+
+    def label(self) -> str:
+        return self.name or f"person {self.id}"
+
+    @property
+    def files(self) -> list[str]:
+        return self.videos + self.photos
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "name": self.name, "hidden": self.hidden, "listed": self.listed, "tracks": self.tracks,
+                "videos": self.videos, "photos": self.photos, "looks": self.looks, "references": self.references}
+
+
+def _looks(store: PeopleStore, library: Library, groups: dict[int, list[int]]) -> dict[int, list[list[int]]]:
+    """Each person's tracks grouped by look: whole-head vectors clustered at the same-look threshold."""
+    if VectorKind.HEAD not in library.model.kinds:
+        return {pid: [tracks] for pid, tracks in groups.items()}
+    th = people_thresholds(library)
+    head = store.track_vectors(VectorKind.HEAD, [tr for tracks in groups.values() for tr in tracks])
+    out = {}
+    for pid, tracks in groups.items():
+        have = [tr for tr in tracks if tr in head]
+        if len(have) < 2:
+            out[pid] = [tracks]
+            continue
+        labels = average_linkage(np.stack([head[tr] for tr in have]), np.ones(len(have)), th.same_look,
+                                 np.zeros((len(have), len(have)), bool))
+        looks = [[tr for tr, lab in zip(have, labels, strict=True) if lab == k] for k in range(int(labels.max()) + 1)]
+        looks[0] += [tr for tr in tracks if tr not in head]
+        out[pid] = sorted(looks, key=len, reverse=True)
+    return out
+
+
+def _is_listed(row: PersonRow, tracks: int, references: int, min_tracks: int) -> bool:
+    return tracks >= min_tracks or bool(row.name) or references > 0
+
+
+def list_people(library: Library, include_hidden: bool = False, with_looks: bool = True, include_unlisted: bool = False,
+                min_tracks: int = MIN_TRACKS) -> list[Person]:
+    """Persons as listed (`min_tracks` tracks, a name or reference photos), the most seen first; `include_unlisted`:
+    the smaller ones too (their tracks are in the inbox); `include_hidden`: hidden ones too."""
+    with library.people_reading() as store:
+        members = store.memberships()
+        tracks = {r.id: r for r in store.tracks(track_ids=list(members))} if members else {}
+        references: dict[int, int] = {}
+        for photo in store.photos():
+            references[photo.person_id] = references.get(photo.person_id, 0) + 1
+        groups: dict[int, list[int]] = {pid: [] for pid in references}
+        for tr, pid in members.items():
+            if tr in tracks:
+                groups.setdefault(pid, []).append(tr)
+        rows = {p.id: p for p in store.persons()}
+        shown = {}
+        for pid, trs in groups.items():
+            if pid not in rows or (rows[pid].hidden and not include_hidden):
+                continue
+            listed = _is_listed(rows[pid], len(trs), references.get(pid, 0), min_tracks)
+            if listed or include_unlisted:
+                shown[pid] = (sorted(trs, key=lambda tr: (tracks[tr].video, tracks[tr].start_time, tr)), listed)
+        looks = _looks(store, library, {pid: trs for pid, (trs, _) in shown.items() if trs}) if with_looks else {}
+    people = []
+    for pid, (trs, listed) in shown.items():
+        files = list(dict.fromkeys((tracks[tr].video, tracks[tr].video_kind) for tr in trs))
+        people.append(Person(pid, rows[pid].name, bool(rows[pid].hidden), trs, [f for f, kind in files if kind != MediaKind.IMAGE],
+                             [f for f, kind in files if kind == MediaKind.IMAGE], looks.get(pid, [trs] if trs else []),
+                             references.get(pid, 0), listed))
+    return sorted(people, key=lambda p: (-len(p.tracks), p.id))
+
+
+def person_looks(library: Library, person_id: int) -> list[list[int]]:
+    """A person's tracks grouped by look, the largest group first."""
+    with library.people_reading() as store:
+        tracks = sorted(tr for tr, pid in store.memberships().items() if pid == person_id)
+        return _looks(store, library, {person_id: tracks})[person_id] if tracks else []
+
+
+def find_person(library: Library, key: str | int) -> Person:
+    """A person by id or (case-insensitive) name, hidden and unlisted ones included."""
+    people = list_people(library, include_hidden=True, with_looks=False, include_unlisted=True)
+    text = str(key).strip()
+    for p in people:
+        if text.isdigit() and p.id == int(text):
+            return p
+    named = [p for p in people if p.name and p.name.casefold() == text.casefold()]
+    if named:
+        return named[0]
+    raise PersonNotFound(f"no person {'with id' if text.isdigit() else 'named'} {text!r} in {library.root} "
+                         "(`headsearch people` lists them)")
+
+
+def person_labels(library: Library, track_ids: list[int], min_tracks: int = MIN_TRACKS) -> dict[int, dict]:
+    """The listed, shown person of each of these tracks ({"id", "name"}), for search hits; hidden and unlisted
+    persons give no label."""
+    if not track_ids:
+        return {}
+    with library.people_reading() as store:
+        members = store.memberships()
+        wanted = {int(tr): members[int(tr)] for tr in track_ids if int(tr) in members}
+        if not wanted:
+            return {}
+        sizes: dict[int, int] = {}
+        for pid in members.values():
+            sizes[pid] = sizes.get(pid, 0) + 1
+        references: dict[int, int] = {}
+        for photo in store.photos():
+            references[photo.person_id] = references.get(photo.person_id, 0) + 1
+        rows = {p.id: p for p in store.persons() if p.id in set(wanted.values())}
+    return {tr: {"id": pid, "name": rows[pid].name} for tr, pid in wanted.items()
+            if pid in rows and not rows[pid].hidden and _is_listed(rows[pid], sizes.get(pid, 0), references.get(pid, 0), min_tracks)}
+
+
+# ----- a person's moments ---------------------------------------------------------------------------
+def _leave_one_out(vectors: np.ndarray, reference: np.ndarray | None = None) -> np.ndarray:
+    """Each row's mean similarity to the other rows (and to every row of `reference`)."""
+    n = len(vectors)
+    total = vectors @ vectors.sum(axis=0) - np.einsum("ij,ij->i", vectors, vectors)
+    count = n - 1
+    if reference is not None and len(reference):
+        total = total + vectors @ reference.sum(axis=0)
+        count += len(reference)
+    return total / max(count, 1)
+
+
+def person_moments(library: Library, person: Person, reference: dict[VectorKind, np.ndarray] | None = None) -> list[SearchHit]:
+    """Every track of a person as a hit, best first: its score is its mean identity similarity to the person's other
+    tracks (and reference photos, `reference`: kind -> rows), its head score the mean similarity of its head to the
+    person's main look (the reference photos when there are some); its tier by the library's thresholds: same look,
+    other look, or below the identity threshold (a track a user put there, or a weak one)."""
+    if not person.tracks:
+        return []
+    reference = reference or {}
+    looks = person.looks or [person.tracks]
+    with library.people_reading() as store:
+        rows = {r.id: r for r in store.tracks(track_ids=person.tracks)}
+        ids = store.track_vectors(VectorKind.ID, person.tracks)
+        heads = store.track_vectors(VectorKind.HEAD, person.tracks) if VectorKind.HEAD in library.model.kinds else {}
+        best = {tr: store.best_sighting(tr) for tr in rows}
+    thresholds = thresholds_for(library.root, library.model)
+    spec = find_spec(library.model)
+    appearance_dims = spec.appearance_dims if spec is not None else 0
+    with_id = [tr for tr in person.tracks if tr in ids]
+    id_score = dict(zip(with_id, _leave_one_out(np.stack([ids[tr] for tr in with_id]), reference.get(VectorKind.ID)).tolist(),
+                        strict=True)) if with_id else {}
+    main = [tr for tr in looks[0] if tr in heads]
+    head_score: dict[int, float] = {}
+    appearance: dict[int, float] = {}
+    if heads:
+        if VectorKind.HEAD in reference and len(reference[VectorKind.HEAD]):
+            target = reference[VectorKind.HEAD]
+            for tr, v in heads.items():
+                head_score[tr] = float(np.mean(target @ v))
+        elif main:
+            target = np.stack([heads[tr] for tr in main])
+            for tr, v in heads.items():
+                sims = target @ v
+                head_score[tr] = float((sims.sum() - (1.0 if tr in main else 0.0)) / max(len(main) - (tr in main), 1))
+        if appearance_dims:  # a track without a face is compared by the look of its head alone
+            target = appearance_part(np.stack([heads[tr] for tr in (main or list(heads))]), appearance_dims)
+            for tr in heads:
+                if tr not in ids:
+                    appearance[tr] = float(np.mean(target @ appearance_part(heads[tr], appearance_dims)[0]))
+    alone = len(with_id) == 1 and VectorKind.ID not in reference
+    hits = []
+    for tr in person.tracks:
+        if tr not in rows:
+            continue
+        r: TrackRow = rows[tr]
+        ident = 1.0 if alone and tr in ids else id_score.get(tr)
+        head = 1.0 if alone and tr in heads else head_score.get(tr)
+        app = appearance.get(tr)
+        tier = None
+        if thresholds is not None:
+            tier = Tier.SAME_LOOK if alone else thresholds.tier(ident, head, app)
+        score = ident if ident is not None else (app if app is not None else 0.0)
+        hits.append(SearchHit(track_id=tr, video=r.video, start=r.start_time, end=r.end_time, time=r.best_time, score=float(score),
+                              thumbnail=str((library.root / r.thumbnail).resolve()), tier=tier, head_score=head,
+                              observation_id=best[tr].id if best[tr] else None, id_score=ident, appearance_score=app,
+                              matched_without_face=ident is None and app is not None))
+    return sorted(hits, key=lambda h: (-h.score, h.track_id))
+
+
+# ----- the inbox ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class InboxTrack:
+    """A track in no listed person: why, and the listed person it is most like."""
+
+    track_id: int
+    video: str
+    kind: str
+    start: float
+    end: float
+    reason: str  # a quality gate's key (`headsearch.people.quality.REASONS`), or "alone"
+    why: str  # the reason in words, with the numbers
+    person_id: int | None  # the unlisted person it is in (reason "alone")
+    nearest: dict | None  # {"id", "label", "score"}: the listed person whose tracks it is most like on average
+    likely: bool  # that person's tracks are as alike as one person's (above the identity threshold)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _listed_centroids(store: PeopleStore, min_tracks: int) -> tuple[list[int], dict[int, str], np.ndarray | None]:
+    """The listed, shown persons with their labels and means (rows), for "most like"."""
+    members = store.memberships()
+    sizes: dict[int, int] = {}
+    for pid in members.values():
+        sizes[pid] = sizes.get(pid, 0) + 1
+    references: dict[int, int] = {}
+    for photo in store.photos():
+        references[photo.person_id] = references.get(photo.person_id, 0) + 1
+    rows = [p for p in store.persons() if not p.hidden and p.weight > 0 and _is_listed(p, sizes.get(p.id, 0), references.get(p.id, 0), min_tracks)]
+    if not rows:
+        return [], {}, None
+    return ([p.id for p in rows], {p.id: p.name or f"person {p.id}" for p in rows},
+            np.stack([np.frombuffer(p.centroid, "<f4") for p in rows]).astype(np.float32))
+
+
+def inbox(library: Library, gates: QualityGates = DEFAULT_GATES, min_tracks: int = MIN_TRACKS) -> list[InboxTrack]:
+    """Tracks in no listed person (held back by a quality gate, or in a person too small to list; hidden persons'
+    tracks are not waiting), those most like a listed person first."""
+    th = people_thresholds(library)
+    with library.people_reading() as store:
+        members = store.memberships()
+        persons = {p.id: p for p in store.persons()}
+        quality = store.track_quality()
+        sizes: dict[int, int] = {}
+        for pid in members.values():
+            sizes[pid] = sizes.get(pid, 0) + 1
+        references: dict[int, int] = {}
+        for photo in store.photos():
+            references[photo.person_id] = references.get(photo.person_id, 0) + 1
+        waiting: dict[int, tuple[str, str, int | None]] = {}
+        for tr in store.track_ids():
+            pid = members.get(tr)
+            if pid is None:
+                q = quality.get(tr)
+                reason = gates.reason(q) if q is not None else None
+                waiting[tr] = (reason or "not_grouped", gates.describe(q) if reason else "not grouped yet (`headsearch people`)", None)
+            elif pid in persons and not persons[pid].hidden and not _is_listed(persons[pid], sizes[pid], references.get(pid, 0), min_tracks):
+                waiting[tr] = (ALONE, f"{persons[pid].name or f'person {pid}'} has {sizes[pid]} track{'s' if sizes[pid] != 1 else ''} "
+                                      f"(listed from {min_tracks})", pid)
+        rows = {r.id: r for r in store.tracks(track_ids=list(waiting))} if waiting else {}
+        vectors = store.track_vectors(VectorKind.ID, list(waiting)) if waiting else {}
+        pids, labels, centroids = _listed_centroids(store, min_tracks)
+    out = []
+    for tr, (reason, why, pid) in waiting.items():
+        if tr not in rows:
+            continue
+        nearest, likely = None, False
+        if centroids is not None and tr in vectors:
+            sims = centroids @ vectors[tr]
+            if pid is not None and pid in pids:
+                sims[pids.index(pid)] = -np.inf
+            k = int(np.argmax(sims))
+            if np.isfinite(sims[k]):
+                nearest = {"id": pids[k], "label": labels[pids[k]], "score": round(float(sims[k]), 4)}
+                likely = bool(sims[k] > th.identity)
+        r = rows[tr]
+        out.append(InboxTrack(tr, r.video, r.video_kind, r.start_time, r.end_time, reason, why, pid, nearest, likely))
+    return sorted(out, key=lambda t: (not t.likely, -(t.nearest["score"] if t.nearest else -1.0), t.video, t.start, t.track_id))
+
+
+def inbox_reasons() -> dict[str, str]:
+    """Each inbox reason's key and words."""
+    return {**REASONS, ALONE: "in a person with too few tracks to be listed", "not_grouped": "not grouped yet"}
+
+
+# ----- merge suggestions ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Suggestion:
+    """Two listed persons whose tracks are alike enough to ask "are these the same person?"."""
+
+    a: int
+    b: int
+    score: float  # mean identity similarity of a track of one to a track of the other
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def suggestion_bar(library: Library) -> float:
+    """The mean similarity from which two persons are suggested for a merge: the identity score at FAR 1e-2 of the
+    model's calibration (looser than the grouping's 1e-3), else the grouping's threshold less 0.07."""
+    found = thresholds_for(library.root, library.model)
+    if found is not None and "identity" in found.tails:
+        return float(found.tails["identity"].threshold(SUGGEST_FAR)[0])
+    return people_thresholds(library).identity - 0.07
+
+
+def merge_suggestions(library: Library, min_tracks: int = MIN_TRACKS, bar: float | None = None) -> list[Suggestion]:
+    """Pairs of listed, shown persons whose tracks are alike on average (at least `bar`), most alike first; never two
+    persons seen in one frame, nor two a user said are not the same."""
+    bar = suggestion_bar(library) if bar is None else bar
+    with library.people_reading() as store:
+        pids, _, centroids = _listed_centroids(store, min_tracks)
+        if centroids is None or len(pids) < 2:
+            return []
+        apart = {frozenset((r.person_a, r.person_b)) for r in store.pairs()}
+        members = store.memberships()
+        seen_together = {frozenset((members[a], members[b])) for a, b in store.shared_frame_pairs() if a in members and b in members}
+    sims = centroids.astype(np.float64) @ centroids.astype(np.float64).T
+    out = []
+    for i, j in zip(*np.nonzero(np.triu(sims >= bar, 1)), strict=True):
+        pair = frozenset((pids[i], pids[j]))
+        if pair in apart or pair in seen_together:
+            continue
+        out.append(Suggestion(min(pair), max(pair), round(float(sims[i, j]), 4)))
+    return sorted(out, key=lambda s: (-s.score, s.a, s.b))
+
+
+# ----- picking a person ------------------------------------------------------------------------------
+def person_choices(library: Library, person_id: int | None = None, track_id: int | None = None,
+                   min_tracks: int = MIN_TRACKS) -> list[dict]:
+    """The shown persons of at least `min_tracks` tracks (1: the unlisted ones too) to pick from (merging into a person,
+    moving a track), each {"id", "label", "tracks", "score"}: the most like person `person_id` (its mean) or track `track_id` (its identity vector) first, that person
+    itself left out; by size when there is nothing to compare with."""
+    with library.people_reading() as store:
+        pids, labels, centroids = _listed_centroids(store, min_tracks)
+        sizes: dict[int, int] = {}
+        for pid in store.memberships().values():
+            sizes[pid] = sizes.get(pid, 0) + 1
+        like = None
+        if person_id is not None:
+            row = next((p for p in store.persons() if p.id == person_id), None)
+            like = None if row is None or row.weight <= 0 else np.frombuffer(row.centroid, "<f4")
+        elif track_id is not None:
+            like = store.track_vectors(VectorKind.ID, [track_id]).get(track_id)
+    if centroids is None:
+        return []
+    scores = centroids @ like if like is not None else np.zeros(len(pids), np.float32)
+    out = [{"id": pid, "label": labels[pid], "tracks": sizes.get(pid, 0), "score": round(float(s), 4) if like is not None else None}
+           for pid, s in zip(pids, scores.tolist(), strict=True) if pid != person_id]
+    return sorted(out, key=lambda c: (-(c["score"] if c["score"] is not None else 0.0), -c["tracks"], c["id"]))
