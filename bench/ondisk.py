@@ -13,7 +13,7 @@ With a work folder every stage is kept and a rerun resumes after the last finish
 ground truth, training, each shard, the merge).
 
 `--index library` measures the library's own store past memory on the same vectors, queries and ground
-truth: its on-disk segments (`headsearch.store.segments`, the same codec recipe: `train_codec`) built as a
+truth: its on-disk segments (`headsearch.store.segments`, the same codec recipe: `segment_files.train_codec`) built as a
 library builds them and searched, in a fresh process, as the query engine searches them.
 """
 from __future__ import annotations
@@ -35,7 +35,8 @@ from bench.search import SearchPlan, SearchSpeed, Synthetic, recall_at_k, single
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.files import atomic_write, write_json_atomic
 from headsearch.basics.quiet import native_stdout_silenced
-from headsearch.store.segments import CODES_SUFFIX, RAW_SUFFIX, STATE, RawVectors, SegmentedIndex, SegmentRecipe, pq_size, train_codec
+from headsearch.store.segment_files import CODES_SUFFIX, RAW_SUFFIX, RawVectors, SegmentRecipe, pq_size, train_codec
+from headsearch.store.segments import STATE, SegmentedIndex
 from headsearch.store.vector_index import VectorIndex, ivf_nlist
 
 

@@ -21,7 +21,8 @@ import pytest
 from conftest import AMY_DIR, EXAMPLES, HAMILTON, RETALKING, needs_data, pixel_copy, run
 
 from bench.search import exact_top_k, recall_at_k, synthetic_vectors
-from headsearch.store.segments import STATE, SegmentedIndex, SegmentRecipe, pq_size
+from headsearch.store.segment_files import SegmentRecipe, pq_size
+from headsearch.store.segments import STATE, SegmentedIndex
 from headsearch.store.vector_index import VectorIndex
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,16 +135,17 @@ KILL_CHILD = textwrap.dedent('''
         return np.array(sorted(live))
 
     def child(folder):
-        from headsearch.store import segments
-        from headsearch.store.segments import SegmentedIndex, SegmentRecipe
-        original = segments.write_lists
+        from headsearch.store import segment_files
+        from headsearch.store.segment_files import SegmentRecipe
+        from headsearch.store.segments import SegmentedIndex
+        original = segment_files.write_lists
 
         def signalled(*args, **kwargs):  # tells the parent a merge (or a flush) is writing its codes
             sys.stdout.write("w")
             sys.stdout.flush()
             return original(*args, **kwargs)
 
-        segments.write_lists = signalled
+        segment_files.write_lists = signalled
         store, g = SegmentedIndex.open(folder, SegmentRecipe(max_segments=2))
         while True:
             g += 1

@@ -25,7 +25,8 @@ import sqlalchemy as sa
 
 from headsearch.basics.settings import vector_memory_budget
 from headsearch.store.layout import vector_index_file, vector_segments_folder
-from headsearch.store.segments import MIN_VECTORS, STATE, SegmentedIndex
+from headsearch.store.segment_files import MIN_VECTORS
+from headsearch.store.segments import STATE, SegmentedIndex
 from headsearch.store.table_rows import generation
 from headsearch.store.vector_index import VectorIndex
 from schemas import tables as t
