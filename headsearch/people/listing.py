@@ -8,6 +8,7 @@ those the quality gates hold back (`headsearch.people.quality`) and those of per
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -82,9 +83,7 @@ def list_people(library: Library, include_hidden: bool = False, with_looks: bool
     with library.people_reading() as store:
         members = store.memberships()
         tracks = {r.id: r for r in store.tracks(track_ids=list(members))} if members else {}
-        references: dict[int, int] = {}
-        for photo in store.photos():
-            references[photo.person_id] = references.get(photo.person_id, 0) + 1
+        references = reference_counts(store)
         groups: dict[int, list[int]] = {pid: [] for pid in references}
         for tr, pid in members.items():
             if tr in tracks:
@@ -138,12 +137,8 @@ def person_labels(library: Library, track_ids: list[int], min_tracks: int = MIN_
         wanted = {int(tr): members[int(tr)] for tr in track_ids if int(tr) in members}
         if not wanted:
             return {}
-        sizes: dict[int, int] = {}
-        for pid in members.values():
-            sizes[pid] = sizes.get(pid, 0) + 1
-        references: dict[int, int] = {}
-        for photo in store.photos():
-            references[photo.person_id] = references.get(photo.person_id, 0) + 1
+        sizes = Counter(members.values())
+        references = reference_counts(store)
         rows = {p.id: p for p in store.persons() if p.id in set(wanted.values())}
     return {tr: {"id": pid, "name": rows[pid].name} for tr, pid in wanted.items()
             if pid in rows and not rows[pid].hidden and _is_listed(rows[pid], sizes.get(pid, 0), references.get(pid, 0), min_tracks)}
@@ -239,15 +234,16 @@ class InboxTrack:
         return asdict(self)
 
 
+def reference_counts(store: PeopleStore) -> Counter[int]:
+    """How many reference photos each person has."""
+    return Counter(photo.person_id for photo in store.photos())
+
+
 def _listed_centroids(store: PeopleStore, min_tracks: int) -> tuple[list[int], dict[int, str], np.ndarray | None]:
     """The listed, shown persons with their labels and means (rows), for "most like"."""
     members = store.memberships()
-    sizes: dict[int, int] = {}
-    for pid in members.values():
-        sizes[pid] = sizes.get(pid, 0) + 1
-    references: dict[int, int] = {}
-    for photo in store.photos():
-        references[photo.person_id] = references.get(photo.person_id, 0) + 1
+    sizes = Counter(members.values())
+    references = reference_counts(store)
     rows = [p for p in store.persons() if not p.hidden and p.weight > 0 and _is_listed(p, sizes.get(p.id, 0), references.get(p.id, 0), min_tracks)]
     if not rows:
         return [], {}, None
@@ -263,12 +259,8 @@ def inbox(library: Library, gates: QualityGates = DEFAULT_GATES, min_tracks: int
         members = store.memberships()
         persons = {p.id: p for p in store.persons()}
         quality = store.track_quality()
-        sizes: dict[int, int] = {}
-        for pid in members.values():
-            sizes[pid] = sizes.get(pid, 0) + 1
-        references: dict[int, int] = {}
-        for photo in store.photos():
-            references[photo.person_id] = references.get(photo.person_id, 0) + 1
+        sizes = Counter(members.values())
+        references = reference_counts(store)
         waiting: dict[int, tuple[str, str, int | None]] = {}
         for tr in store.track_ids():
             pid = members.get(tr)
@@ -356,9 +348,7 @@ def person_choices(library: Library, person_id: int | None = None, track_id: int
     itself left out; by size when there is nothing to compare with."""
     with library.people_reading() as store:
         pids, labels, centroids = _listed_centroids(store, min_tracks)
-        sizes: dict[int, int] = {}
-        for pid in store.memberships().values():
-            sizes[pid] = sizes.get(pid, 0) + 1
+        sizes = Counter(store.memberships().values())
         like = None
         if person_id is not None:
             row = next((p for p in store.persons() if p.id == person_id), None)

@@ -229,8 +229,16 @@ class Place:
         return Box(self.x1, self.y1, self.x2, self.y2)
 
 
+class _AtPlace:
+    """A row that says where its track was (fields video_path, time, x1, y1, x2, y2): `place` is that place."""
+
+    @property
+    def place(self) -> Place:
+        return Place(self.video_path, self.time, self.x1, self.y1, self.x2, self.y2)
+
+
 @dataclass(frozen=True)
-class MembershipRow:
+class MembershipRow(_AtPlace):
     """A track in a person, with where the track was: its `person_tracks` row."""
 
     track_id: int
@@ -242,13 +250,9 @@ class MembershipRow:
     x2: float
     y2: float
 
-    @property
-    def place(self) -> Place:
-        return Place(self.video_path, self.time, self.x1, self.y1, self.x2, self.y2)
-
 
 @dataclass(frozen=True)
-class FeedbackRow:
+class FeedbackRow(_AtPlace):
     """A user's verdict that a track is ("is") or is not ("not") a person, with where the track
     was: its `person_feedback` row."""
 
@@ -263,10 +267,6 @@ class FeedbackRow:
     x2: float
     y2: float
     created_at: float
-
-    @property
-    def place(self) -> Place:
-        return Place(self.video_path, self.time, self.x1, self.y1, self.x2, self.y2)
 
 
 @dataclass(frozen=True)
