@@ -81,6 +81,32 @@ def library_db(library: Path) -> Iterator[duckdb.DuckDBPyConnection]:
         con.close()
 
 
+@contextlib.contextmanager
+def serving(app) -> Iterator[int]:
+    """The app under uvicorn on a free loopback port, in a thread; yields the port."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "the server did not start"
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
 def pixel_copy(photo: Path, folder: Path) -> Path:
     """The same pixels in another file (another fingerprint): a query photo that may find the
     indexed original (the query file itself, by fingerprint, is never a hit)."""

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, HAMILTON, needs_data, run
+from conftest import EXAMPLES, HAMILTON, needs_data, run, serving
 
 CHROMIUM = Path(os.environ.get("HEADSEARCH_CHROMIUM", "/usr/bin/chromium"))
 ARTEFACTS = Path(os.environ.get("HEADSEARCH_ARTEFACTS", Path(__file__).resolve().parents[1] / "test-artefacts"))
@@ -25,27 +23,14 @@ pytestmark = [needs_data, pytest.mark.skipif(not CHROMIUM.is_file() and not os.e
 @pytest.fixture(scope="module")
 def server(hamilton_library, tmp_path_factory):
     """`headsearch serve`'s app under uvicorn on a free loopback port, in a thread."""
-    import uvicorn
-
     from serve.app import create_app
 
     library = tmp_path_factory.mktemp("browser") / "library"
     shutil.copytree(hamilton_library, library)
     run("people", "--library", library)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     app = create_app(library, cache_dir=tmp_path_factory.mktemp("cache"), allowed_hosts={"127.0.0.1", "localhost"})
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "the server did not start"
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(app) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="module")

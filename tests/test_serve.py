@@ -14,7 +14,6 @@ import shutil
 import socket
 import struct
 import sys
-import threading
 import time
 import zlib
 from fractions import Fraction
@@ -23,7 +22,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from conftest import EXAMPLES, HAMILTON, library_db, needs_data, pixel_copy, query_json, run
+from conftest import EXAMPLES, HAMILTON, library_db, needs_data, pixel_copy, query_json, run, serving
 from starlette.testclient import TestClient
 
 from headsearch.basics.media import fingerprint
@@ -535,26 +534,6 @@ def test_upload_cap_is_said_in_mib_and_holds_without_a_length(library, tmp_path)
     for body, kind in ((chunks(), "image/png"), (chunks(boundary), "multipart/form-data; boundary=cap")):
         r = client.post("/api/query", content=body, headers={"content-type": kind})
         assert r.status_code == 413 and "more than 20 MiB" in r.json()["error"], (kind, r.status_code, r.text[:200])
-
-
-@contextlib.contextmanager
-def serving(app):
-    """The app under uvicorn on a free loopback port, in a thread; yields the port."""
-    import uvicorn
-
-    port = upload_memory.free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "the server did not start"
-    try:
-        yield port
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def _answer(s: socket.socket, timeout: float = 10.0) -> tuple[int, str]:
