@@ -153,6 +153,10 @@ def accuracy_text(run: AccuracyRun, roc: Path | None = None) -> str:
         for name in ("head_identity", "appearance"):
             if c.get(name) is not None:
                 line += f", {name} > {c[name]:.4f} (VR {c['vr'][name]:.3f})"
+        route = c.get("head_route")
+        if route and route.get("vr_either") is not None:
+            line += (f"; a second 'same person' bar on the head score {'kept' if route['kept'] else 'left out'}: with both held to "
+                     f"the FAR together, VR {route['vr_either']:.3f} against {route['vr_identity_alone']:.3f} for the identity bar alone")
         parts.append(line)
     return "\n\n".join(parts)
 

@@ -96,7 +96,7 @@ def main() -> None:
     several = {who for who, states in looks_of.items() if len(states) > 1}
     by_person = defaultdict(list)
     for p in people:
-        names = {identity_of.get(v) for v in p["videos"]} - {None}
+        names = {identity_of.get(v) for v in p["videos"] + p.get("photos", [])} - {None}  # photos are listed apart
         if len(names) == 1:
             by_person[names.pop()].append(len(p["looks"]))
     out["people_looks"] = {who: by_person.get(who, []) for who in sorted(several)}
