@@ -253,6 +253,10 @@ def format_indexing(r: dict) -> str:
     lines += format_table(rows, "<>>>>")
     if r.get("ratio") is not None:
         lines.append(f"end to end at {r['ratio']:.3f} of the decode-only rate")
+    if r.get("runs"):
+        ratios = sorted(x["ratio"] for x in r["runs"] if x["ratio"] is not None)
+        lines.append(f"over {len(r['runs'])} runs (each indexing run then its own decode-only run), the median run shown: ratios "
+                     + ", ".join(f"{x:.3f}" for x in ratios))
     lines.append(f"(decode-only: every frame decoded and histogrammed, no detection; model load and detector start-up "
                  f"{r['startup_s']:.1f} s not counted)")
     if r.get("overlapped"):

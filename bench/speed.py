@@ -20,6 +20,7 @@ class SpeedOptions:
     search: SearchPlan | None = field(default_factory=SearchPlan)  # the search benchmark (None: none)
     model: str | None = None  # the model that indexes (None: the default model)
     settings: IndexSettings = field(default_factory=IndexSettings)  # sampling, decoding, detection
+    repeat: int = 1  # indexing runs, each followed by its own decode-only run (the record is the median run's)
 
 
 @dataclass
@@ -48,8 +49,8 @@ def bench_speed(options: SpeedOptions, report: Report = print, progress: Report 
     if options.video is not None:
         from bench.indexing import indexing_speed
 
-        say(f"indexing {options.video} into a temporary library")
-        run.indexing = indexing_speed(options.video, options.model, options.settings)
+        say(f"indexing {options.video} into a temporary library" + (f", {options.repeat} times" if options.repeat > 1 else ""))
+        run.indexing = indexing_speed(options.video, options.model, options.settings, options.repeat)
         for w in run.indexing["warnings"]:
             report(f"warning: {w}")
     if options.search is not None:

@@ -156,6 +156,9 @@ def accuracy(set_csv: Path, as_json: bool, plot: Path | None, quiet: bool, **giv
 @click.option("--video", type=click.Path(path_type=Path), default=None, help="Video for the indexing speed benchmark.")
 @click.option("--only", type=click.Choice(["indexing", "search"]), default=None, help="Run only the indexing or only the search benchmark.")
 @click.option("--model", "-m", default=None, help="Model that indexes the video (default: the default model).")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Indexing: run it this many times, each with its own decode-only run, and show the run with the median ratio "
+                   "(a machine's speed moves between runs).")
 @fps_option
 @click.option("--sizes", default="1e4,1e5,1e6", show_default=True, help="Stored vector counts for the search benchmark.")
 @click.option("--index", "index_names", default="flat,ivf", show_default=True,
@@ -189,7 +192,7 @@ def speed(video: Path | None, only: str | None, as_json: bool, quiet: bool, **gi
     if only != "search" and video is None:
         raise click.UsageError("the indexing speed benchmark needs a video: pass --video PATH (or --only search)")
     options = SpeedOptions(video=None if only == "search" else video, search=None if only == "indexing" else _search_plan(given),
-                           model=given["model"], settings=IndexSettings.from_env(sample_fps=given["sample_fps"]))
+                           model=given["model"], settings=IndexSettings.from_env(sample_fps=given["sample_fps"]), repeat=given["repeat"])
     run = bench_speed(options, report=_warn, progress=_say(quiet))
     _show(run.to_dict(), speed_text(run), as_json)
 

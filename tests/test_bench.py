@@ -227,6 +227,13 @@ def test_speed_search_and_indexing(tmp_path):
     assert out["x_real_time"] == out["realtime"] > 0 and out["decode_only_x_real_time"] == out["decode_only"]["realtime"] > 0
     assert out["ratio"] == pytest.approx(out["x_real_time"] / out["decode_only_x_real_time"])
     assert all({"seconds", "share", "per_second"} <= set(s) for s in out["stages"].values())
+    assert "runs" not in out
+    # --repeat: every run with its own decode-only rate; the record shown is the run with the median ratio.
+    three = speed("--only", "indexing", "--video", clip, "--repeat", "3", "-q")
+    out = json.loads(speed("--only", "indexing", "--video", clip, "--repeat", "3", "--json", "-q").stdout)["indexing"]
+    ratios = sorted(r["ratio"] for r in out["runs"])
+    assert len(ratios) == 3 and out["ratio"] == ratios[1] and all(r["decode_only_x_real_time"] > 0 for r in out["runs"])
+    assert "over 3 runs" in three.stdout and "median run shown" in three.stdout
 
 
 def test_speed_ivfpq_on_disk_resumes_from_its_work_folder(tmp_path):
