@@ -2,10 +2,12 @@
 the identity bar alone with the false accepts of both held to the FAR together, and a library sets both for its size."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
-from headsearch.evaluation.thresholds import ImpostorTail, Thresholds, head_route
+from headsearch.evaluation.thresholds import ImpostorTail, Thresholds, head_route, read_thresholds_file
 from schemas.records import Tier
 
 FAR = 1e-3
@@ -60,3 +62,17 @@ def test_without_a_head_bar_a_high_head_score_alone_is_not_the_same_person():
     assert bars.tier(0.50, head_score=0.9) == Tier.SAME_LOOK
     assert bars.tier(0.50, head_score=0.5) == Tier.OTHER_LOOK
     assert bars.tier(None, appearance_score=0.85) == Tier.SAME_LOOK  # no face on one side: the appearance bar
+
+
+def test_a_head_bar_calibrated_on_a_budget_of_its_own_is_left_out(tmp_path, caplog):
+    tail = ImpostorTail.of(np.linspace(0.0, 0.5, IMPOSTORS)).to_dict()
+    record = {"far": FAR, "identity": 0.45, "same_look": 0.6, "model": "m", "version": "v", "head_identity": 0.5,
+              "tails": {"identity": tail, "head_identity": tail}}
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(record))  # written before calibration decided on the head bar (no head_route)
+    read = read_thresholds_file(old)
+    assert read.head_identity is None and "head_identity" not in read.tails and "leaving out its head-identity bar" in caplog.text
+    kept = tmp_path / "kept.json"
+    kept.write_text(json.dumps({**record, "head_route": {"kept": True}, "union_factor": 1.7}))
+    read = read_thresholds_file(kept)
+    assert read.head_identity == 0.5 and read.union_factor == 1.7

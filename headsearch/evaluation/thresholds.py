@@ -157,6 +157,11 @@ def read_thresholds_file(path: Path, model: ModelInfo | None = None) -> Threshol
         return None
     try:
         d = json.loads(path.read_text())
+        if d.get("head_identity") is not None and "head_route" not in d:
+            # Calibrated before the two "same person" bars shared one budget: each let the whole FAR through.
+            log.warning("%s: leaving out its head-identity bar, calibrated on a budget of its own (recalibrate with "
+                        "`headsearch bench accuracy SET --calibrate FAR` to decide whether it pays)", path)
+            d = {**d, "head_identity": None, "tails": {k: v for k, v in (d.get("tails") or {}).items() if k != "head_identity"}}
         optional = {name: float(d[name]) for name in ("head_identity", "appearance") if d.get(name) is not None}
         tails = {name: ImpostorTail.from_dict(t) for name, t in (d.get("tails") or {}).items()}
         thresholds = Thresholds(float(d["far"]), float(d["identity"]), float(d["same_look"]), d["model"], d["version"],
