@@ -50,11 +50,15 @@ def is_disk_full(e: BaseException) -> bool:
 
 def is_interruption(e: BaseException) -> bool:
     """Whether an error is a Ctrl-C in disguise: DuckDB stops a running query on SIGINT and raises its
-    own error ("Query interrupted"; duckdb_engine re-raises it as a RuntimeError)."""
+    own error ("Query interrupted"; duckdb_engine re-raises it as a RuntimeError); a Ctrl-C while DuckDB reads
+    a registered Python object (the Arrow rows of a bulk insert) comes back inside its error text ("reading the
+    schema of the object registered as ... failed: KeyboardInterrupt")."""
     for _ in range(20):  # the error and what caused it
         if e is None:
             return False
-        if isinstance(e, KeyboardInterrupt) or type(e).__name__ == "InterruptException" or str(e).startswith("Query interrupted"):
+        said = str(e)
+        if (isinstance(e, KeyboardInterrupt) or type(e).__name__ == "InterruptException" or said.startswith("Query interrupted")
+                or "failed: KeyboardInterrupt" in said):
             return True
         e = e.__cause__ or e.__context__
     return False
