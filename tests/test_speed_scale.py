@@ -51,6 +51,18 @@ def media_folder(tmp: Path) -> Path:
     return media
 
 
+@pytest.fixture(scope="module")
+def serial_library(tmp_path_factory) -> tuple[Path, Path]:
+    """`media_folder` indexed by one process with the default settings (every speed lever on), shared by the tests
+    that compare another way of indexing with it."""
+    if not HAMILTON.is_file():
+        pytest.skip(f"real test media not found at {DATA}")
+    tmp = tmp_path_factory.mktemp("serial")
+    media = media_folder(tmp)
+    run("index", media, "--library", tmp / "serial", "-q")
+    return media, tmp / "serial"
+
+
 # ----- analysis levers ------------------------------------------------------------------------
 def _tracks(result):
     return [(t.shot_index, [(o.frame_index, o.time, o.head.as_tuple(), sorted(o.embeddings)) for o in t.observations],
@@ -103,13 +115,12 @@ def test_coarse_detection_keeps_the_tracks_of_large_faces():
 
 
 @needs_data
-def test_every_lever_answers_the_queries_as_before(tmp_path):
+def test_every_lever_answers_the_queries_as_before(serial_library, tmp_path):
     """The speed levers (subset, overlap, coarse detection) on against all of them off: the same top-3."""
-    lib_on, lib_off = tmp_path / "on", tmp_path / "off"
-    folder = [HAMILTON, *RETALKING.glob("*.mp4"), AMY_DIR]
-    run("index", *folder, "--library", lib_on, "-q")
+    media, lib_on = serial_library
+    lib_off = tmp_path / "off"
     env = {"HEADSEARCH_EMBED_EVERY_S": "0", "HEADSEARCH_DETECT_COARSE_SIDE": "0", "HEADSEARCH_DECODE_AHEAD": "0"}
-    subprocess.run([sys.executable, "-m", "cli.main", "index", *map(str, folder), "--library", str(lib_off), "-q"],
+    subprocess.run([sys.executable, "-m", "cli.main", "index", str(media), "--library", str(lib_off), "-q"],
                    check=True, env={**os.environ, **env}, capture_output=True)
     on, off = answers(lib_on, tmp_path, digits=2), answers(lib_off, tmp_path, digits=2)
     assert [[h[:2] for h in q] for q in on] == [[h[:2] for h in q] for q in off]
@@ -147,10 +158,9 @@ def test_prefetch_hands_on_errors_and_stops_early():
 
 # ----- many files -----------------------------------------------------------------------------
 @needs_data
-def test_workers_answer_as_a_serial_run(tmp_path):
-    media = media_folder(tmp_path)
-    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
-    run("index", media, "--library", serial, "-q")
+def test_workers_answer_as_a_serial_run(serial_library, tmp_path):
+    media, serial = serial_library
+    parallel = tmp_path / "parallel"
     out = run("index", media, "--library", parallel, "-q", "--workers", "2").stdout
     assert "0 failed" in out
     assert table_counts(serial) == table_counts(parallel)
@@ -216,15 +226,10 @@ def _marked_processes(marker: str) -> list[int]:
 
 # ----- Ray ------------------------------------------------------------------------------------
 @needs_data
-def test_ray_actors_answer_as_a_serial_run(tmp_path):
+def test_ray_actors_answer_as_a_serial_run(serial_library, tmp_path):
     pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'headsearch[ray]')")
-    media = tmp_path / "media"
-    media.mkdir()
-    for p in [*sorted(AMY_DIR.glob("*.png"))[:3], EXAMPLES / "obama_small.jpg", EXAMPLES / "lin-manuel-miranda.png"]:
-        os.symlink(p, media / p.name)
-    os.symlink(HAMILTON, media / "hamilton.mp4")
-    serial, actors = tmp_path / "serial", tmp_path / "ray"
-    run("index", media, "--library", serial, "-q")
+    media, serial = serial_library
+    actors = tmp_path / "ray"
     result = subprocess.run([sys.executable, "-m", "cli.main", "index", str(media), "--library", str(actors), "-q",
                              "--engine", "ray", "--workers", "2"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
