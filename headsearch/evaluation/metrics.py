@@ -50,7 +50,7 @@ def needed_impostors(far: float) -> int:
     return math.ceil(1.0 / far - 1e-9)
 
 
-def _allowed_false_accepts(far: float, n_impostor: int) -> int:
+def allowed_false_accepts(far: float, n_impostor: int) -> int:
     """k = floor(far * n_impostor), tolerant to float rounding (3e-4 * 10000 -> 3, not 2)."""
     return math.floor(far * n_impostor + 1e-9)
 
@@ -65,7 +65,7 @@ def vr_at_far(genuine: np.ndarray, impostor: np.ndarray, far: float) -> Verifica
     """
     _check_far(far)
     gen, imp = np.asarray(genuine, dtype=np.float64).ravel(), np.asarray(impostor, dtype=np.float64).ravel()
-    k = _allowed_false_accepts(far, imp.size)
+    k = allowed_false_accepts(far, imp.size)
     if k < 1 or gen.size == 0:
         log.debug("VR@FAR=%g not measurable (%d genuine, %d impostor)", far, gen.size, imp.size)
         return VerificationResult(far, None, None, False, gen.size, imp.size)
@@ -98,7 +98,7 @@ def vr_at_far_insightface(genuine: np.ndarray, impostor: np.ndarray, far: float)
     labels = np.r_[np.ones(gen.size), np.zeros(imp.size)]
     fpr, tpr, thr = (a[::-1] for a in roc_curve(labels, np.r_[gen, imp]))
     idx = int(np.argmin(np.abs(fpr - far)))
-    measurable = _allowed_false_accepts(far, imp.size) >= 1
+    measurable = allowed_false_accepts(far, imp.size) >= 1
     return VerificationResult(far, float(thr[idx]), float(tpr[idx]), measurable, gen.size, imp.size)
 
 

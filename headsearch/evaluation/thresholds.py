@@ -19,7 +19,7 @@ import numpy as np
 
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.files import write_json_atomic
-from headsearch.evaluation.metrics import PROTOCOL_TITLES, needed_impostors, vr_at_far
+from headsearch.evaluation.metrics import PROTOCOL_TITLES, allowed_false_accepts, needed_impostors, vr_at_far
 from headsearch.evaluation.verification import EvaluationReport
 from headsearch.models.registry import find_spec
 from schemas.records import ModelInfo, Tier
@@ -52,7 +52,7 @@ class ImpostorTail:
         """(threshold, extrapolated) at `far`: the (k+1)-th highest impostor score, k = floor(far x count), as
         `vr_at_far`; where k < 1, u + lambda ln(m / (far x count)) of an exponential tail (mean excess lambda over
         u, the m-th highest score) fitted to the m highest scores."""
-        k = int(np.floor(far * self.count + 1e-9))
+        k = allowed_false_accepts(far, self.count)
         if k >= 1:
             return self.top[min(k, len(self.top) - 1)], False
         m = min(TAIL_FIT, len(self.top))
@@ -232,7 +232,7 @@ def head_route(identity: tuple[np.ndarray, np.ndarray], head: tuple[np.ndarray, 
     out = {"kept": False, "vr_identity_alone": alone.vr}
     if not alone.measurable or imp_id.size != imp_head.size or gen_id.size != gen_head.size:
         return out
-    allowed = int(np.floor(far * imp_id.size + 1e-9))
+    allowed = allowed_false_accepts(far, imp_id.size)
     top_id, top_head = -np.sort(-imp_id), -np.sort(-imp_head)
 
     def either(k: int, scores_id: np.ndarray, scores_head: np.ndarray) -> np.ndarray:
