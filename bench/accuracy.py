@@ -23,13 +23,13 @@ from headsearch.basics.failures import file_failures
 from headsearch.basics.settings import IndexSettings
 from headsearch.detection.crops import HeadCrop
 from headsearch.detection.faces import FaceDetector
+from headsearch.embedding.photo_heads import photo_heads, photo_pixels
 from headsearch.evaluation.labels import LabeledFile, LabelSet, read_label_set
 from headsearch.evaluation.metrics import DEFAULT_FARS
 from headsearch.evaluation.thresholds import calibrate, write_thresholds, write_thresholds_file
 from headsearch.evaluation.verification import EvaluationReport, evaluate
 from headsearch.models import DEFAULT_MODEL, Embedder, load_embedder, mean_vector
 from headsearch.models.registry import find_spec
-from headsearch.search.photo import photo_heads, photo_pixels
 from indexer.analysis import analyse_file
 from schemas.records import HeadTrack, MediaKind, ModelInfo, VectorKind
 

@@ -28,13 +28,13 @@ import numpy as np
 
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.failures import file_failures
+from headsearch.basics.frames import frame_at
 from headsearch.basics.settings import IndexSettings
 from headsearch.detection.crops import HeadCrop
 from headsearch.detection.faces import FaceDetector, detect_heads
 from headsearch.detection.keypoints import HEAD_IN_BOX, scaled_about_centre
 from headsearch.evaluation.head_boxes import VIEWS, FoundHead, HeadFrame, HeadScores, clipped, read_head_set, score_frames
 from headsearch.models import Embedder
-from headsearch.search.pictures import frame_at
 from indexer.analysis import analyse_file
 from schemas.records import Box, FileResult, HeadSource, Observation, VectorKind
 

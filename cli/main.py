@@ -282,8 +282,7 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
     """
     from headsearch.basics.failures import file_failures
     from headsearch.search.clips import export_hit_clips
-    from headsearch.search.hits import Confidence, Scope, found_hits, no_match_line, results_json, results_text
-    from headsearch.search.pictures import render_hit_pictures
+    from headsearch.search.hits import Scope, no_match_line, results_json, results_text
     from headsearch.search.service import QueryOptions, SearchService
     from headsearch.store.library import Library
 
@@ -291,30 +290,17 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
         raise click.UsageError("give a photo or --person NAME (one of them)")
     scope = Scope(videos_only, photos_only, tuple(Path(u).expanduser().resolve() for u in under))
     lib = Library.open(library_path(library))
-    if person is not None:
-        from headsearch.people.listing import find_person, person_looks, person_moments
-        from headsearch.people.photos import reference_vectors, stacked
-
-        confidence = Confidence()  # a person's moments are the tracks people put together: all shown, best first, tiered
-        with lib.session():
-            found = find_person(lib, person)
-            looks = person_looks(lib, found.id)
-            found.looks = looks
-            references, aside = reference_vectors(lib, found.id)
-            if aside:
-                click.echo(f"note: {aside} reference photo(s) of {found.label()} were made by another model and are left aside "
-                           f"(`headsearch people add-photo {found.id} PHOTO` again)", err=True)
-            results = [found_hits(lib, person_moments(lib, found, stacked(references)), scope, looks)]
-        if pictures:
-            render_hit_pictures(lib.root, [h for r in results for h in r.hits])
+    service = SearchService(lib, model)
+    if person is not None:  # a person's moments are the tracks people put together: all shown, best first, tiered
+        answer = service.search_person(person, scope, pictures)
     else:
         options = QueryOptions(k=k, all_heads=all_heads, whole_image=whole_image, scope=scope, min_score=min_score,
                                show_weak=show_weak, ranking=ranking, pictures=pictures)
         with file_failures(image, lib.root):  # an unexpected error is one line, its traceback in the library's log
-            answer = SearchService(lib, model).search_photo(image, options)
-        if answer.note:
-            click.echo(answer.note, err=True)
-        results, confidence = answer.results, answer.confidence
+            answer = service.search_photo(image, options)
+    if answer.note:
+        click.echo(answer.note, err=True)
+    results, confidence = answer.results, answer.confidence
     if export_clips is not None:
         export_hit_clips(export_clips, [h for r in results for h in r.hits])
     if as_json:

@@ -14,7 +14,7 @@ Data (built by `scripts/split_labels.py ../shared/data/LABELS.csv --more ../shar
            the largest head-protocol AUC, ties broken by hierarchy accuracy, then by the smaller w.
   report   SPLIT/heldout-all.csv (face-api.js, openface, and halle_berry, keanu_reeves, tom_hanks of more/: evaluation
            only) and SPLIT/heldout.csv (its public-licence part: face-api.js and openface).
-Photos: `headsearch.search.photo.photo_heads` with `headsearch.detection.faces.FaceDetector` (the largest head, 256 px, as
+Photos: `headsearch.embedding.photo_heads.photo_heads` with `headsearch.detection.faces.FaceDetector` (the largest head, 256 px, as
 `headsearch bench` and the indexer crop it). Videos: the indexer's own analysis (`indexer.analysis.analyse_file`,
 default settings) and the labelled person's track (longest track with a face), one sample = the renormalised mean of
 the per-sighting vectors of its embedded face sightings, as `headsearch bench` does.
@@ -135,7 +135,7 @@ def collect_crops(sets: dict[str, list], cache: Path) -> tuple[dict[str, HeadCro
     from headsearch.basics.media import media_kind
     from headsearch.basics.settings import IndexSettings
     from headsearch.detection.faces import FaceDetector
-    from headsearch.search.photo import photo_heads, photo_pixels
+    from headsearch.embedding.photo_heads import photo_heads, photo_pixels
     from indexer.analysis import analyse_file
     from schemas.records import MediaKind
 

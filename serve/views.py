@@ -7,7 +7,6 @@ database before each search.
 from __future__ import annotations
 
 import base64
-import threading
 from dataclasses import asdict
 from pathlib import Path, PurePosixPath
 
@@ -17,17 +16,14 @@ from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.images import encode_jpeg
 from headsearch.basics.timeline import seek_text
 from headsearch.people.listing import (
-    find_person,
     inbox,
     inbox_reasons,
     list_people,
     merge_suggestions,
     person_choices,
-    person_looks,
-    person_moments,
 )
 from headsearch.people.persons import PersonNotFound, people_thresholds
-from headsearch.people.photos import reference_photo, reference_photos, reference_vectors, stacked
+from headsearch.people.photos import reference_photo, reference_photos, reference_vectors
 from headsearch.search.hits import (
     HeadResult,
     ShownHit,
@@ -70,15 +66,13 @@ class Site:
         self.service = SearchService(self.library, model, media_guard=decoding)
         self.files = IndexedFiles()
         self._playback: dict[tuple[int, str], Playback] = {}
-        self._searching = threading.Lock()
 
     # ----- searching --------------------------------------------------------------------------------
     def search(self, photo: Path, name: str, k: int, all_heads: bool, whole_image: bool, show_weak: bool = False) -> Answer:
         """The answer `headsearch query` gives for an uploaded photo (a temporary file; named `name` in messages): confident
-        hits only unless `show_weak`, never the photo itself. One search at a time: a photo is read and decoded whole."""
+        hits only unless `show_weak`, never the photo itself. The service searches one at a time."""
         options = QueryOptions(k=k, all_heads=all_heads, whole_image=whole_image, show_weak=show_weak)
-        with self._searching:
-            return self.service.search_photo(photo.read_bytes(), options, name)
+        return self.service.search_photo(photo.read_bytes(), options, name)
 
     # ----- pages ------------------------------------------------------------------------------------
     def query_page(self, answer: Answer, all_heads: bool) -> dict:
@@ -186,15 +180,14 @@ class Site:
 
     def person_page(self, person_id: int) -> dict:
         try:
-            person = find_person(self.library, person_id)
+            answer = self.service.search_person(person_id, pictures=False)
         except PersonNotFound as e:
             raise NotFound(f"no person {person_id}") from e
-        looks = person_looks(self.library, person_id)
-        person.looks = looks
+        person, moments = answer.person, answer.results[0].hits
+        looks = person.looks
         references, aside = reference_vectors(self.library, person_id)
-        moments = person_moments(self.library, person, stacked(references))
         found_by_photos = self.found_by_references(references, set(person.tracks))
-        by_track = {h.track_id: h for h in moments}
+        by_track = {s.hit.track_id: s.hit for s in moments}
         with self.library.browsing() as b:
             found = {s.id: _found(s) for s in b.track_summaries(person.tracks)}
         suggested = [s for s in merge_suggestions(self.library) if person_id in (s.a, s.b)]
@@ -207,7 +200,7 @@ class Site:
                 "found_by_photos": found_by_photos,
                 "merge_choices": person_choices(self.library, person_id=person_id, min_tracks=1)[:MAX_CHOICES],
                 "suggestions": [{"other": s.b if s.a == person_id else s.a, "score": s.score} for s in suggested],
-                "moments": [{**c, "moment": True} for c in self.cards(found_hits(self.library, moments).hits)]}
+                "moments": [{**c, "moment": True} for c in self.cards(moments)]}
 
     def found_by_references(self, references: list[dict[VectorKind, np.ndarray]], mine: set[int]) -> list[dict]:
         """The library searched with a person's reference photos: confident hits (same person by the library's

@@ -131,8 +131,8 @@ def test_one_identity_set(tmp_path):
 def _exact_scores(rows):
     """The benchmark's scores recomputed independently with the library's own building blocks."""
     from headsearch.detection.faces import FaceDetector
+    from headsearch.embedding.photo_heads import photo_heads, photo_pixels
     from headsearch.models import load_embedder
-    from headsearch.search.photo import photo_heads, photo_pixels
 
     detector, embedder = FaceDetector(), load_embedder("dlib-resnet")
     v = embedder.embed([photo_heads(photo_pixels(Path(p)), p, detector, embedder)[0].crop for p, _, _ in rows])["id"].astype(np.float64)

@@ -14,7 +14,7 @@ import pytest
 from conftest import DATA, HAMILTON, needs_data, query_json, run
 from starlette.testclient import TestClient
 
-from headsearch.search.pictures import frame_at
+from headsearch.basics.frames import frame_at
 from serve.app import create_app
 
 pytestmark = needs_data

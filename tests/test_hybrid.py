@@ -93,10 +93,10 @@ def test_head_skip_student_embeds_real_crops_through_its_teacher(tmp_path):
     from headsearch.basics.errors import ModelError
     from headsearch.basics.images import read_image_rgb
     from headsearch.detection.faces import FaceDetector
+    from headsearch.embedding.photo_heads import photo_heads
     from headsearch.models import load_embedder
     from headsearch.models.dual_cls import save_checkpoint
     from headsearch.models.whole_head import SFACE_DIM, WholeHeadEmbedder
-    from headsearch.search.photo import photo_heads
     from schemas.records import VectorKind
 
     teacher = WholeHeadEmbedder()

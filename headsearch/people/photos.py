@@ -15,12 +15,9 @@ import numpy as np
 
 from headsearch.basics.errors import HeadsearchError, NoHeadFound
 from headsearch.basics.files import write_bytes_atomic
-from headsearch.basics.images import encode_jpeg, read_image_rgb
+from headsearch.basics.images import encode_jpeg
 from headsearch.basics.media import fingerprint
-from headsearch.basics.settings import IndexSettings
-from headsearch.detection.crops import crop_head
-from headsearch.detection.faces import FaceDetector, detect_heads
-from headsearch.models.registry import load_embedder
+from headsearch.embedding.photo_heads import PhotoEmbedder
 from headsearch.people.persons import _person_row
 from headsearch.store.layout import PERSON_PHOTOS
 from headsearch.store.library import Library
@@ -55,22 +52,20 @@ def add_reference_photo(library: Library, person_id: int, path: str, fingerprint
         return row
 
 
-def add_photo_file(library: Library, person_id: int, path: Path, name: str | None = None) -> PersonPhotoRow:
+def add_photo_file(library: Library, person_id: int, path: Path, name: str | None = None,
+                   photos: PhotoEmbedder | None = None) -> PersonPhotoRow:
     """A photo file as a reference photo of a person: its largest head (found by its face, as the indexer finds
-    heads), cut and embedded as the indexer does with the library's model. `name`: how the user named the file
-    (an upload's name), else its path."""
+    heads), cut and embedded as the indexer does with the library's model (`photos`: the library's photo embedder,
+    when the caller keeps one). `name`: how the user named the file (an upload's name), else its path."""
     path = Path(path)
-    rgb = read_image_rgb(path)
-    heads = detect_heads(FaceDetector(), rgb)
-    if not heads:
-        raise NoHeadFound(f"{name or path}: no face found (a reference photo shows the person's face)")
-    head = heads[0]
-    crop = crop_head(rgb, head.head, head.face, IndexSettings.crop_px)
-    embedder = load_embedder(library.model.source)
-    library.check_model(embedder.describe())
-    vectors = {kind: np.asarray(v[0], np.float32) for kind, v in embedder.embed([crop]).items()}
+    photos = photos or PhotoEmbedder.for_library(library)
+    try:
+        embedded = photos.heads(path, str(name or path))[0]
+    except NoHeadFound:
+        raise NoHeadFound(f"{name or path}: no face found (a reference photo shows the person's face)") from None
+    head = embedded.head
     return add_reference_photo(library, person_id, name or str(path.resolve()), fingerprint(path, path.stat().st_size),
-                               encode_jpeg(crop.image, 90), head.face is not None, vectors)
+                               encode_jpeg(head.crop.image, 90), head.face_visible, embedded.vectors)
 
 
 def reference_photos(library: Library, person_id: int) -> list[PersonPhotoRow]:

@@ -15,9 +15,9 @@ from pathlib import Path
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.media import fingerprint, fingerprint_bytes
 from headsearch.basics.timeline import format_time
+from headsearch.embedding.photo_heads import QueryHead
 from headsearch.evaluation.thresholds import Thresholds
 from headsearch.search.engine import QueryEngine
-from headsearch.search.photo import QueryHead
 from headsearch.store.library import Library
 from headsearch.store.rows import Sighting
 from schemas.records import SCORE_DIGITS, Box, MediaKind, SearchHit, Tier, VectorKind

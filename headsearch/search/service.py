@@ -1,9 +1,11 @@
 """The query service: the one road from a photo to the moments a person appears, which the CLI's `query`,
 the web app and the benchmarks take.
 
-A photo (a file or an upload's bytes) is read within the media limits, its heads found (`photo_heads`),
-embedded by the library's own model, searched inside the scope (never the photo itself), ranked, tiered
-and cut at the confidence bar; each hit gets its picture (the matched moment, head boxed).
+A photo (a file or an upload's bytes) becomes the library's vectors (`headsearch.embedding`: its heads found,
+cut and embedded by the library's own model), searched inside the scope (never the photo itself), ranked, tiered
+and cut at the confidence bar; each hit gets its picture (the matched moment, head boxed). A person of the
+library (`search_person`) is searched by the tracks people put together and its reference photos; vectors
+(`similar`: a track's own, for "more like this") by the engine directly. One search at a time.
 """
 from __future__ import annotations
 
@@ -17,21 +19,22 @@ from pathlib import Path
 
 import numpy as np
 
-from headsearch.detection.faces import FaceDetector
+from headsearch.embedding.photo_heads import PhotoEmbedder
 from headsearch.evaluation.thresholds import Thresholds, thresholds_for
 from headsearch.models.base import Embedder
-from headsearch.models.registry import load_embedder
+from headsearch.people.listing import Person, find_person, person_looks, person_moments
+from headsearch.people.photos import reference_vectors, stacked
 from headsearch.search.engine import QueryEngine
 from headsearch.search.hits import (
     Confidence,
     HeadResult,
     Scope,
     confidence_for,
+    found_hits,
     scoped_search_vectors,
     uncalibrated_note,
     without_face,
 )
-from headsearch.search.photo import photo_heads, photo_pixels
 from headsearch.search.pictures import render_hit_pictures
 from headsearch.store.library import Library
 from schemas.records import SearchHit, VectorKind
@@ -61,6 +64,7 @@ class Answer:
     results: list[HeadResult]
     confidence: Confidence
     note: str | None = None
+    person: Person | None = None  # the person searched (`search_person`)
 
     @property
     def shown(self) -> list:
@@ -75,26 +79,14 @@ class SearchService:
     def __init__(self, library: Library, model: str | None = None,
                  media_guard: Callable[[], AbstractContextManager] = contextlib.nullcontext):
         self.library = library
-        self._model = model
-        self._embedder: Embedder | None = None
-        self._detector: FaceDetector | None = None
+        self.photos = PhotoEmbedder.for_library(library, model)
         self._media_guard = media_guard
         self._lock = threading.Lock()  # one search at a time: the model and the vector indexes are shared
 
     @property
     def embedder(self) -> Embedder:
         """The library's model (ModelMismatch when --model names another)."""
-        if self._embedder is None:
-            embedder = load_embedder(self._model or self.library.model.source)
-            self.library.check_model(embedder.describe())
-            self._embedder = embedder
-        return self._embedder
-
-    @property
-    def detector(self) -> FaceDetector:
-        if self._detector is None:
-            self._detector = FaceDetector()
-        return self._detector
+        return self.photos.embedder
 
     def thresholds(self) -> Thresholds | None:
         """The library's own thresholds, else those shipped with its model, with the "same person" bars set for
@@ -117,24 +109,39 @@ class SearchService:
 
     def search_photo(self, photo: Path | bytes, options: QueryOptions = QueryOptions(), name: str | None = None) -> Answer:
         """The moments of the person (or each person, `all_heads`) in a photo: a file, or an upload's bytes named `name`."""
-        rgb = photo_pixels(photo, name)
-        label = name or str(photo)
         with self._lock:
-            heads = photo_heads(rgb, label, self.detector, self.embedder, options.all_heads, options.whole_image)
-            vectors = self.embedder.embed([h.crop for h in heads])
+            heads = self.photos.heads(photo, name, options.all_heads, options.whole_image)
             with self.library.session():  # the look-ups below: one open of the database
                 engine = self.engine(options.ranking)
                 confidence = confidence_for(engine.thresholds, options.min_score, options.show_weak)
                 scope = (options.scope.with_query_bytes(self.library, bytes(photo)) if isinstance(photo, bytes | bytearray)
                          else options.scope.with_query_file(self.library, Path(photo)))
                 results = []
-                for i, head in enumerate(heads):
+                for embedded in heads:
+                    head = embedded.head
                     bar = confidence if head.face_visible else without_face(confidence, engine.thresholds)
-                    result = scoped_search_vectors(engine, {kind: v[i] for kind, v in vectors.items()}, options.k, scope, bar)
+                    result = scoped_search_vectors(engine, embedded.vectors, options.k, scope, bar)
                     result.head, result.confidence = head, (bar if bar is not confidence else None)
                     results.append(result)
         answer = Answer(results, confidence, None if confidence.calibrated else uncalibrated_note(self.library.model.name))
-        if options.pictures:
+        return self._with_pictures(answer, options.pictures)
+
+    def search_person(self, person: str | int, scope: Scope | None = None, pictures: bool = True) -> Answer:
+        """Every moment of a person of the library (a name or an id; `PersonNotFound` otherwise), best first: the tracks
+        people put together, each scored against the person's other tracks and reference photos, and tiered (same look,
+        other look, below the identity threshold). All are shown: the person's tracks are what people decided.
+        `note` says how many reference photos were left aside because another model made them."""
+        with self._lock, self.library.session():
+            found = find_person(self.library, person)
+            found.looks = person_looks(self.library, found.id)
+            references, aside = reference_vectors(self.library, found.id)
+            results = [found_hits(self.library, person_moments(self.library, found, stacked(references)), scope or Scope(), found.looks)]
+        note = (f"note: {aside} reference photo{'s were' if aside != 1 else ' was'} of {found.label()} made by another model and "
+                f"left aside (`headsearch people add-photo {found.id} PHOTO` again)") if aside else None
+        return self._with_pictures(Answer(results, Confidence(), note, found), pictures)
+
+    def _with_pictures(self, answer: Answer, pictures: bool) -> Answer:
+        if pictures:
             with self._media_guard():
                 render_hit_pictures(self.library.root, answer.shown)
         return answer

@@ -1,0 +1,135 @@
+"""A photo's heads and their vectors: the one road from a photo to the heads to search or compare with (the CLI,
+the web app, people's reference photos, the benchmarks and `compare` all take it).
+
+`photo_heads` finds and cuts the heads (the largest, every one numbered left to right, or the whole photo as the
+head); `PhotoEmbedder` adds the vectors of one model, loaded once, and for a library the library's own model,
+checked against the vectors it holds."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from headsearch.basics.errors import HeadsearchError, NoHeadFound
+from headsearch.basics.images import decode_image_rgb, read_image_rgb
+from headsearch.basics.settings import IndexSettings
+from headsearch.detection.crops import HeadCrop, crop_head, whole_image_crop
+from headsearch.detection.faces import FaceDetector, detect_heads
+from headsearch.models.base import Embedder
+from headsearch.models.registry import load_embedder
+from headsearch.store.library import Library
+from schemas.records import Box, VectorKind
+
+CROP_PX = IndexSettings.crop_px  # query head crops are cut as the indexer cuts them
+
+
+@dataclass(frozen=True)
+class QueryHead:
+    """One head of the query photo: its number (left to right), where it is, its crop."""
+
+    number: int
+    box: Box  # in the photo's pixels
+    face_visible: bool
+    crop: HeadCrop
+
+
+@dataclass(frozen=True)
+class EmbeddedHead:
+    """A head of a photo with its vectors (kind -> (dim,) unit vector; a face-recognition model gives no identity
+    vector to a head without a face)."""
+
+    head: QueryHead
+    vectors: dict[VectorKind, np.ndarray]
+
+
+def photo_pixels(photo: Path | bytes, name: str | Path | None = None) -> np.ndarray:
+    """A query photo (a file, or an upload's bytes named `name`) as RGB pixels, within the media limits."""
+    if isinstance(photo, bytes | bytearray):
+        return decode_image_rgb(photo, name or "upload")
+    return read_image_rgb(Path(photo))
+
+
+def photo_heads(rgb: np.ndarray, name: Path | str, detector: FaceDetector, embedder: Embedder, all_heads: bool = False,
+                whole_image: bool = False, crop_px: int = CROP_PX) -> list[QueryHead]:
+    """The heads to search with: the largest one, every one (numbered left to right), or the whole
+    photo as the head. A face-recognition model cannot search with a photo without a face.
+    `name` names the photo in messages."""
+    h, w = rgb.shape[:2]
+    if whole_image:
+        faces = detector.detect(rgb)
+        face = max(faces, key=lambda f: f.box.area) if faces else None
+        if face is None and not embedder.sees_whole_head:
+            raise NoHeadFound(f"{name}: --whole-image with {embedder.name}, a face-recognition model: there is no face in this "
+                              "photo for it to see (only a model that sees whole heads can search with the back of a head)")
+        side = min(h, w)
+        box = Box((w - side) / 2, (h - side) / 2, (w + side) / 2, (h + side) / 2)
+        return [QueryHead(1, box, face is not None, whole_image_crop(rgb, face, crop_px))]
+    heads = detect_heads(detector, rgb)
+    if not heads:
+        raise NoHeadFound(f"{name}: no head found (if the photo is already a head crop, e.g. the back of a head, use --whole-image)")
+    if not all_heads:
+        heads = heads[:1]
+    heads = sorted(heads, key=lambda d: d.head.center[0])  # numbered as a reader sees them: left to right
+    return [QueryHead(i, d.head, d.face is not None, crop_head(rgb, d.head, d.face, crop_px)) for i, d in enumerate(heads, 1)]
+
+
+class PhotoEmbedder:
+    """Photos into one model's vectors. The model (a name or a file, default: the default model) and the face
+    detector load on first use and are kept; `for_library` takes the library's own model and refuses another
+    (`ModelMismatch`), since a library's vectors are only comparable with vectors of its model."""
+
+    def __init__(self, model: str | None = None, library: Library | None = None, embedder: Embedder | None = None,
+                 detector: FaceDetector | None = None):
+        self._model = model
+        self.library = library
+        self._embedder = embedder
+        self._detector = detector
+
+    @classmethod
+    def for_library(cls, library: Library, model: str | None = None) -> PhotoEmbedder:
+        return cls(model, library)
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            source = self._model or (self.library.model.source if self.library is not None else None)
+            embedder = load_embedder(source)
+            if self.library is not None:
+                self.library.check_model(embedder.describe())
+            self._embedder = embedder
+        return self._embedder
+
+    @property
+    def detector(self) -> FaceDetector:
+        if self._detector is None:
+            self._detector = FaceDetector()
+        return self._detector
+
+    def heads(self, photo: Path | bytes | np.ndarray, name: str | None = None, all_heads: bool = False,
+              whole_image: bool = False) -> list[EmbeddedHead]:
+        """The heads of a photo (a file, an upload's bytes named `name`, or RGB pixels) with their vectors: the largest
+        head, every head numbered left to right (`all_heads`), or the whole photo as the head (`whole_image`)."""
+        rgb = photo if isinstance(photo, np.ndarray) else photo_pixels(photo, name)
+        label = name or (str(photo) if isinstance(photo, str | Path) else "photo")
+        found = photo_heads(rgb, label, self.detector, self.embedder, all_heads, whole_image)
+        vectors = self.embedder.embed([h.crop for h in found])
+        return [EmbeddedHead(h, {kind: np.asarray(v[i], np.float32) for kind, v in vectors.items() if np.any(v[i])})
+                for i, h in enumerate(found)]
+
+    def head(self, photo: Path | bytes | np.ndarray, name: str | None = None, number: int | None = None,
+             whole_image: bool = False) -> EmbeddedHead:
+        """One head of a photo: head `number` (as `query --all` numbers them, left to right), else the only one; a photo
+        of several heads without a number is refused, naming how many there are."""
+        if whole_image:
+            return self.heads(photo, name, whole_image=True)[0]
+        heads = self.heads(photo, name, all_heads=True)
+        label = name or (str(photo) if isinstance(photo, str | Path) else "photo")
+        if number is None:
+            if len(heads) > 1:
+                raise HeadsearchError(f"{label}: {len(heads)} heads in this photo; pick one with --ref-head N (1-{len(heads)}, "
+                                      "numbered left to right as `headsearch query PHOTO --all` shows them)")
+            return heads[0]
+        if not 1 <= number <= len(heads):
+            raise HeadsearchError(f"{label}: no head {number}: the photo has {len(heads)} head{'s' if len(heads) != 1 else ''} (1-{len(heads)})")
+        return heads[number - 1]
