@@ -31,7 +31,8 @@ from headsearch.evaluation.verification import EvaluationReport, evaluate
 from headsearch.models import DEFAULT_MODEL, Embedder, load_embedder, mean_vector
 from headsearch.models.registry import find_spec
 from indexer.analysis import analyse_file
-from schemas.records import HeadTrack, MediaKind, ModelInfo, VectorKind
+from indexer.compare import main_track
+from schemas.records import MediaKind, ModelInfo, VectorKind
 
 log = logging.getLogger(__name__)
 
@@ -121,19 +122,10 @@ def embed_photos(files: Sequence[LabeledFile], embedder: Embedder, detector: Fac
     return [s for s in samples if s is not None], failed
 
 
-def labelled_track(tracks: Sequence[HeadTrack]) -> HeadTrack | None:
-    """The labelled person's track of a one-person video: the longest track with a visible face
-    (most observations), the one with the largest mean head box on a tie; None when no track has an embedded face."""
-    candidates = [tr for tr in tracks if any(o.face_visible and o.embeddings for o in tr.observations)]
-    if not candidates:
-        return None
-    return max(candidates, key=lambda tr: (len(tr.observations), float(np.mean([o.head.area for o in tr.observations]))))
-
-
 def video_sample(file: LabeledFile, embedder: Embedder, detector: FaceDetector, settings: IndexSettings) -> Sample:
     """A one-person video as one sample: the mean (renormalised) of its labelled track's vectors."""
     result = analyse_file(file.path, settings, detector, embedder)
-    track = labelled_track(result.tracks)
+    track = main_track(result.tracks)  # the labelled person of a one-person video
     if track is None:
         raise MediaError(f"{file.path}: no head track with a visible face (sampled {result.frames_sampled} frames)")
     seen = [o for o in track.observations if o.face_visible and o.embeddings]  # the labelled face, as the photos show it

@@ -1,5 +1,5 @@
 """Benchmark results as text tables and ROC plots: each function takes a run's result object
-(`AccuracyRun`, `SpeedRun`, `PeopleRun`, `HeadsRun`)."""
+(`AccuracyRun`, `SpeedRun`, `PeopleRun`, `HeadsRun`, `CompareBenchRun`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -13,6 +13,7 @@ from bench.search import SYNTHETIC_PER_CLUSTER, SYNTHETIC_SPREAD, SearchSpeed
 from headsearch.evaluation.metrics import DEFAULT_FARS, PROTOCOL_TITLES, PROTOCOLS, far_key, needed_impostors, roc_points
 
 if TYPE_CHECKING:  # types only: whoever made the run has loaded its module (a report need not load the others)
+    from bench.compare import CompareBenchRun
     from bench.heads import HeadsRun
     from bench.people import PeopleRun
     from bench.speed import SpeedRun
@@ -298,4 +299,48 @@ def heads_text(run: HeadsRun) -> str:
         lines.append(line)
     lines.append(f"(boxes: each stored head box scaled by {d['head_in_box']:g} about its centre is the head it holds; "
                  "by source: found heads right / counted, per how they were found)")
+    return "\n".join(lines)
+
+
+def compare_text(run: CompareBenchRun) -> str:
+    """Per clip: its own person's same-person share, drift events, FaceSim-style number, faceless head frames, and the
+    other people's other-person shares; the joined clips; the speed of the longest clip."""
+    lines = [f"compare on {_count(len(run.clips), 'clip', 'clips')}, model {run.model}"]
+    rows = [["clip", "identity", "reference", "head frames", "same person", "drifts", "FaceSim", "faceless", "others: other person (min)"]]
+    for c in run.clips:
+        o = c.own
+        rows.append([Path(c.video).name, c.identity, c.reference, str(o["head_frames"]), f"{o['same_person_share']:.3f}", str(c.own_drifts),
+                     "-" if o["facesim"] is None else f"{o['facesim']:.3f}", str(o["faceless_head_frames"]),
+                     "-" if c.worst_other is None else f"{c.worst_other:.3f} of {len(c.others)}"])
+    lines += format_table(rows, "<<<>>>>>>")
+    if run.clips:
+        own = [c.same_person_share for c in run.clips]
+        others = [v for c in run.clips for v in c.others.values()]
+        lines.append(f"own person, same person on: min {min(own):.3f}, mean {float(np.mean(own)):.3f}; clips at 0.95 or more: "
+                     f"{sum(v >= 0.95 for v in own)} of {len(own)}; drift events on own clips: {sum(c.own_drifts for c in run.clips)}")
+        if others:
+            lines.append(f"other people's references, other person on: min {min(others):.3f}, mean {float(np.mean(others)):.3f}; "
+                         f"pairs at 0.95 or more: {sum(v >= 0.95 for v in others)} of {len(others)}")
+    if run.joins:
+        lines.append("joined clips (first person's reference):")
+        rows = [["first", "second", "join s", "change reported s", "error s", "verdict"]]
+        for j in run.joins:
+            rows.append([Path(j.first).name, Path(j.second).name, f"{j.join:.3f}", "-" if j.reported is None else f"{j.reported:.3f}",
+                         "-" if j.error is None else f"{j.error:.3f}", j.verdict])
+        lines += format_table(rows, "<<>>><")
+    if run.index_seconds:
+        s = run.index_seconds
+        d = max(s["duration"], 1e-6)
+        lines.append(f"speed on {Path(s['video']).name} ({d:.1f} s): compare's analysis {s['compare_analysis_s'] / d:.2f} s per video "
+                     f"second, the indexer's {s['index_analysis_s'] / d:.2f} (compare embeds every sampled sighting, index one a second)")
+    noise = run.noise_in_use
+    lines.append("drift events held to the frame noise " + (f"measured on {noise.get('frames', {}).get('identity', '?')} frames: identity sd "
+                 f"{noise['identity']:.4f}, head sd {noise['head']:.4f}, {noise['independent_per_s']:.2f} independent frames a second"
+                 if noise and "identity" in noise and "head" in noise else "(not measured for this model: mean scores only)"))
+    if run.frame_noise is not None:
+        n = run.frame_noise
+        lines.append(f"frame noise written to {run.options.noise_out}: identity sd {n.get('identity', float('nan')):.4f}, head sd "
+                     f"{n.get('head', float('nan')):.4f}, lag-one autocorrelation {n['autocorrelation']:.3f}")
+    for f in run.failed:
+        lines.append(f"failed: {f}")
     return "\n".join(lines)

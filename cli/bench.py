@@ -266,3 +266,33 @@ def heads(set_csv: Path, root: Path | None, methods: tuple[str, ...], iou: float
     _show(run.to_dict(), heads_text(run), as_json)
     if run.failed:
         sys.exit(EXIT_PARTIAL)
+
+
+@bench.command("compare")
+@click.argument("sets", metavar="SET...", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--model", "-m", default=None, help="Model to measure (default: the default model).")
+@click.option("--joins", type=click.IntRange(min=0), default=3, show_default=True, help="Clips of two people joined into one, to find the change.")
+@click.option("--still-at", type=click.FloatRange(min=0.0), default=0.5, show_default=True,
+              help="Seconds into a clip for its own still, where its person has no photo and no other clip.")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="Folder for the joined clips (default: temporary).")
+@click.option("--speed-video", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="A video timed with compare's analysis and with the indexer's (default: the labelled clip nearest 10 s).")
+@click.option("--noise-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The model's thresholds file: write into it how much a frame's scores wander in the own clips (drift events are held to it).")
+@fps_option
+@json_option
+@quiet_option
+def compare_bench(sets: tuple[Path, ...], model: str | None, joins: int, still_at: float, work_dir: Path | None,
+                  speed_video: Path | None, noise_out: Path | None, sample_fps: float, as_json: bool, quiet: bool) -> None:
+    """`compare` on the labelled one-person clips of SETs: each clip against its own person (same-person share, drift
+    events, the FaceSim-style number) and against every other person (other-person share), and joined clips of two
+    people (where the change is reported against the join)."""
+    from bench.compare import CompareBenchOptions, bench_compare
+    from bench.report import compare_text
+
+    options = CompareBenchOptions(sets, model=model, joins=joins, still_at=still_at, work_dir=work_dir,
+                                  settings=IndexSettings.from_env(sample_fps=sample_fps), noise_out=noise_out, speed_video=speed_video)
+    run = bench_compare(options, report=_warn, progress=_say(quiet))
+    _show(run.to_dict(), compare_text(run), as_json)
+    if run.failed:
+        sys.exit(EXIT_PARTIAL)

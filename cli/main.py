@@ -34,6 +34,7 @@ INTERRUPTED = "interrupted: the library is consistent; run the same command agai
 LAZY_COMMANDS = {  # name -> module:command, imported when used
     "bench": "cli.bench:bench",
     "build-dataset": "cli.dataset:build_dataset_command",
+    "compare": "cli.compare:compare",
     "people": "cli.people:people",
     "serve": "cli.serve:serve",
     "train": "cli.train:train",

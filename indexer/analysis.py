@@ -94,7 +94,7 @@ class _Analysis:
         self.clock = StageClock()
         self.pending: list[_Pending] = []
         self.embedded = 0
-        self.sampled = 0
+        self.samples: list[tuple[int, float]] = []  # (frame index, time) of every sampled frame
         # The dataset builder (keep_crops) needs a teacher vector for every face: it embeds them all.
         self.every_s = 0.0 if keep_crops else settings.embed_every_s
         self._choices: dict[int, _Choice] = {}
@@ -203,7 +203,8 @@ def _analyse_image(path: Path, stamp: FileStamp, a: _Analysis) -> FileResult:
     a.clock.add("track", t0)
     a.embed()
     _log_dropped(path, dropped)
-    return FileResult(stamp, MediaKind.IMAGE, w, h, 0.0, 0.0, 1, 1, "image", [Shot(0, 0, 0, 0.0, 0.0)], tracks, dropped_tracks=dropped)
+    return FileResult(stamp, MediaKind.IMAGE, w, h, 0.0, 0.0, 1, 1, "image", [Shot(0, 0, 0, 0.0, 0.0)], tracks, dropped_tracks=dropped,
+                      samples=[(0, 0.0)])
 
 
 def _log_dropped(path: Path, dropped: list[tuple[HeadTrack, str]]) -> None:
@@ -358,7 +359,7 @@ def _follow(events: Iterable, a: _Analysis, tracker: HeadTracker, evidence: Evid
             t0 = clock.add("track", t0)
             continue
         frame = event
-        a.sampled += 1
+        a.samples.append((frame.index, frame.time))
         heads = scale.detect(frame.rgb)
         t0 = clock.add("detect", t0)
         heads = heads + keypoints.find(frame.time, frame.rgb, heads)
@@ -423,6 +424,6 @@ def _analyse_video(path: Path, stamp: FileStamp, a: _Analysis, progress: FramePr
         tr.extends_to = max(last_seen, min(last_seen + 1.0 / s.sample_fps, shot_ends.get(tr.shot_index, end_time)))
     _log_dropped(path, dropped)
     duration = end_time - shots[0].start_time  # how long it plays, from its first frame
-    return FileResult(stamp, MediaKind.VIDEO, info.width, info.height, info.fps, duration, last.index + 1, a.sampled,
+    return FileResult(stamp, MediaKind.VIDEO, info.width, info.height, info.fps, duration, last.index + 1, len(a.samples),
                       info.decoder, shots, tracks, warning, source_size=info.source_size, dropped_tracks=dropped,
-                      keypoint_frames=keypoints.runs)
+                      keypoint_frames=keypoints.runs, samples=a.samples)

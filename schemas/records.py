@@ -183,6 +183,7 @@ class FileResult:
     dropped_tracks: list[tuple[HeadTrack, str]] = field(default_factory=list)  # tracks without face evidence, and why
     embedded: int = 0  # sightings embedded (a bounded, chosen subset of the face-visible ones)
     keypoint_frames: int = 0  # sampled frames the person-keypoint head finder ran on
+    samples: list[tuple[int, float]] = field(default_factory=list)  # every sampled frame: (frame index, presentation time)
 
     @property
     def path(self) -> str:

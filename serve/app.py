@@ -39,7 +39,7 @@ from headsearch.people.persons import (
 )
 from serve.files import FileChanged, FileNotServed, OpenFileResponse
 from serve.guard import CSRF_FIELD, CSRF_HEADER, Guard, SessionTokens, csrf_token, require_csrf_token
-from serve.uploads import UploadRefused, UploadSlots, read_form, received_photo
+from serve.uploads import UploadRefused, UploadSlots, read_form, received_compare, received_photo
 from serve.views import FILES_PAGE, MAX_K, NotFound, Site
 
 log = logging.getLogger(__name__)
@@ -163,6 +163,32 @@ async def search(request: Request) -> Response:
     page = await run_in_threadpool(site.query_page, answer, all_heads)
     return _page(request, "search.html", {**page, "k": k, "all": all_heads, "whole_image": whole_image, "show_weak": show_weak,
                                           "photo": name})
+
+
+async def compare_form(request: Request) -> Response:
+    return _page(request, "compare.html", await run_in_threadpool(_site(request).compare_form))
+
+
+async def compare(request: Request) -> Response:
+    """POST /compare and POST /api/compare: a reference photo (field `photo`) and a library video (`video_id`) or an
+    uploaded clip (`clip`); /api/compare answers one entry of `headsearch compare --json`."""
+    state = request.app.state
+    if not _wants_json(request) and not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        require_csrf_token(request, {})  # no form to carry the token: only its header can
+    async with received_compare(request, state.max_clip_upload, state.upload_slots) as sent:
+        fields = sent.photo.fields
+        if not _wants_json(request):
+            require_csrf_token(request, fields)
+        raw = fields.get("video_id", "").strip()
+        video_id = parse_id(raw) if raw else None
+        if raw and video_id is None:
+            raise NotFound(f"no video {raw[:20]}")
+        if sent.clip is not None:
+            video_id = None
+        page, twin = await run_in_threadpool(_site(request).compare, sent.photo.path, sent.photo.name, video_id, sent.clip, sent.clip_name)
+    if _wants_json(request):
+        return JSONResponse(twin)
+    return _page(request, "compare.html", page)
 
 
 async def videos(request: Request) -> Response:
@@ -389,6 +415,10 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
         Route("/", search, methods=["POST"]),
         Route("/api/query", search, methods=["POST"]),
         Route("/api/csrf", csrf, methods=["GET"]),
+        Route("/compare", compare_form, methods=["GET"]),
+        Route("/api/compare", compare_form, methods=["GET"]),
+        Route("/compare", compare, methods=["POST"]),
+        Route("/api/compare", compare, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     for prefix in ("", "/api"):
@@ -421,7 +451,9 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
     app.state.site = site
     app.state.token = token
     app.state.allowed_hosts = allowed_hosts
-    app.state.max_upload = max_upload if max_upload is not None else MediaLimits.from_env().max_upload_bytes  # $HEADSEARCH_MAX_UPLOAD_BYTES
+    limits = MediaLimits.from_env()
+    app.state.max_upload = max_upload if max_upload is not None else limits.max_upload_bytes  # $HEADSEARCH_MAX_UPLOAD_BYTES
+    app.state.max_clip_upload = limits.max_upload_clip_bytes  # a clip to compare: $HEADSEARCH_MAX_UPLOAD_CLIP_BYTES
     app.state.upload_slots = UploadSlots() if upload_slots is None else UploadSlots(upload_slots)
     app.state.csrf = SessionTokens()
     return app

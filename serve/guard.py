@@ -11,7 +11,7 @@
   another page on 127.0.0.1 is worth nothing, and a restart asks open pages to be reloaded), and the
   pages carry it in their forms. Scripts get it, with the cookie, from GET /api/csrf.
 - POST /api/query, a search that changes nothing, needs no token, so scripts post photos to it as
-  `query --json` would answer; browsers still cannot post to it from another site (an Origin or
+  `query --json` would answer (and so does POST /api/compare, as `compare --json` answers); browsers still cannot post to it from another site (an Origin or
   Referer naming another host, or `null`, is refused), and without CORS headers no other site can read
   its answer.
 """
@@ -32,7 +32,7 @@ SESSION_COOKIE = "headsearch_session"
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "X-CSRF-Token"
 READ_ONLY_METHODS = frozenset({"GET", "HEAD"})
-OPEN_POSTS = frozenset({"/api/query"})  # no state change: no token needed (see the module's docstring)
+OPEN_POSTS = frozenset({"/api/query", "/api/compare"})  # no state change: no token needed (see the module's docstring)
 MAX_SESSION = 128  # characters of a session cookie looked at
 
 

@@ -184,3 +184,49 @@ def check_image(data: bytes, path: Path | None = None) -> tuple[int, int]:
         raise UploadRefused(413, f"image refused: {w}x{h} pixels (at most {limits.max_upload_pixels / 1e6:.0f} megapixels, "
                                  f"at least {limits.min_side} pixels a side)")
     return w, h
+
+
+@dataclass(frozen=True)
+class CompareUpload:
+    """A compare request received: the reference photo, the clip where one was sent (else a library video's id in the
+    fields), each in a temporary file gone once the request is done."""
+
+    photo: Photo
+    clip: Path | None
+    clip_name: str | None
+
+
+@contextlib.asynccontextmanager
+async def received_compare(request: Request, limit: int, slots: UploadSlots) -> AsyncIterator[CompareUpload]:
+    """The multipart form of a comparison: field `photo` (a reference photo, its header checked), and either `clip` (a
+    video file) or `video_id`; both files together within `limit` bytes."""
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise UploadRefused(400, "send a multipart form: `photo`, and `clip` or `video_id`")
+    refuse_declared(request, limit)
+    async with slots.hold():
+        with tempfile.NamedTemporaryFile(prefix="headsearch-upload-", suffix=".part") as photo_file, \
+                tempfile.NamedTemporaryFile(prefix="headsearch-clip-", suffix=".part") as clip_file:
+            fields: dict[str, str] = {}
+            try:
+                with anyio.fail_after(UPLOAD_SECONDS):
+                    form = await capped(request, limit).form(max_files=2, max_fields=20)
+                    try:
+                        names = {}
+                        for key, value in form.multi_items():
+                            if isinstance(value, str):
+                                fields[key] = value
+                            elif key in ("photo", "clip") and value.filename:
+                                value.file.seek(0)
+                                await run_in_threadpool(shutil.copyfileobj, value.file, photo_file if key == "photo" else clip_file, 1 << 20)
+                                names[key] = value.filename
+                    finally:
+                        await form.close()
+            except TimeoutError as e:
+                raise UploadRefused(408, f"upload too slow: not received within {UPLOAD_SECONDS:.0f} s") from e
+            if "photo" not in names:
+                raise UploadRefused(400, "no reference photo in the form (field `photo`)")
+            photo_file.flush()
+            clip_file.flush()
+            check_image_file(Path(photo_file.name))
+            clip = Path(clip_file.name) if "clip" in names else None
+            yield CompareUpload(Photo(Path(photo_file.name), names["photo"], fields), clip, names.get("clip"))

@@ -7,6 +7,7 @@ database before each search.
 from __future__ import annotations
 
 import base64
+import threading
 from dataclasses import asdict
 from pathlib import Path, PurePosixPath
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.images import encode_jpeg
+from headsearch.basics.settings import IndexSettings
 from headsearch.basics.timeline import seek_text
 from headsearch.people.listing import (
     inbox,
@@ -66,6 +68,7 @@ class Site:
         self.service = SearchService(self.library, model, media_guard=decoding)
         self.files = IndexedFiles()
         self._playback: dict[tuple[int, str], Playback] = {}
+        self._comparing = threading.Lock()  # one comparison at a time: it analyses a whole video
 
     # ----- searching --------------------------------------------------------------------------------
     def search(self, photo: Path, name: str, k: int, all_heads: bool, whole_image: bool, show_weak: bool = False) -> Answer:
@@ -246,6 +249,53 @@ class Site:
         src = f"/media/{video_id}" if playback.direct else f"/media/{video_id}/preview?start={seek_text(start)}&end={seek_text(end)}"
         return {**out, "image": False, "src": src, "fragment": f"#t={seek_text(start - offset)},{seek_text(end - offset)}", "offset": offset,
                 "direct": playback.direct, "reason": playback.reason}
+
+    # ----- compare ------------------------------------------------------------------------------------
+    def compare_form(self) -> dict:
+        """The Compare page's form: the library's videos to pick from."""
+        with self.library.browsing() as b:
+            files = [v for v in b.videos() if v.kind == "video"]
+        return {"videos": [{"id": v.id, "name": Path(v.path).name, "path": v.path} for v in sorted(files, key=lambda v: v.path)],
+                "comparison": None}
+
+    def compare(self, photo: Path, photo_name: str, video_id: int | None = None, clip: Path | None = None,
+                clip_name: str | None = None) -> tuple[dict, dict]:
+        """A reference photo (its largest head) compared with a library video (by id) or an uploaded clip, as `headsearch
+        compare` does: (the page's data, the JSON twin, one entry of `compare --json`). One comparison at a time."""
+        from headsearch.compare.reference import Reference, ReferenceHead
+        from headsearch.compare.report import frame_picture, page_data, plot_svg
+        from headsearch.detection.crops import picture_of
+        from headsearch.evaluation.thresholds import thresholds_for
+        from indexer.compare import Comparer, compare_settings
+
+        if (video_id is None) == (clip is None):
+            raise HeadsearchError("pick a video of the library or upload a clip (one of them)")
+        thresholds = thresholds_for(self.root, self.library.model)
+        if thresholds is None:
+            raise HeadsearchError(f"no thresholds for {self.library.model.label()}: compare needs calibrated bars")
+        if video_id is not None:
+            video = self.video_row(video_id)
+            self.open_indexed(video).close()  # only the version indexed
+            path, name = Path(video.path), Path(video.path).name
+        else:
+            path, name = clip, clip_name or "clip"
+        photos = self.service.photos
+        with self._comparing:
+            e = photos.heads(photo, photo_name)[0]  # its largest head
+            head = ReferenceHead(e.vectors, e.head.face_visible, encode_jpeg(picture_of(e.head.crop), 90), e.head.box.area)
+            reference = Reference.of(Path(photo_name).stem or "reference", [head], [photo_name])
+            comparer = Comparer(photos.embedder, thresholds, compare_settings(IndexSettings.from_env()), photos.detector)
+            c = comparer.compare_video(path, [reference])[0]
+            link = (lambda t: watch_url(video_id, t, t + 2.0)) if video_id is not None else None
+            data = page_data(c)
+            for w in data["worst"]:
+                jpeg = frame_picture(c, w.pop("frame"))
+                w["picture"] = None if jpeg is None else "data:image/jpeg;base64," + base64.b64encode(jpeg).decode()
+        twin = {**c.to_dict(), "video": name if video_id is None else c.video}
+        page = {**data, "name": name, "video": name if video_id is None else c.video, "plot": plot_svg(c, link),
+                "reference_picture": None if reference.picture is None else "data:image/jpeg;base64," + base64.b64encode(reference.picture).decode(),
+                "drift_links": [link(d.time) if link else None for d in c.drifts], "video_id": video_id}
+        return {**self.compare_form(), "comparison": page}, twin
 
     # ----- media --------------------------------------------------------------------------------------
     def playback(self, video: VideoRow) -> Playback:

@@ -191,3 +191,31 @@ def test_player_opens_on_the_shot_of_a_track_that_starts_at_a_cut(server, page):
     to_indexed, to_before = _difference(shown, indexed), _difference(shown, before)
     assert to_indexed < 8 and to_indexed < to_before / 3, (to_indexed, to_before, str(shot))
     assert np.asarray(shown).std() > 10  # a picture, not a black element
+
+
+def test_compare_report_and_page(server, page, tmp_path):
+    """The HTML report of `compare --report` and the web app's Compare page, in Chromium: the plot drawn with its tier
+    bands and drift marker, the frames least like the reference shown; on the page, a drift event opens the player there."""
+    report = tmp_path / "report"
+    miranda = EXAMPLES / "lin-manuel-miranda.png"
+    run("compare", HAMILTON, "--ref", miranda, "--report", report, "--fps", "1")  # every cut's first frame is sampled
+    page.goto((report / f"{HAMILTON.stem}--lin-manuel-miranda.html").as_uri())
+    _images_loaded(page)
+    page.screenshot(path=str(ARTEFACTS / "compare-report.png"), full_page=True)
+    box = page.locator("svg.compare-plot").bounding_box()
+    assert box["width"] > 600 and box["height"] > 150
+    assert page.locator("svg.compare-plot .drift").count() == 2  # Miranda's shots give way to Alex and to the audience
+    assert page.locator("figure img").count() >= 3 and "drift" in page.inner_text(".verdict")
+    page.goto(server + "/compare")
+    page.set_input_files("input[name=photo]", str(miranda))
+    page.select_option("select[name=video_id]", label=HAMILTON.name)
+    page.click("form.compare-form button")
+    page.wait_for_selector("svg.compare-plot", timeout=120_000)
+    _images_loaded(page)
+    page.screenshot(path=str(ARTEFACTS / "compare-page.png"), full_page=True)
+    links = page.locator("svg.compare-plot a.drift")
+    assert links.count() == 2
+    href = links.nth(1).get_attribute("href")
+    assert href.startswith("/watch/") and "start=7.89" in href
+    page.goto(server + href)
+    page.wait_for_function("(() => { const v = document.getElementById('player'); return v && v.readyState >= 2; })()", timeout=60_000)

@@ -22,7 +22,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from conftest import EXAMPLES, HAMILTON, library_db, needs_data, pixel_copy, query_json, run, serving
+from conftest import EXAMPLES, HAMILTON, RETALKING, library_db, needs_data, pixel_copy, query_json, run, serving
 from starlette.testclient import TestClient
 
 from headsearch.basics.media import fingerprint
@@ -470,8 +470,8 @@ def test_every_change_needs_the_same_origin_and_the_session_token(library, tmp_p
     run("people", "--library", library)
     people = json.loads(run("people", "--library", library, "--json", "--all").stdout)
     person, other = people[0], people[1]
-    posts = sorted({r.path for r in app.routes if isinstance(r, Route) and "POST" in r.methods} - {"/api/query"})
-    assert len(posts) == 17  # POST / and eight corrections, each with its /api twin
+    posts = sorted({r.path for r in app.routes if isinstance(r, Route) and "POST" in r.methods} - {"/api/query", "/api/compare"})
+    assert len(posts) == 18  # POST /, POST /compare and eight corrections, each with its /api twin
     token = client.get("/api/csrf").json()["token"]
     stranger = TestClient(app, base_url=own).get("/api/csrf").json()["token"]  # another session's token
     refused = [{CSRF_HEADER: token},  # names no origin (neither Origin nor Referer)
@@ -595,3 +595,31 @@ def test_many_large_uploads_keep_the_server_small(library, tmp_path):
     finally:
         upload_memory.stop_server(server)
     assert not [p.name for p in spool.iterdir() if p.name.startswith("headsearch-upload")]
+
+
+def test_compare_page_and_its_twin_answer_as_the_cli(client, library, tmp_path):
+    """/api/compare with a library video gives the entry `compare --json` gives; an uploaded clip is compared too; a
+    request without a photo, or with neither a video nor a clip, is one line."""
+    from headsearch.basics.frames import frame_at
+    from headsearch.basics.images import encode_jpeg
+
+    aoc = RETALKING / "3.mp4"
+    still = tmp_path / "aoc.jpg"
+    still.write_bytes(encode_jpeg(frame_at(aoc, 0.5), 95))
+    form = client.get("/api/compare").json()
+    video = next(v for v in form["videos"] if v["name"] == aoc.name)
+    assert "Compare" in client.get("/compare").text
+    twin = client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg")}, data={"video_id": str(video["id"])})
+    assert twin.status_code == 200, twin.text
+    cli = json.loads(run("compare", aoc, "--ref", still, "--json").stdout)[0]
+    got = twin.json()
+    assert got["verdict"] == cli["verdict"] == "same_look"
+    assert got["segments"] == cli["segments"] and got["frames"] == cli["frames"] and got["summary"] == cli["summary"]
+    clip = RETALKING / "1.mp4"
+    other = client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg"),
+                                               "clip": ("1.mp4", clip.read_bytes(), "video/mp4")})
+    assert other.status_code == 200 and other.json()["verdict"] == "other_person" and other.json()["video"] == "1.mp4"
+    r = client.post("/api/compare", files={"clip": ("1.mp4", b"\0" * 100, "video/mp4")})
+    assert r.status_code == 400 and "reference photo" in r.json()["error"]
+    r = client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg")})
+    assert r.status_code == 400 and "pick a video" in r.json()["error"]

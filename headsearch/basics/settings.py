@@ -62,6 +62,7 @@ class MediaLimits:
     max_video_frames: int = 10_000_000  # a larger frame count in a header is taken for damage
     max_upload_bytes: int = 20 * 2**20  # a query photo sent to the web app
     max_upload_pixels: int = 40_000_000  # ...and its width x height, checked before it is decoded
+    max_upload_clip_bytes: int = 200 * 2**20  # a clip (with its reference photo) sent to the web app's Compare page
 
     @staticmethod
     def env_name(name: str) -> str:

@@ -87,6 +87,9 @@ class Thresholds:
     # With a head_identity bar, "same person" is said above either bar: each is set at FAR / union_factor, so that
     # the pairs either accepts (measured at calibration, `head_route`) hold to the FAR.
     union_factor: float = 1.0
+    # How much a frame's scores wander around their clip's mean in a consistent clip (`measure_frame_noise`, by `bench
+    # compare --noise-out`): {"identity": sd, "head": sd, "independent_per_s": n, ...}; None: not measured.
+    frame_noise: dict | None = field(default=None, compare=False)
 
     def tier(self, id_score: float | None, head_score: float | None = None, appearance_score: float | None = None) -> Tier:
         """The relation of a hit to the query: by its face (identity score, or the head score of face sightings),
@@ -139,11 +142,12 @@ def shipped_thresholds_path(model: ModelInfo | str) -> Path | None:
     return spec.thresholds_path(model.source if isinstance(model, ModelInfo) else model)
 
 
-def thresholds_for(library_root: Path, model: ModelInfo) -> Thresholds | None:
+def thresholds_for(library_root: Path | None, model: ModelInfo) -> Thresholds | None:
     """The thresholds a library's queries use: its own (`bench --calibrate`), else those shipped with
     its model (in the package for a registered model, beside the file for one loaded from a file);
-    None when the scores are uncalibrated. Each must name the model's exact version."""
-    own = read_thresholds(library_root, model)
+    None when the scores are uncalibrated. Each must name the model's exact version. Without a library
+    (`library_root` None), those shipped with the model."""
+    own = read_thresholds(library_root, model) if library_root is not None else None
     if own is not None:
         return own
     shipped = shipped_thresholds_path(model)
@@ -164,8 +168,10 @@ def read_thresholds_file(path: Path, model: ModelInfo | None = None) -> Threshol
             d = {**d, "head_identity": None, "tails": {k: v for k, v in (d.get("tails") or {}).items() if k != "head_identity"}}
         optional = {name: float(d[name]) for name in ("head_identity", "appearance") if d.get(name) is not None}
         tails = {name: ImpostorTail.from_dict(t) for name, t in (d.get("tails") or {}).items()}
+        noise = d.get("frame_noise")
         thresholds = Thresholds(float(d["far"]), float(d["identity"]), float(d["same_look"]), d["model"], d["version"],
-                                tails=tails, union_factor=float(d.get("union_factor", 1.0)), **optional)
+                                tails=tails, union_factor=float(d.get("union_factor", 1.0)),
+                                frame_noise=noise if isinstance(noise, dict) else None, **optional)
     except (OSError, ValueError, KeyError, TypeError) as e:
         log.warning("%s: ignoring unreadable thresholds (%s)", path, e)
         return None
@@ -278,3 +284,42 @@ def write_thresholds_file(path: Path, record: dict) -> Path:
     """Write a thresholds record to `path` atomically."""
     write_json_atomic(Path(path), record)
     return Path(path)
+
+
+def measure_frame_noise(series: dict[str, list[np.ndarray]], fps: float) -> dict:
+    """How a frame's score wanders in clips of one person in one look, from each clip's frame scores in time order
+    (kind -> one array a clip), sampled at `fps`: per kind the pooled standard deviation around each clip's mean, and
+    the lag-one autocorrelation of those residuals, from which `independent_per_s`, the frames a second that count as
+    independent evidence (fps x (1 - r) / (1 + r)). `compare` holds its drift events to the false-accept rate with it."""
+    out: dict = {"fps": float(fps)}
+    correlations = []
+    for kind, clips in series.items():
+        residuals = [np.asarray(c, np.float64) - float(np.mean(c)) for c in clips if len(c) >= 2]
+        if not residuals:
+            continue
+        dof = sum(len(r) - 1 for r in residuals)
+        out[kind] = float(np.sqrt(sum(float(r @ r) for r in residuals) / max(dof, 1)))
+        pairs = [(r[:-1], r[1:]) for r in residuals if len(r) >= 3]
+        num = sum(float(a @ b) for a, b in pairs)
+        den = sum(float(a @ a) for a, _ in pairs)
+        if den > 0:
+            correlations.append(num / den)
+        out.setdefault("clips", {})[kind] = len(residuals)
+        out.setdefault("frames", {})[kind] = int(sum(len(r) for r in residuals))
+    rho = min(max(float(np.mean(correlations)) if correlations else 0.0, 0.0), 0.95)
+    out["autocorrelation"] = rho
+    out["independent_per_s"] = float(fps) * (1.0 - rho) / (1.0 + rho)
+    out["measured_at"] = time.time()
+    return out
+
+
+def write_frame_noise(path: Path, model: ModelInfo, noise: dict) -> Path:
+    """Add a frame-noise record (`measure_frame_noise`) to a model's thresholds file, which must be that model's."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise HeadsearchError(f"{path}: cannot read the thresholds file to add the frame noise to ({e})") from e
+    if (record.get("model"), record.get("version")) != (model.name, model.version):
+        raise HeadsearchError(f"{path}: thresholds of {record.get('model')} {record.get('version')}, not of {model.label()}")
+    return write_thresholds_file(path, {**record, "frame_noise": noise})

@@ -1,0 +1,169 @@
+"""`headsearch compare`: is it still the same person, in the same look? (thin: options, output, exit statuses)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from cli.options import library_option, model_option, progress_option, show_progress
+from headsearch.basics.errors import HeadsearchError
+
+EXIT_GATE = 1  # --fail-under: a video's same-person share fell below it
+EXIT_SOME_FAILED = 2  # some videos could not be compared (the others were); also click's usage errors
+EXIT_NOTHING = 3  # nothing was compared: a reference, the model, or every video could not be read
+ORDERED = ("--ref", "--ref-video", "--person", "--name")  # options whose order on the command line groups references
+
+
+class CompareCommand(click.Command):
+    """Keeps the order of --name, --ref, --ref-video and --person on the command line, which groups references."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ordered: list[tuple[str, str]] = []
+        cut = args.index("--") if "--" in args else len(args)
+        i = 0
+        while i < cut:
+            a = args[i]
+            if a in ORDERED and i + 1 < cut:
+                ordered.append((a, args[i + 1]))
+                i += 2
+                continue
+            opt, eq, value = a.partition("=")
+            if eq and opt in ORDERED:
+                ordered.append((opt, value))
+            i += 1
+        ctx.meta["references"] = ordered
+        return super().parse_args(ctx, args)
+
+
+def reference_specs(ordered: list[tuple[str, str]]):
+    """The references as grouped on the command line: without --name, or with one, every --ref, --ref-video and
+    --person is one person; with several, each --name names the references after it, up to the next."""
+    from indexer.compare import ReferenceSpec
+
+    names = [v for opt, v in ordered if opt == "--name"]
+    sources = [(opt, v) for opt, v in ordered if opt != "--name"]
+    if len(names) <= 1:
+        groups = [ReferenceSpec(names[0] if names else None)]
+        entries = sources
+    else:
+        if ordered and ordered[0][0] != "--name":
+            raise click.UsageError("with several --name, give each --name before the references it names")
+        groups, entries = [], ordered
+    for opt, value in entries:
+        if opt == "--name":
+            groups.append(ReferenceSpec(value))
+            continue
+        g = groups[-1]
+        {"--ref": g.photos, "--ref-video": g.videos, "--person": g.persons}[opt].append(Path(value) if opt != "--person" else value)
+    empty = [g.name for g in groups if g.empty]
+    if empty and (len(groups) > 1 or sources):
+        raise click.UsageError(f"--name {empty[0]} names no reference (give --ref, --ref-video or --person after it)")
+    if not sources:
+        raise click.UsageError("give a reference: --ref PHOTO (or a folder of photos), --ref-video CLIP or --person NAME")
+    return groups
+
+
+EPILOG = f"""\b
+Exit status:
+  0  every video was compared (and, with --fail-under, each passed)
+  {EXIT_GATE}  --fail-under: the same-person share of a video fell below it
+  {EXIT_SOME_FAILED}  some videos could not be compared (each said why in one line; the others were), or bad usage
+  {EXIT_NOTHING}  nothing was compared: a reference had no head, the model could not load, or no video could be read
+"""
+
+
+@click.command("compare", cls=CompareCommand, epilog=EPILOG)
+@click.argument("videos", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--ref", "refs", multiple=True, metavar="PHOTO", help="A reference photo, or a folder of photos, of the person "
+              "(repeatable: several photos of one person make one template).")
+@click.option("--ref-video", "ref_videos", multiple=True, metavar="CLIP", help="A reference clip: its main person (repeatable).")
+@click.option("--person", "persons", multiple=True, metavar="NAME", help="A person of the library (name or id; see `headsearch people`).")
+@click.option("--name", "names", multiple=True, help="Name of the reference person; with several, each --name names the "
+              "--ref/--ref-video/--person after it, one person each (every track goes to the best of them, or to nobody).")
+@click.option("--ref-head", type=click.IntRange(min=1), default=None, help="In reference photos of several heads, this one "
+              "(numbered left to right, as `headsearch query PHOTO --all` numbers them).")
+@click.option("--whole-image", is_flag=True, help="Reference photos are already head crops (e.g. the back of a head).")
+@library_option
+@model_option("--model", "-m", prefix="Model", suffix=" (default: the default model; with --person, the library's).")
+@click.option("--fps", "fps", type=click.FloatRange(min=0.01), default=None, help="Frames sampled a second (default: the indexer's, 2).")
+@click.option("--every-frame", is_flag=True, help="Score every decoded frame (slower).")
+@click.option("--min-segment", type=click.FloatRange(min=0.0), default=1.0, show_default=True,
+              help="Seconds: shorter runs of one tier join their neighbour within the shot.")
+@click.option("--json", "as_json", is_flag=True, help='A JSON list, one entry per video and reference: {"video", "reference", '
+              '"verdict", "summary", "segments", "drifts", "shots", "thresholds", "frames"} (README: "compare").')
+@click.option("--no-frames", is_flag=True, help="Leave the per-frame records out of --json.")
+@click.option("--report", "report_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Write an HTML page per video (and for several, index.html and leaderboard.csv) into this folder.")
+@click.option("--fail-under", type=click.FloatRange(0.0, 1.0), default=None, metavar="SHARE",
+              help=f"Exit {EXIT_GATE} when a video's same-person share (of its frames with a head) is below SHARE, e.g. 0.95.")
+@progress_option
+@click.pass_context
+def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, persons, names, ref_head: int | None, whole_image: bool,
+            library: Path | None, model: str | None, fps: float | None, every_frame: bool, min_segment: float, as_json: bool,
+            no_frames: bool, report_dir: Path | None, fail_under: float | None, progress: bool | None) -> None:
+    """Is it still the same person, in the same look? Compare the people in VIDEOS with a reference person.
+
+    Every sampled frame is analysed as `index` analyses it (shots, heads tracked through profiles and turned-away
+    frames) and scored against the reference: same_look, other_look (same person, another look), other_person, or
+    no_head. Runs of one tier are segments; a fall in tier is a drift event. Nothing is stored.
+    """
+    from headsearch.compare.report import table_lines, write_report
+    from indexer.compare import open_comparison
+
+    if not videos:
+        raise click.UsageError("give one or more videos to compare")
+    if fps is not None and every_frame:
+        raise click.UsageError("--fps and --every-frame exclude each other")
+    specs = reference_specs(ctx.meta.get("references", []))
+    show = show_progress(progress)
+    try:
+        session = open_comparison(specs, model=model, library=library if (library is not None or persons) else None,
+                                  fps=fps, every_frame=every_frame, min_segment_s=min_segment, ref_head=ref_head,
+                                  whole_image=whole_image, progress=show)
+    except HeadsearchError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_NOTHING)
+    done, failed = _run(session, [Path(v) for v in videos], as_json)
+    if as_json:
+        out = [c.to_dict(frames=not no_frames) for c in done] + [{"video": v, "error": e} for v, e in failed]
+        click.echo(json.dumps(out, indent=2))
+    elif len(done) > 1:
+        click.echo("")
+        for line in table_lines(done):
+            click.echo(line)
+    if report_dir is not None and done:
+        click.echo(f"report: {write_report(report_dir, done, failed)}", err=True)
+    sys.exit(_exit_status(done, failed, fail_under))
+
+
+def _run(session, videos: list[Path], as_json: bool) -> tuple[list, list[tuple[str, str]]]:
+    """Each video compared, its text shown as it is done (unless JSON is asked); the comparisons and the failures."""
+    from headsearch.compare.report import text_lines
+
+    done, failed = [], []
+    for item in session.run(videos):
+        if item.error:
+            click.echo(f"error: {item.error}", err=True)
+            failed.append((str(item.path), item.error))
+            continue
+        done += item.comparisons
+        if not as_json:
+            for c in item.comparisons:
+                for line in text_lines(c):
+                    click.echo(line)
+    return done, failed
+
+
+def _exit_status(done: list, failed: list, fail_under: float | None) -> int:
+    """The gate's line for each video under --fail-under, and the exit status (the command's epilog)."""
+    if not done:
+        return EXIT_NOTHING
+    below = [c for c in done if fail_under is not None and c.same_person_share < fail_under]
+    for c in below:
+        click.echo(f"gate: {c.video} vs {c.reference.name}: same person on {100 * c.same_person_share:.1f}% of its head frames, "
+                   f"under --fail-under {fail_under:g}", err=True)
+    if below:
+        return EXIT_GATE
+    return EXIT_SOME_FAILED if failed else 0
