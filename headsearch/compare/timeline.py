@@ -17,7 +17,9 @@ shot's first frame is sampled, so a segment that starts at a cut starts on the c
 `min_segment_s` joins its neighbour within the same shot; a run bounded by cuts on both sides (a shot of its own) stays.
 A drift event is a fall in tier (same look -> other look or other person, other look -> other person) from one
 segment with a head to the next, where the lower segment holds at least `drift_min_frames` frames of the person's head
-scored on their own (not carried): a single odd frame of a still clip is not a drift.
+scored on their own (not carried), and the fall holds up (`confirmed_fall`): the segments' mean scores fall too, by
+more than the model's measured frame noise allows at the bars' false-accept rate. A consistent clip whose frames
+wander across a bar raises none.
 """
 from __future__ import annotations
 
