@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 import cli
+from cli.exporting import export_options
 from cli.options import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
@@ -269,10 +270,16 @@ def reindex(library: Path | None, model: str | None, sample_fps: float, progress
               help="Render each hit's picture: the matched moment with the head boxed.")
 @click.option("--rank", "ranking", type=click.Choice(["appearance", "identity"]), default="appearance", show_default=True,
               help="appearance: the same person first, same look before other look (by head score); identity: by identity score.")
+@click.option("--with", "with_photo", type=click.Path(path_type=Path), default=None,
+              help="Only while the person in this photo is on screen too (same shot, same time).")
+@click.option("--without", "without_photo", type=click.Path(path_type=Path), default=None,
+              help="Only while the person in this photo is not on screen.")
+@export_options
 def query(image: Path | None, library: Path | None, k: int, all_heads: bool, whole_image: bool, as_json: bool, model: str | None,
           person: str | None = None, min_score: float | None = None, show_weak: bool = False, videos_only: bool = False,
           photos_only: bool = False, under: tuple[Path, ...] = (), per_video: bool = False, export_clips: Path | None = None,
-          pictures: bool = True, ranking: str = "appearance") -> None:
+          pictures: bool = True, ranking: str = "appearance", with_photo: Path | None = None, without_photo: Path | None = None,
+          export_to: tuple[Path, ...] = (), markers: bool = False, handles: float = 0.0, order: str = "rank") -> None:
     """Find the moments where the person in IMAGE (or --person NAME) appears.
 
     With thresholds (bundled with the model, or from `bench --calibrate`), only confident hits
@@ -281,6 +288,7 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
     tier (same_look, other_look, other_person) and, ranked by appearance, come the same person first,
     same look before other look.
     """
+    from cli.exporting import check_export_path, export_results
     from headsearch.basics.failures import file_failures
     from headsearch.search.clips import export_hit_clips
     from headsearch.search.hits import Scope, no_match_line, results_json, results_text
@@ -289,6 +297,12 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
 
     if (image is None) == (person is None):
         raise click.UsageError("give a photo or --person NAME (one of them)")
+    if with_photo is not None and without_photo is not None:
+        raise click.UsageError("--with and --without exclude each other")
+    if (with_photo or without_photo) and person is not None:
+        raise click.UsageError("--with and --without take a photo, not --person")
+    for target in export_to:
+        check_export_path(target)
     scope = Scope(videos_only, photos_only, tuple(Path(u).expanduser().resolve() for u in under))
     lib = Library.open(library_path(library))
     service = SearchService(lib, model)
@@ -298,12 +312,20 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
         options = QueryOptions(k=k, all_heads=all_heads, whole_image=whole_image, scope=scope, min_score=min_score,
                                show_weak=show_weak, ranking=ranking, pictures=pictures)
         with file_failures(image, lib.root):  # an unexpected error is one line, its traceback in the library's log
-            answer = service.search_photo(image, options)
+            if with_photo or without_photo:
+                answer = service.search_together(image, with_photo or without_photo, options, without=without_photo is not None)
+            else:
+                answer = service.search_photo(image, options)
     if answer.note:
         click.echo(answer.note, err=True)
     results, confidence = answer.results, answer.confidence
     if export_clips is not None:
         export_hit_clips(export_clips, [h for r in results for h in r.hits])
+    if export_to:
+        names = ([answer.person.label()] if answer.person is not None else
+                 [f"head {r.head.number}" for r in results] if all_heads else [Path(image).stem])
+        for target in export_to:
+            export_results(target, results, names, markers, handles, order)
     if as_json:
         click.echo(json.dumps(results_json(results, all_heads, per_video), indent=2))
         for r in results:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from cli.exporting import export_options_no_file
 from cli.options import library_option, library_path
 
 
@@ -270,3 +271,93 @@ def remove_photo_command(ctx: click.Context, person_id: int, photo_id: int, libr
 
     remove_reference_photo(_library(ctx, library), person_id, photo_id)
     click.echo(f"reference photo {photo_id} of person {person_id} removed")
+
+
+@people.command("export")
+@click.argument("args", nargs=-1, required=True, metavar="[PERSON]... FILE")
+@click.option("--video", "video", type=click.Path(path_type=Path), default=None,
+              help="The moments in this video only; without PERSON, every listed person seen in it (a .vtt file: who is on screen).")
+@click.option("--chapters", is_flag=True, help="With --video and a .vtt FILE: one chapter a shot instead.")
+@export_options_no_file
+@library_option
+@click.pass_context
+def export_command(ctx: click.Context, args: tuple[str, ...], video: Path | None, chapters: bool, markers: bool, handles: float,
+                   order: str, library: Path | None) -> None:
+    """Write persons' moments to FILE for an editor: one track a person (its format from the extension: .otio, .edl,
+    .xml for Premiere and Final Cut 7, .fcpxml, .mlt, .vtt, .csv). PERSON is a name or an id."""
+    from cli.exporting import check_export_path
+    from headsearch.exports.timelines import ExportOptions, export
+    from headsearch.search.hits import Scope, export_moments
+    from headsearch.search.service import SearchService
+
+    *persons, target = args
+    target = Path(target)
+    check_export_path(target)
+    if not persons and video is None:
+        raise click.UsageError("name a PERSON (or give --video VIDEO for everyone seen in it)")
+    if chapters and (video is None or target.suffix.lower() != ".vtt"):
+        raise click.UsageError("--chapters makes a .vtt FILE of one --video")
+    service = SearchService(_library(ctx, library))
+    shots: dict[str, list[tuple[float, float]]] = {}
+    if video is not None:
+        answers, video_shots = service.on_screen(video)
+        shots[str(Path(video).expanduser().resolve())] = video_shots
+        if persons:
+            keep = {str(p).casefold() for p in persons}
+            answers = [a for a in answers if a.person.label().casefold() in keep or str(a.person.id) in keep]
+    else:
+        answers = [service.search_person(p, Scope(), pictures=False) for p in persons]
+    moments, photos = export_moments([r for a in answers for r in a.results], [a.person.label() for a in answers])
+    if target.suffix.lower() == ".vtt" and not chapters and len({m.video for m in moments}) > 1:
+        raise click.UsageError("a .vtt file holds the cues of one video: give --video VIDEO")
+    done = export(target, moments, ExportOptions(markers=markers, handles_s=handles, order=order,
+                                                 name=", ".join(a.person.label() for a in answers) or "headsearch"),
+                  shots=shots, chapters=chapters)
+    if photos:
+        done.notes.append(f"{photos} moment{'s' if photos != 1 else ''} in photos left out")
+    click.echo(done.line(), err=True)
+
+
+@people.command("screen-time")
+@click.argument("person", required=False)
+@click.option("--json", "as_json", is_flag=True, help='A JSON list of {"person_id", "person", "video", "seconds", "share", '
+              '"appearances", "first", "last", "ranges", "tracks"}.')
+@click.option("--csv", "as_csv", is_flag=True, help="The same as CSV rows.")
+@click.option("--sheet", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="With PERSON: a contact sheet PNG of its appearances.")
+@library_option
+@click.pass_context
+def screen_time_command(ctx: click.Context, person: str | None, as_json: bool, as_csv: bool, sheet: Path | None, library: Path | None) -> None:
+    """Seconds on screen per person and video (every listed person, or PERSON): share of the video, appearances, first
+    and last moment; a person's tracks that overlap are counted once."""
+    import csv
+    import io
+
+    from headsearch.basics.timeline import format_time
+    from headsearch.people.screen_time import contact_sheet, screen_time
+
+    if as_json and as_csv:
+        raise click.UsageError("--json and --csv exclude each other")
+    if sheet is not None and person is None:
+        raise click.UsageError("--sheet needs a PERSON")
+    lib = _library(ctx, library)
+    times = screen_time(lib, person)
+    if sheet is not None:
+        _echo_err(f"contact sheet: {contact_sheet(lib, times, sheet)}")
+    rows = [t.to_dict() for t in times]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    elif as_csv:
+        buf = io.StringIO()
+        fields = ["person_id", "person", "video", "seconds", "share", "appearances", "first", "last"]
+        w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+        click.echo(buf.getvalue(), nl=False)
+    else:
+        for t in times:
+            n = len(t.appearances)
+            click.echo(f"{t.person:<24} {format_time(t.seconds)} on screen ({100 * t.share:.1f}%), {n} appearance{'s' if n != 1 else ''}, "
+                       f"{format_time(t.first)}-{format_time(t.last)}  {t.video}")
+        if not times:
+            click.echo("no one on screen (no listed person has tracks in videos)")

@@ -160,7 +160,7 @@ async def search(request: Request) -> Response:
         from headsearch.search.hits import results_json
 
         return JSONResponse(results_json(answer.results, all_heads))
-    page = await run_in_threadpool(site.query_page, answer, all_heads)
+    page = await run_in_threadpool(site.query_page, answer, all_heads, name)
     return _page(request, "search.html", {**page, "k": k, "all": all_heads, "whole_image": whole_image, "show_weak": show_weak,
                                           "photo": name})
 
@@ -189,6 +189,45 @@ async def compare(request: Request) -> Response:
     if _wants_json(request):
         return JSONResponse(twin)
     return _page(request, "compare.html", page)
+
+
+def _download(data: bytes, filename: str) -> Response:
+    media = {".vtt": "text/vtt; charset=utf-8", ".csv": "text/csv; charset=utf-8", ".otio": "application/json"}.get(Path(filename).suffix,
+                                                                                                                 "application/xml")
+    disposition = "inline" if filename.endswith(".vtt") else f'attachment; filename="{filename}"'
+    return Response(data, media_type=media, headers={"Content-Disposition": disposition, "Cache-Control": "no-store"})
+
+
+async def person_export(request: Request) -> Response:
+    """GET /people/ID/export.FORMAT: the person's moments for an editor; /api/people/ID/export: the moments as JSON."""
+    from headsearch.exports.timelines import moment_dict
+
+    site = _site(request)
+    moments, name = await run_in_threadpool(site.person_moments_export, request.path_params["person_id"])
+    if _wants_json(request):
+        return JSONResponse({"person": name, "moments": [moment_dict(m) for m in moments], "exports": site.export_links(
+            f"/people/{request.path_params['person_id']}/export", moments)})
+    data, filename = await run_in_threadpool(site.export_file, moments, "." + request.path_params["fmt"], name)
+    return _download(data, filename)
+
+
+async def search_export(request: Request) -> Response:
+    """GET /exports/KEY.FORMAT: a search's moments for an editor (the last searches' are kept); /api/exports/KEY: JSON."""
+    from headsearch.exports.timelines import moment_dict
+
+    site = _site(request)
+    moments = site.kept(request.path_params["key"])
+    if _wants_json(request):
+        return JSONResponse({"moments": [moment_dict(m) for m in moments]})
+    data, filename = await run_in_threadpool(site.export_file, moments, "." + request.path_params["fmt"], moments[0].group if moments else "search")
+    return _download(data, filename)
+
+
+async def video_cues(request: Request) -> Response:
+    """GET /videos/ID/who.vtt (who is on screen) and /videos/ID/chapters.vtt (one chapter a shot), for the player."""
+    data, filename = await run_in_threadpool(_site(request).video_cues, request.path_params["video_id"],
+                                             request.url.path.endswith("/chapters.vtt"))
+    return _download(data, filename)
 
 
 async def videos(request: Request) -> Response:
@@ -428,6 +467,8 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
             Route(f"{prefix}/tracks/{{track_id:id}}", track),
             Route(f"{prefix}/people", people),
             Route(f"{prefix}/people/{pid}", person),
+            Route(f"{prefix}/people/{pid}/export" + (".{fmt:str}" if not prefix else ""), person_export),
+            Route(f"{prefix}/exports/{{key:str}}" + (".{fmt:str}" if not prefix else ""), search_export),
             Route(f"{prefix}/inbox", inbox),
             Route(f"{prefix}/watch/{{video_id:id}}", watch),
             Route(f"{prefix}/people/update", people_update, methods=["POST"]),
@@ -441,6 +482,8 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
         ]
     routes += [
         Route("/media/{video_id:id}", media),
+        Route("/videos/{video_id:id}/who.vtt", video_cues),
+        Route("/videos/{video_id:id}/chapters.vtt", video_cues),
         Route("/media/{video_id:id}/preview", preview),
         Route("/thumbnails/{track_id:id}.jpg", thumbnail),
         Route("/frames/{sighting_id:id}.jpg", frame),

@@ -7,6 +7,8 @@ database before each search.
 from __future__ import annotations
 
 import base64
+import re
+import secrets
 import threading
 from dataclasses import asdict
 from pathlib import Path, PurePosixPath
@@ -14,9 +16,11 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from headsearch.basics.errors import HeadsearchError
+from headsearch.basics.extras import missing
 from headsearch.basics.images import encode_jpeg
 from headsearch.basics.settings import IndexSettings
 from headsearch.basics.timeline import seek_text
+from headsearch.exports.timelines import ADAPTERS, EXPORT_EXTRA, FORMATS, ExportOptions, Moment, export_bytes
 from headsearch.people.listing import (
     inbox,
     inbox_reasons,
@@ -26,9 +30,11 @@ from headsearch.people.listing import (
 )
 from headsearch.people.persons import PersonNotFound, people_thresholds
 from headsearch.people.photos import reference_photo, reference_photos, reference_vectors
+from headsearch.people.screen_time import screen_time
 from headsearch.search.hits import (
     HeadResult,
     ShownHit,
+    export_moments,
     found_hits,
     hidden_line,
     hit_json,
@@ -56,6 +62,8 @@ MAX_SUGGESTIONS = 24  # "are these the same person?" pairs on the people page
 INBOX_PAGE = 60  # inbox tracks a page
 FILES_PAGE = 100  # files a page of the Videos page
 REFERENCE_K = 24  # tracks looked at per reference photo for "found by the reference photos"
+KEPT_EXPORTS = 64  # searches whose moments are kept for their export links
+EXPORT_LABELS = {".otio": "OTIO", ".edl": "EDL", ".xml": "Premiere XML", ".fcpxml": "FCPXML", ".mlt": "MLT", ".vtt": "VTT", ".csv": "CSV"}
 
 
 class Site:
@@ -69,6 +77,8 @@ class Site:
         self.files = IndexedFiles()
         self._playback: dict[tuple[int, str], Playback] = {}
         self._comparing = threading.Lock()  # one comparison at a time: it analyses a whole video
+        self._kept: dict[str, list[Moment]] = {}  # search moments kept for their export links
+        self._kept_lock = threading.Lock()
 
     # ----- searching --------------------------------------------------------------------------------
     def search(self, photo: Path, name: str, k: int, all_heads: bool, whole_image: bool, show_weak: bool = False) -> Answer:
@@ -78,12 +88,68 @@ class Site:
         return self.service.search_photo(photo.read_bytes(), options, name)
 
     # ----- pages ------------------------------------------------------------------------------------
-    def query_page(self, answer: Answer, all_heads: bool) -> dict:
+    def query_page(self, answer: Answer, all_heads: bool, name: str = "photo") -> dict:
         hint = 'tick "weak matches too" to see them'
-        return {"heads": [{"crop": _crop_url(r), "cards": self.cards(r.hits),
-                           "note": no_match_line(r, answer.confidence, hint) if not r.hits else hidden_line(r, answer.confidence, hint)}
-                          for r in answer.results],
-                "hits": results_json(answer.results, all_heads), "uncalibrated": answer.note}
+        names = [f"{Path(name).stem} head {r.head.number}" if all_heads and r.head is not None else Path(name).stem for r in answer.results]
+        heads = []
+        for r, label in zip(answer.results, names, strict=True):
+            moments, _ = export_moments([r], [label])
+            heads.append({"crop": _crop_url(r), "cards": self.cards(r.hits), "exports": self.export_links(f"/exports/{self.keep(moments)}", moments),
+                          "note": no_match_line(r, answer.confidence, hint) if not r.hits else hidden_line(r, answer.confidence, hint)})
+        return {"heads": heads, "hits": results_json(answer.results, all_heads), "uncalibrated": answer.note}
+
+    # ----- exports ----------------------------------------------------------------------------------
+    def keep(self, moments: list[Moment]) -> str:
+        """Keep a search's moments for its export links (the last `KEPT_EXPORTS` searches); their key."""
+        key = secrets.token_urlsafe(12)
+        with self._kept_lock:
+            self._kept[key] = moments
+            while len(self._kept) > KEPT_EXPORTS:
+                self._kept.pop(next(iter(self._kept)))
+        return key
+
+    def kept(self, key: str) -> list[Moment]:
+        with self._kept_lock:
+            moments = self._kept.get(key)
+        if moments is None:
+            raise NotFound("this search's export is gone (search again)")
+        return moments
+
+    @staticmethod
+    def export_links(base: str, moments: list[Moment]) -> list[dict]:
+        """Links to each format an editor takes (the ones installed), when there are moments in videos."""
+        if not moments:
+            return []
+        one_video = len({m.video for m in moments}) == 1
+        return [{"format": label, "href": f"{base}.{suffix.lstrip('.')}"} for suffix, label in EXPORT_LABELS.items()
+                if (suffix != ".vtt" or one_video) and not missing(EXPORT_EXTRA + ((ADAPTERS[suffix][1],) if suffix in ADAPTERS else ()))]
+
+    def export_file(self, moments: list[Moment], suffix: str, name: str, shots: dict | None = None, chapters: bool = False) -> tuple[bytes, str]:
+        """An export's bytes and its file name."""
+        if suffix not in FORMATS:
+            raise NotFound(f"no export format {suffix}")
+        if suffix == ".vtt" and not chapters and len({m.video for m in moments}) > 1:
+            raise HeadsearchError("a .vtt file holds the cues of one video")
+        data, _ = export_bytes(suffix, moments, ExportOptions(name=name), shots, chapters)
+        return data, re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:60] + suffix
+
+    def person_moments_export(self, person_id: int) -> tuple[list[Moment], str]:
+        try:
+            answer = self.service.search_person(person_id, pictures=False)
+        except PersonNotFound as e:
+            raise NotFound(f"no person {person_id}") from e
+        moments, _ = export_moments(answer.results, [answer.person.label()])
+        return moments, answer.person.label()
+
+    def video_cues(self, video_id: int, chapters: bool) -> tuple[bytes, str]:
+        """A video's WebVTT: who is on screen (each listed person's moments, with its tier) or one chapter a shot."""
+        video = self.video_row(video_id)
+        answers, shots = self.service.on_screen(Path(video.path))
+        moments, _ = export_moments([r for a in answers for r in a.results], [a.person.label() for a in answers])
+        if not moments and not chapters:
+            return b"WEBVTT\n", "who.vtt"
+        data, _ = export_bytes(".vtt", moments, ExportOptions(), {video.path: shots}, chapters)
+        return data, "chapters.vtt" if chapters else "who.vtt"
 
     def cards(self, shown: list[ShownHit]) -> list[dict]:
         """Hits with what a card needs: the matched sighting to show boxed, the file's id, the player's address."""
@@ -203,7 +269,9 @@ class Site:
                 "found_by_photos": found_by_photos,
                 "merge_choices": person_choices(self.library, person_id=person_id, min_tracks=1)[:MAX_CHOICES],
                 "suggestions": [{"other": s.b if s.a == person_id else s.a, "score": s.score} for s in suggested],
-                "moments": [{**c, "moment": True} for c in self.cards(moments)]}
+                "moments": [{**c, "moment": True} for c in self.cards(moments)],
+                "screen_time": [t.to_dict() for t in screen_time(self.library, person_id)],
+                "exports": self.export_links(f"/people/{person_id}/export", export_moments(answer.results, [person.label()])[0])}
 
     def found_by_references(self, references: list[dict[VectorKind, np.ndarray]], mine: set[int]) -> list[dict]:
         """The library searched with a person's reference photos: confident hits (same person by the library's

@@ -219,3 +219,10 @@ def test_compare_report_and_page(server, page, tmp_path):
     assert href.startswith("/watch/") and "start=7.89" in href
     page.goto(server + href)
     page.wait_for_function("(() => { const v = document.getElementById('player'); return v && v.readyState >= 2; })()", timeout=60_000)
+    # the player carries who is on screen (subtitles) and the shots (chapters); shown, the cues load
+    page.evaluate("(() => { for (const t of document.getElementById('player').textTracks) t.mode = 'showing'; })()")
+    page.wait_for_function("(() => { const ts = document.getElementById('player').textTracks;"
+                           " return ts.length === 2 && Array.from(ts).every(t => t.cues && t.cues.length > 0); })()", timeout=30_000)
+    kinds = page.evaluate("Array.from(document.getElementById('player').textTracks).map(t => [t.kind, t.cues.length])")
+    assert kinds == [["subtitles", kinds[0][1]], ["chapters", 4]] and kinds[0][1] >= 1
+    page.screenshot(path=str(ARTEFACTS / "player-who-is-on-screen.png"))

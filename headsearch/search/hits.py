@@ -17,6 +17,7 @@ from headsearch.basics.media import fingerprint, fingerprint_bytes
 from headsearch.basics.timeline import format_time
 from headsearch.embedding.photo_heads import QueryHead
 from headsearch.evaluation.thresholds import Thresholds
+from headsearch.exports.timelines import Moment
 from headsearch.search.engine import QueryEngine
 from headsearch.store.library import Library
 from headsearch.store.rows import Sighting
@@ -314,3 +315,63 @@ def no_match_line(result: HeadResult, confidence: Confidence, hint: str = "--sho
     if confidence.calibrated:
         return "no confident match"
     return "no matches (nothing in the library, or nothing inside the scope)"
+
+
+def export_moments(results: Sequence[HeadResult], names: Sequence[str]) -> tuple[list[Moment], int]:
+    """The shown hits in videos as moments to export, each result's under its name (a query head, a person), in rank
+    order; and how many hits in photos were left out (a photo has no time to put on a timeline)."""
+    moments, photos = [], 0
+    for result, name in zip(results, names, strict=True):
+        for rank, s in enumerate(result.hits, 1):
+            h = s.hit
+            if s.sighting is not None and s.sighting.kind == MediaKind.IMAGE:
+                photos += 1
+                continue
+            moments.append(Moment(h.video, h.start, h.end, name, None if h.tier is None else str(h.tier), h.identity_score, h.track_id, rank))
+    return moments, photos
+
+
+# ----- both on screen, or one without the other -----------------------------------------------------
+def _merged(ranges: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _parts(start: float, end: float, others: list[tuple[float, float]], inside: bool) -> list[tuple[float, float]]:
+    """[start, end] within the (merged, sorted) ranges (`inside`), or outside all of them."""
+    if inside:
+        return [(max(start, a), min(end, b)) for a, b in others if max(start, a) <= min(end, b)]
+    if start == end:  # a photo: a moment without a duration
+        return [] if any(a <= start <= b for a, b in others) else [(start, end)]
+    out, at = [], start
+    for a, b in others:
+        if b <= at or a >= end:
+            continue
+        if a > at:
+            out.append((at, a))
+        at = max(at, b)
+    if at < end:
+        out.append((at, end))
+    return out
+
+
+def together(found: HeadResult, other: HeadResult, without: bool = False) -> HeadResult:
+    """The moments of `found` while the person of `other` is on screen in the same file too (tracks never cross a
+    cut: the same shot, at the same time), or, `without`, while they are not. A hit becomes one hit per part of its
+    time range that remains; its best time is kept where it falls inside, else the part's start."""
+    ranges: dict[str, list[tuple[float, float]]] = {}
+    for s in other.hits:
+        ranges.setdefault(s.hit.video, []).append((s.hit.start, s.hit.end))
+    ranges = {v: _merged(r) for v, r in ranges.items()}
+    out = []
+    for s in found.hits:
+        h = s.hit
+        for a, b in _parts(h.start, h.end, ranges.get(h.video, []), inside=not without):
+            t = h.time if a <= h.time <= b else a
+            out.append(ShownHit(replace(h, start=a, end=b, time=t), s.sighting, s.confident, look=s.look))
+    return HeadResult(found.head, out, found.hidden_weak, found.best_hidden, found.confidence)

@@ -14,15 +14,16 @@ import logging
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
+from headsearch.basics.errors import HeadsearchError
 from headsearch.embedding.photo_heads import PhotoEmbedder
 from headsearch.evaluation.thresholds import Thresholds, thresholds_for
 from headsearch.models.base import Embedder
-from headsearch.people.listing import Person, find_person, person_looks, person_moments
+from headsearch.people.listing import Person, find_person, list_people, person_looks, person_moments
 from headsearch.people.photos import reference_vectors, stacked
 from headsearch.search.engine import QueryEngine
 from headsearch.search.hits import (
@@ -32,6 +33,7 @@ from headsearch.search.hits import (
     confidence_for,
     found_hits,
     scoped_search_vectors,
+    together,
     uncalibrated_note,
     without_face,
 )
@@ -126,6 +128,21 @@ class SearchService:
         answer = Answer(results, confidence, None if confidence.calibrated else uncalibrated_note(self.library.model.name))
         return self._with_pictures(answer, options.pictures)
 
+    def search_together(self, photo: Path, other: Path, options: QueryOptions = QueryOptions(), without: bool = False) -> Answer:
+        """The moments of the person in `photo` while the person in `other` is on screen in the same shot at the same
+        time (or, `without`, while they are not): both searched with the options (confident hits only, unless the
+        options say otherwise), then each of the first's time ranges cut to the second's."""
+        wide = replace(options, k=max(10 * options.k, 200), pictures=False)
+        first, second = self.search_photo(photo, wide), self.search_photo(other, wide)
+        if len(second.results) != 1:
+            raise HeadsearchError(f"{other}: --with and --without take one person (without --all)")
+        results = []
+        for r in first.results:
+            kept = together(r, second.results[0], without)
+            kept.hits = kept.hits[: options.k]
+            results.append(kept)
+        return self._with_pictures(Answer(results, first.confidence, first.note), options.pictures)
+
     def search_person(self, person: str | int, scope: Scope | None = None, pictures: bool = True) -> Answer:
         """Every moment of a person of the library (a name or an id; `PersonNotFound` otherwise), best first: the tracks
         people put together, each scored against the person's other tracks and reference photos, and tiered (same look,
@@ -139,6 +156,19 @@ class SearchService:
         note = (f"note: {aside} reference photo{'s were' if aside != 1 else ' was'} of {found.label()} made by another model and "
                 f"left aside (`headsearch people add-photo {found.id} PHOTO` again)") if aside else None
         return self._with_pictures(Answer(results, Confidence(), note, found), pictures)
+
+    def on_screen(self, video: Path) -> tuple[list[Answer], list[tuple[float, float]]]:
+        """Who is on screen in one indexed video: each listed person seen in it with its moments there (best first,
+        tiered), and the video's shots (start, end); `HeadsearchError` when the video is not in the library."""
+        path = str(Path(video).expanduser().resolve())
+        with self.library.browsing() as b:
+            row = next((v for v in b.videos() if v.path == path), None)
+            shots = [(s.start_time, s.end_time) for s in b.shots(row.id)] if row is not None else []
+        if row is None:
+            raise HeadsearchError(f"{video}: not in the library {self.library.root} (`headsearch list` shows what it holds)")
+        people = [p for p in list_people(self.library, with_looks=False) if path in p.videos]
+        scope = Scope(under=(Path(path),))
+        return [self.search_person(p.id, scope, pictures=False) for p in people], shots
 
     def _with_pictures(self, answer: Answer, pictures: bool) -> Answer:
         if pictures:

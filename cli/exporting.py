@@ -1,0 +1,48 @@
+"""Options and output of exports (`query --export`, `people export`): thin, the work is `headsearch.exports`."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import click
+
+FORMATS_HELP = ".otio, .edl (CMX 3600), .xml (Premiere, Final Cut 7), .fcpxml, .mlt (Kdenlive, Shotcut), .vtt, .csv"
+
+
+def export_options_no_file(f: Callable) -> Callable:
+    """--markers, --handles, --order."""
+    f = click.option("--order", type=click.Choice(["rank", "time"]), default="rank", show_default=True,
+                     help="Order of the exported moments: as ranked, or by file and time.")(f)
+    f = click.option("--handles", type=click.FloatRange(min=0.0, max=3600.0), default=0.0, show_default=True,
+                     help="Seconds added before and after each exported moment (within its file).")(f)
+    f = click.option("--markers", is_flag=True, help="Export markers on the whole source clips (named by person and tier, "
+                     "coloured by tier) instead of a selects timeline.")(f)
+    return f
+
+
+def export_options(f: Callable) -> Callable:
+    """--export FILE, --markers, --handles, --order."""
+    f = export_options_no_file(f)
+    return click.option("--export", "export_to", type=click.Path(path_type=Path, dir_okay=False), multiple=True,
+                        help=f"Write the moments to this file for an editor (repeatable); its extension names the format: {FORMATS_HELP} "
+                             "(pip install 'headsearch[export]' for the timelines).")(f)
+
+
+def check_export_path(path: Path) -> None:
+    """One line, before any work, for a format that is not known or whose extra is not installed."""
+    from headsearch.exports.timelines import export_format, require_export_extra
+
+    require_export_extra(export_format(path))
+
+
+def export_results(path: Path, results: Sequence, names: Sequence[str], markers: bool, handles: float, order: str) -> None:
+    from headsearch.exports.timelines import ExportOptions, export
+    from headsearch.search.hits import export_moments
+
+    moments, photos = export_moments(results, names)
+    if Path(path).suffix.lower() == ".vtt" and len({m.video for m in moments}) > 1:
+        raise click.UsageError("a .vtt file holds the cues of one video: narrow the moments with --under FILE")
+    done = export(path, moments, ExportOptions(markers=markers, handles_s=handles, order=order, name=", ".join(names)))
+    if photos:
+        done.notes.append(f"{photos} hit{'s' if photos != 1 else ''} in photos left out")
+    click.echo(done.line(), err=True)

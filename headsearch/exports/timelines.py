@@ -1,0 +1,301 @@
+"""Moments as a timeline file: a selects timeline (one clip a moment, one track a person or query head, in rank or time
+order, with handles) or markers on the whole source clips (named by person and tier, coloured by tier, the score
+and track in their metadata); the format from the file's extension.
+
+Times become frames on each file's own grid (`headsearch.basics.timeline.Timing`: its rate as editors count it,
+30000/1001 for 29.97, its first frame as frame 0, its start timecode where it carries one): a moment from 1.519 s
+in a file whose first frame is at 0.852 s starts on frame 20, source timecode 00:00:00:20 (or the file's start
+timecode plus 20 frames). A variable-frame-rate file is placed on the grid its timestamps lie on (24000/1001 for a
+24p file with dropped frames): its frames keep their times, the frames it skips count as frames of the grid.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from pathlib import Path
+
+from headsearch.basics.errors import HeadsearchError
+from headsearch.basics.extras import missing
+from headsearch.basics.files import write_bytes_atomic
+from headsearch.basics.timeline import Timing, probe_timing
+
+EXPORT_EXTRA = ("opentimelineio",)
+ADAPTERS = {".otio": ("otio_json", "opentimelineio"), ".edl": ("cmx_3600", "otio_cmx3600_adapter"),
+            ".xml": ("fcp_xml", "otio_fcp_adapter"), ".fcpxml": ("fcpx_xml", "otio_fcpx_xml_adapter"),
+            ".mlt": ("mlt_xml", "otio_mlt_adapter")}
+FORMATS = (*ADAPTERS, ".vtt", ".csv")
+TIER_COLOURS = {"same_look": "GREEN", "other_look": "YELLOW", "other_person": "RED", None: "PURPLE"}
+TIER_WORDS = {"same_look": "same look", "other_look": "other look", "other_person": "below the identity bar", None: "uncalibrated"}
+
+
+@dataclass(frozen=True)
+class Moment:
+    """A time range of a file where a person (`group`: a person's name, a query head) is seen."""
+
+    video: str
+    start: float  # seconds on the file's timeline
+    end: float
+    group: str
+    tier: str | None = None
+    score: float | None = None
+    track_id: int | None = None
+    rank: int = 0  # its place in its group's answer, from 1
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    markers: bool = False  # markers on the whole source clips, instead of a selects timeline
+    handles_s: float = 0.0  # seconds added before and after each selected moment (within the file)
+    order: str = "rank"  # "rank": each group's moments as they were ranked; "time": by file, then time
+    name: str = "headsearch"
+
+
+@dataclass
+class Exported:
+    """What was written: the file, its format, the moments on it, the files they reference, what was left out."""
+
+    path: Path
+    format: str
+    moments: int
+    files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        n, f = self.moments, len(self.files)
+        return (f"exported {n} moment{'s' if n != 1 else ''} of {f} file{'s' if f != 1 else ''} to {self.path} ({self.format})"
+                + "".join(f"; {note}" for note in self.notes))
+
+
+def export_format(path: Path) -> str:
+    """The format a file name asks for; one line naming the known ones otherwise."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise HeadsearchError(f"{path}: no export format for {suffix or 'a name without an extension'} "
+                              f"(one of {', '.join(FORMATS)})")
+    return suffix
+
+
+def require_export_extra(suffix: str) -> None:
+    """One line when OpenTimelineIO or the adapter a format needs is not installed."""
+    gone = missing(EXPORT_EXTRA + (ADAPTERS[suffix][1],)) if suffix in ADAPTERS else []
+    if gone:
+        raise HeadsearchError(f"exporting {suffix} needs {', '.join(dict.fromkeys(gone))}, which the lean install leaves out: "
+                              "pip install 'headsearch[export]'")
+
+
+def timings(moments: Sequence[Moment]) -> dict[str, Timing]:
+    """Each file's frame grid; a file that cannot be read is one line."""
+    out = {}
+    for video in dict.fromkeys(m.video for m in moments):
+        t = probe_timing(video)
+        if t is None:
+            raise HeadsearchError(f"{video}: cannot read its frames' timing to export it (is it still there?)")
+        out[video] = t
+    return out
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A moment on its file's frame grid: [first, last) frames, handles included, within the file."""
+
+    moment: Moment
+    timing: Timing
+    first: int
+    last: int
+
+
+def placed(moments: Sequence[Moment], grid: dict[str, Timing], handles_s: float = 0.0) -> list[Placed]:
+    out = []
+    for m in moments:
+        t = grid[m.video]
+        handle = int(round(handles_s * float(t.rate)))
+        first = max(0, t.frame_at(m.start) - handle)
+        last = min(t.frames, max(t.frame_at(m.end), t.frame_at(m.start) + 1) + handle)
+        out.append(Placed(m, t, first, max(last, first + 1)))
+    return out
+
+
+def ordered(moments: Sequence[Moment], order: str) -> list[Moment]:
+    """"rank": as given (each group's moments as they were ranked); "time": by file, then time."""
+    return sorted(moments, key=lambda m: (m.video, m.start, m.group)) if order == "time" else list(moments)
+
+
+def export(path: Path, moments: Sequence[Moment], options: ExportOptions = ExportOptions(),
+           shots: dict[str, list[tuple[float, float]]] | None = None, chapters: bool = False) -> Exported:
+    """Write moments to `path` in the format its extension names (see `FORMATS`). `shots` (file -> shot ranges) and
+    `chapters` make a WebVTT file of chapters, one a shot, instead of one cue a moment."""
+    suffix = export_format(path)
+    data, done = export_bytes(suffix, moments, options, shots, chapters)
+    path = Path(path)
+    try:
+        write_bytes_atomic(path, data)
+    except OSError as e:
+        raise HeadsearchError(f"{path}: cannot write the export ({e.strerror or e})") from e
+    done.path = path
+    return done
+
+
+def export_bytes(suffix: str, moments: Sequence[Moment], options: ExportOptions = ExportOptions(),
+                 shots: dict[str, list[tuple[float, float]]] | None = None, chapters: bool = False) -> tuple[bytes, Exported]:
+    """The bytes of an export in format `suffix` (".otio", ...), and what it holds."""
+    require_export_extra(suffix)
+    moments = [m for m in moments if m.end >= m.start]
+    if not moments and not chapters:
+        raise HeadsearchError("nothing to export: no moments in videos")
+    grid = timings(moments)
+    notes = [f"{Path(v).name} has a variable frame rate: placed on its {_rate_text(t.rate)} timestamp grid"
+             for v, t in grid.items() if t.variable]
+    if suffix == ".vtt":
+        data = vtt(moments, shots or {}, chapters)
+    elif suffix == ".csv":
+        data = csv_rows(placed(ordered(moments, options.order), grid, options.handles_s))
+    else:
+        if suffix == ".mlt":  # MLT places clips by frames from the file's first, whatever its start timecode
+            grid = {v: replace(t, timecode=None) for v, t in grid.items()}
+        data = _adapter_bytes(suffix, timeline(moments, grid, options), grid)
+    return data, Exported(Path(f"export{suffix}"), suffix.lstrip("."), len(moments), list(grid or shots or {}), notes)
+
+
+def moment_dict(m: Moment) -> dict:
+    return _metadata(m)["headsearch"]
+
+
+def _rate_text(rate: Fraction) -> str:
+    return f"{rate.numerator}/{rate.denominator}" if rate.denominator != 1 else str(rate.numerator)
+
+
+# ----- OpenTimelineIO ------------------------------------------------------------------------------
+def _time(otio, frames: int, t: Timing):
+    return otio.opentime.RationalTime(frames, float(t.rate))
+
+
+def _start(otio, t: Timing):
+    """The file's start timecode as a time at its rate (0 without one, or where the format counts frames from the
+    file's first: `Timing.timecode` None)."""
+    if t.timecode:
+        try:
+            return otio.opentime.from_timecode(t.timecode.replace(";", ":") if t.rate.denominator == 1 else t.timecode, float(t.rate))
+        except (ValueError, TypeError):
+            pass
+    return otio.opentime.RationalTime(0, float(t.rate))
+
+
+def _reference(otio, video: str, t: Timing):
+    start = _start(otio, t)
+    return otio.schema.ExternalReference(target_url=Path(video).resolve().as_uri(),
+                                         available_range=otio.opentime.TimeRange(start, _time(otio, t.frames, t)))
+
+
+def _metadata(m: Moment) -> dict:
+    return {"headsearch": {"video": m.video, "start": round(m.start, 3), "end": round(m.end, 3), "person": m.group, "tier": m.tier,
+                           "score": None if m.score is None else round(m.score, 4), "track_id": m.track_id, "rank": m.rank}}
+
+
+def timeline(moments: Sequence[Moment], grid: dict[str, Timing], options: ExportOptions):
+    """An OpenTimelineIO timeline of the moments (see the module's docstring)."""
+    import opentimelineio as otio
+
+    tl = otio.schema.Timeline(name=options.name)
+    if options.markers:
+        track = otio.schema.Track(name="sources", kind=otio.schema.TrackKind.Video)
+        for video, t in grid.items():
+            ref = _reference(otio, video, t)
+            clip = otio.schema.Clip(name=Path(video).name, media_reference=ref, source_range=ref.available_range)
+            for p in placed([m for m in moments if m.video == video], grid):
+                m = p.moment
+                marker = otio.schema.Marker(name=f"{m.group} {TIER_WORDS.get(m.tier, m.tier)}",
+                                            marked_range=otio.opentime.TimeRange(_start(otio, t) + _time(otio, p.first, t),
+                                                                                 _time(otio, p.last - p.first, t)),
+                                            color=getattr(otio.schema.MarkerColor, TIER_COLOURS.get(m.tier, "PURPLE")), metadata=_metadata(m))
+                marker.comment = f"score {'-' if m.score is None else f'{m.score:.3f}'}, track {m.track_id}"
+                clip.markers.append(marker)
+            track.append(clip)
+        tl.tracks.append(track)
+        return tl
+    for group in dict.fromkeys(m.group for m in moments):
+        track = otio.schema.Track(name=group, kind=otio.schema.TrackKind.Video)
+        for p in placed(ordered([m for m in moments if m.group == group], options.order), grid, options.handles_s):
+            m, t = p.moment, p.timing
+            clip = otio.schema.Clip(name=f"{m.group} {m.rank}: {Path(m.video).name}", media_reference=_reference(otio, m.video, t),
+                                    source_range=otio.opentime.TimeRange(_start(otio, t) + _time(otio, p.first, t),
+                                                                         _time(otio, p.last - p.first, t)),
+                                    metadata=_metadata(m))
+            track.append(clip)
+        tl.tracks.append(track)
+    return tl
+
+
+def _adapter_bytes(suffix: str, tl, grid: dict[str, Timing]) -> bytes:
+    import opentimelineio as otio
+
+    adapter, _ = ADAPTERS[suffix]
+    rates = sorted({t.rate for t in grid.values()})
+    options = {}
+    if suffix == ".edl":
+        options["rate"] = float(rates[0])  # an EDL has one rate: other files' frames are converted to it (nearest)
+    if suffix == ".fcpxml":
+        table = otio.adapters.from_name(adapter).module().FRAMERATE_FRAMEDURATION
+        for r in rates:  # the adapter knows 29.97 as 29.97, not 30000/1001: tell it each file's exact frame duration
+            table.setdefault(float(r), f"{r.denominator}/{r.numerator}s")
+    return otio.adapters.write_to_string(tl, adapter, **options).encode("utf-8")
+
+
+# ----- WebVTT and CSV ------------------------------------------------------------------------------
+def vtt_time(seconds: float) -> str:
+    ms = max(0, round(float(seconds) * 1000))
+    h, rest = divmod(ms, 3_600_000)
+    m, rest = divmod(rest, 60_000)
+    s, ms = divmod(rest, 1000)
+    return f"{h:02d}:{m:02d}:{s:02d}.{ms:03d}"
+
+
+def vtt(moments: Sequence[Moment], shots: dict[str, list[tuple[float, float]]], chapters: bool = False) -> bytes:
+    """WebVTT cues: one a moment ("who is on screen": the person, and the tier where there is one), or with
+    `chapters` one a shot. Cue times are on the file's timeline, as players count them."""
+    lines = ["WEBVTT", ""]
+    if chapters:
+        for video, ranges in shots.items():
+            for i, (a, b) in enumerate(ranges, 1):
+                lines += [f"shot-{i}", f"{vtt_time(a)} --> {vtt_time(b)}", f"Shot {i}" + ("" if len(shots) == 1 else f" of {Path(video).name}"), ""]
+        return "\n".join(lines).encode("utf-8")
+    for n, m in enumerate(sorted(moments, key=lambda m: (m.start, m.group)), 1):
+        label = m.group.replace("-->", "->")
+        tier = f" ({TIER_WORDS[m.tier]})" if m.tier in ("same_look", "other_look") else ""
+        lines += [f"{n}", f"{vtt_time(m.start)} --> {vtt_time(max(m.end, m.start + 0.001))}", f"{label}{tier}", ""]
+    return "\n".join(lines).encode("utf-8")
+
+
+CSV_FIELDS = ("person", "rank", "video", "start", "end", "rate", "first_frame", "last_frame", "source_in", "source_out",
+              "tier", "score", "track_id")
+
+
+def csv_rows(items: Sequence[Placed]) -> bytes:
+    """One row a moment: its times, its frames on the file's grid ([first, last)), the source timecodes."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    w.writeheader()
+    for p in items:
+        m, t = p.moment, p.timing
+        w.writerow({"person": m.group, "rank": m.rank, "video": m.video, "start": round(m.start, 3), "end": round(m.end, 3),
+                    "rate": _rate_text(t.rate), "first_frame": p.first, "last_frame": p.last, "source_in": timecode(p.first, t),
+                    "source_out": timecode(p.last, t), "tier": m.tier or "", "score": "" if m.score is None else round(m.score, 4),
+                    "track_id": "" if m.track_id is None else m.track_id})
+    return buf.getvalue().encode("utf-8")
+
+
+def timecode(frames: int, t: Timing) -> str:
+    """SMPTE HH:MM:SS:FF of a frame from the file's start timecode (non-drop; frames counted at the nominal rate)."""
+    fps = round(float(t.rate))
+    start = 0
+    if t.timecode:
+        parts = t.timecode.replace(";", ":").split(":")
+        if len(parts) == 4 and all(p.isdigit() for p in parts):
+            hh, mm, ss, ff = (int(p) for p in parts)
+            start = ((hh * 60 + mm) * 60 + ss) * fps + ff
+    total = start + frames
+    ff = total % fps
+    s = total // fps
+    return f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}:{ff:02d}"
