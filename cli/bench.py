@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from cli.options import EXIT_PARTIAL, library_option, library_path
+from cli.options import EXIT_PARTIAL, FiniteFloat, library_option, library_path
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.settings import IndexSettings
 
@@ -80,7 +80,7 @@ def json_option(f: Callable) -> Callable:
 
 
 def fps_option(f: Callable) -> Callable:
-    return click.option("--fps", "sample_fps", type=click.FloatRange(min=0.01), default=IndexSettings.sample_fps, show_default=True,
+    return click.option("--fps", "sample_fps", type=FiniteFloat(min=0.01), default=IndexSettings.sample_fps, show_default=True,
                         help="Frames sampled per second in videos.")(f)
 
 
@@ -112,7 +112,7 @@ def _show(data: Any, text: str, as_json: bool) -> None:
 @fps_option
 @json_option
 @click.option("--plot", type=click.Path(path_type=Path), default=None, help="Write ROC curves (log FAR) of all models to this PNG.")
-@click.option("--calibrate", type=float, default=None, metavar="FAR", callback=_far,
+@click.option("--calibrate", type=FiniteFloat(), default=None, metavar="FAR", callback=_far,
               help="Write <library>/thresholds.json: exact thresholds at this FAR for the library's model.")
 @click.option("--thresholds-out", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="With --calibrate: write the first model's thresholds to this file instead of a library's (thresholds "
@@ -246,7 +246,7 @@ def people(library: Path | None, label_sets: tuple[Path, ...], sweep: str | None
               help="Folder the set's relative file paths start from (default: the CSV's folder; bench/sets/heads.csv: ../shared/data).")
 @click.option("--method", "methods", multiple=True, type=click.Choice(["faces", "indexer-faces", "indexer"]),
               help="Measure only this method (repeatable; default: all three).")
-@click.option("--iou", type=click.FloatRange(0.05, 1.0), default=0.5, show_default=True, help="IoU a found head needs with a labelled one.")
+@click.option("--iou", type=FiniteFloat(0.05, 1.0), default=0.5, show_default=True, help="IoU a found head needs with a labelled one.")
 @fps_option
 @json_option
 @quiet_option
@@ -272,7 +272,7 @@ def heads(set_csv: Path, root: Path | None, methods: tuple[str, ...], iou: float
 @click.argument("sets", metavar="SET...", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--model", "-m", default=None, help="Model to measure (default: the default model).")
 @click.option("--joins", type=click.IntRange(min=0), default=3, show_default=True, help="Clips of two people joined into one, to find the change.")
-@click.option("--still-at", type=click.FloatRange(min=0.0), default=0.5, show_default=True,
+@click.option("--still-at", type=FiniteFloat(min=0.0), default=0.5, show_default=True,
               help="Seconds into a clip for its own still, where its person has no photo and no other clip.")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="Folder for the joined clips (default: temporary).")
 @click.option("--speed-video", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,

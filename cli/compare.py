@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from cli.options import library_option, model_option, progress_option, show_progress
+from cli.options import FiniteFloat, library_option, model_option, progress_option, show_progress
 from headsearch.basics.errors import HeadsearchError
 
 EXIT_GATE = 1  # --fail-under: a video's same-person share fell below it
@@ -87,16 +87,16 @@ Exit status:
 @click.option("--whole-image", is_flag=True, help="Reference photos are already head crops (e.g. the back of a head).")
 @library_option
 @model_option("--model", "-m", prefix="Model", suffix=" (default: the default model; with --person, the library's).")
-@click.option("--fps", "fps", type=click.FloatRange(min=0.01), default=None, help="Frames sampled a second (default: the indexer's, 2).")
+@click.option("--fps", "fps", type=FiniteFloat(min=0.01), default=None, help="Frames sampled a second (default: the indexer's, 2).")
 @click.option("--every-frame", is_flag=True, help="Score every decoded frame (slower).")
-@click.option("--min-segment", type=click.FloatRange(min=0.0), default=1.0, show_default=True,
+@click.option("--min-segment", type=FiniteFloat(min=0.0), default=1.0, show_default=True,
               help="Seconds: shorter runs of one tier join their neighbour within the shot.")
 @click.option("--json", "as_json", is_flag=True, help='A JSON list, one entry per video and reference: {"video", "reference", '
               '"verdict", "summary", "segments", "drifts", "shots", "thresholds", "frames"} (README: "compare").')
 @click.option("--no-frames", is_flag=True, help="Leave the per-frame records out of --json.")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Write an HTML page per video (and for several, index.html and leaderboard.csv) into this folder.")
-@click.option("--fail-under", type=click.FloatRange(0.0, 1.0), default=None, metavar="SHARE",
+@click.option("--fail-under", type=FiniteFloat(0.0, 1.0), default=None, metavar="SHARE",
               help=f"Exit {EXIT_GATE} when a video's same-person share (of its frames with a head) is below SHARE, e.g. 0.95.")
 @progress_option
 @click.pass_context

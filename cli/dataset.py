@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from cli.options import EXIT_INTERRUPTED, EXIT_PARTIAL, model_option, show_progress
+from cli.options import EXIT_INTERRUPTED, EXIT_PARTIAL, FiniteFloat, model_option, show_progress
 from trainer.dataset import (
     DEFAULT_BEST_FACE_RATIO,
     DEFAULT_FPS,
@@ -17,7 +17,7 @@ from trainer.dataset import (
 )
 from trainer.dataset_format import layout_help
 
-_share = click.FloatRange(min=0.0, max=1.0)
+_share = FiniteFloat(min=0.0, max=1.0)
 
 
 @click.command("build-dataset", help=f"""Build a head-similarity training set from VIDEOS (files or folders) and labelled photo sets.
@@ -34,7 +34,7 @@ _share = click.FloatRange(min=0.0, max=1.0)
                    "becomes a sample of identity label:<identity>; a labelled one-person video gives its person's segments that "
                    "identity and look.")
 @model_option("--teacher", prefix="Teacher model for identity clustering and distillation targets", suffix="; default: sface.")
-@click.option("--fps", "sample_fps", type=click.FloatRange(min=0.01), default=DEFAULT_FPS, show_default=True, help="Frames sampled per second.")
+@click.option("--fps", "sample_fps", type=FiniteFloat(min=0.01), default=DEFAULT_FPS, show_default=True, help="Frames sampled per second.")
 @click.option("--min-frames", type=click.IntRange(min=1), default=DEFAULT_MIN_FRAMES, show_default=True,
               help="A segment has at least this many sampled frames.")
 @click.option("--min-visible", type=_share, default=DEFAULT_MIN_VISIBLE, show_default=True,
@@ -44,7 +44,7 @@ _share = click.FloatRange(min=0.0, max=1.0)
 @click.option("--best-face-ratio", type=_share, default=DEFAULT_BEST_FACE_RATIO, show_default=True,
               help="The best face of a segment covers at least this share of its head box (frontal faces ~0.25-0.28 "
                    "in our 1.75x-face-height head boxes; the paper's 'more than half' assumes tighter head boxes).")
-@click.option("--cluster-threshold", type=click.FloatRange(min=-1.0, max=1.0), default=None,
+@click.option("--cluster-threshold", type=FiniteFloat(min=-1.0, max=1.0), default=None,
               help="Cosine similarity of best-face teacher vectors at which segments merge into one identity "
                    "(default: the teacher's own, from its spec: `headsearch models --json` shows cluster_threshold).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")

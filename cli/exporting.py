@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from cli.options import FiniteFloat
+
 FORMATS_HELP = ".otio, .edl (CMX 3600), .xml (Premiere, Final Cut 7), .fcpxml, .mlt (Kdenlive, Shotcut), .vtt, .csv"
 
 
@@ -13,7 +15,7 @@ def export_options_no_file(f: Callable) -> Callable:
     """--markers, --handles, --order."""
     f = click.option("--order", type=click.Choice(["rank", "time"]), default="rank", show_default=True,
                      help="Order of the exported moments: as ranked, or by file and time.")(f)
-    f = click.option("--handles", type=click.FloatRange(min=0.0, max=3600.0), default=0.0, show_default=True,
+    f = click.option("--handles", type=FiniteFloat(min=0.0, max=3600.0), default=0.0, show_default=True,
                      help="Seconds added before and after each exported moment (within its file).")(f)
     f = click.option("--markers", is_flag=True, help="Export markers on the whole source clips (named by person and tier, "
                      "coloured by tier) instead of a selects timeline.")(f)

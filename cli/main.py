@@ -19,6 +19,8 @@ from cli.options import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
     EXIT_PARTIAL,
+    MAX_WORKERS,
+    FiniteFloat,
     command_name,
     library_option,
     library_path,
@@ -28,6 +30,7 @@ from cli.options import (
 )
 from headsearch.basics.errors import HeadsearchError, is_disk_full
 from headsearch.basics.settings import IndexSettings
+from headsearch.basics.text import printable
 
 VERBOSE_FLAGS = ("-v", "--verbose")
 OUR_LOGGERS = ("headsearch", "indexer", "bench", "trainer", "cli", "serve", "schemas")
@@ -167,11 +170,11 @@ def main(ctx: click.Context, verbose: bool) -> None:
 @library_option
 @model_option("--model", "-m", prefix="Embedding model",
               suffix="; default: the library's model, or the default model for a new library.")
-@click.option("--fps", "sample_fps", type=click.FloatRange(min=0.01), default=IndexSettings.sample_fps, show_default=True, help="Frames sampled per second.")
+@click.option("--fps", "sample_fps", type=FiniteFloat(min=0.01), default=IndexSettings.sample_fps, show_default=True, help="Frames sampled per second.")
 @progress_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars (same as --no-progress).")
 @click.option("--retry-failed", is_flag=True, help="Try again the files that failed before, even unchanged.")
-@click.option("--workers", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--workers", "-j", type=click.IntRange(1, MAX_WORKERS), default=1, show_default=True,
               help="Processes analysing files at once (this process alone stores them); with --engine ray, the number of actors.")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: this machine; ray: Ray actors on a cluster (pip install 'headsearch[ray]').")
@@ -217,10 +220,10 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
 @main.command()
 @library_option
 @model_option("--model", "-m", prefix="Model to re-embed the library with", suffix="; default: the default model.")
-@click.option("--fps", "sample_fps", type=click.FloatRange(min=0.01), default=IndexSettings.sample_fps, show_default=True, help="Frames sampled per second.")
+@click.option("--fps", "sample_fps", type=FiniteFloat(min=0.01), default=IndexSettings.sample_fps, show_default=True, help="Frames sampled per second.")
 @progress_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars (same as --no-progress).")
-@click.option("--workers", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--workers", "-j", type=click.IntRange(1, MAX_WORKERS), default=1, show_default=True,
               help="Processes analysing files at once (this process alone stores them).")
 @click.option("--delete-old", is_flag=True, help="Delete the old library once the new one is in place (default: keep it "
               "beside, renamed, and say where).")
@@ -258,11 +261,12 @@ def reindex(library: Path | None, model: str | None, sample_fps: float, progress
 @click.option("--json", "as_json", is_flag=True, help="A JSON list of hits (times in seconds).")
 @model_option("--model", "-m", prefix="Model to embed the query with, the library's own", suffix=" (default: the library's).")
 @click.option("--person", default=None, help="Instead of a photo: every moment of this person (name or id, see `headsearch people`).")
-@click.option("--min-score", type=float, default=None, help="Show hits scoring at least this (instead of the calibrated threshold).")
+@click.option("--min-score", type=FiniteFloat(-1.0, 1.0), default=None, help="Show hits scoring at least this (instead of the calibrated threshold).")
 @click.option("--show-weak", is_flag=True, help="Also show hits below the confidence bar, marked as such.")
 @click.option("--videos-only", is_flag=True, help="Only hits in videos.")
 @click.option("--photos-only", is_flag=True, help="Only hits in photos.")
-@click.option("--under", "under", multiple=True, type=click.Path(path_type=Path), help="Only hits in files under this folder (repeatable).")
+@click.option("--under", "under", multiple=True, type=click.Path(exists=True, path_type=Path),
+              help="Only hits in files under this folder (or this file; repeatable).")
 @click.option("--per-video", is_flag=True, help="Group the hits by video (best video first).")
 @click.option("--export-clips", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Write each video hit's time range as a playable clip into this folder.")
@@ -345,7 +349,7 @@ def remove(paths: tuple[Path, ...], library: Path | None) -> None:
     lib = Library.open(library_path(library), read_only=False)
     removed, unmatched = lib.remove_paths([Path(p).expanduser().resolve() for p in paths])
     for path in removed:
-        click.echo(f"removed {path}")
+        click.echo(f"removed {printable(path)}")
     if unmatched:
         raise HeadsearchError(f"not in the library: {', '.join(str(p) for p in unmatched)}")
 
@@ -397,7 +401,7 @@ def list_files(library: Path | None, as_json: bool, states: tuple[str, ...], tra
     for r in rows:
         what = r.error if r.error else ("photo" if r.kind == "image" else f"video {format_time(r.duration)}")
         tracks = "" if r.error else f"  {r.tracks} track{'s' if r.tracks != 1 else ''}"
-        click.echo(f"{r.state:<16} {r.path}  {what}{tracks}")
+        click.echo(f"{r.state:<16} {printable(r.path)}  {printable(what)}{tracks}")
     counts: dict[str, int] = {}
     for r in rows:
         counts[r.state] = counts.get(r.state, 0) + 1
@@ -414,7 +418,7 @@ def _list_tracks(library, as_json: bool) -> None:
         return
     for s in summaries:
         found = ", ".join(f"{n} {how}" for how, n in s.found_by.items() if n)
-        click.echo(f"track {s.id:<6} {s.video}  {format_time(s.start)}-{format_time(s.end)}  {s.sightings} sightings, "
+        click.echo(f"track {s.id:<6} {printable(s.video)}  {format_time(s.start)}-{format_time(s.end)}  {s.sightings} sightings, "
                    f"{s.faces} with a face ({found}); started by {s.started_by}")
     click.echo(f"{len(summaries)} tracks, {sum(s.faces == 0 for s in summaries)} never showing a face", err=True)
 

@@ -76,3 +76,23 @@ class ModelOption(click.Option):
 def model_option(*names: str, prefix: str = "Model", suffix: str = "", **kwargs):
     """A `--model`-like option whose help lists the registered models."""
     return click.option(*names, cls=ModelOption, default=None, help_prefix=prefix, help_suffix=suffix, **kwargs)
+
+
+class FiniteFloat(click.FloatRange):
+    """A float option within its range, and a number: `nan` and `inf` are refused with one line."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a number that can be used here", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+MAX_WORKERS = 256  # processes or actors for one run: far past any machine's cores, short of a typo's 100000

@@ -8,6 +8,7 @@ import click
 
 from cli.exporting import export_options_no_file
 from cli.options import library_option, library_path
+from headsearch.basics.text import printable
 
 
 def _open(library: Path | None):
@@ -38,12 +39,18 @@ def people(ctx: click.Context, library: Path | None, as_json: bool, include_hidd
     ctx.obj["library"] = library
     if ctx.invoked_subcommand is not None:
         return
+    from headsearch.basics.errors import LibraryDamaged, LibraryError
     from headsearch.people.listing import inbox, list_people, merge_suggestions
     from headsearch.people.persons import update_people
 
     lib = _open(library)
-    summary = update_people(lib, report=_echo_err)
-    _echo_err(summary.line())
+    try:
+        _echo_err(update_people(lib, report=_echo_err).line())
+    except LibraryDamaged:
+        raise
+    except (OSError, LibraryError) as e:  # a read-only library (a mount, an archive): list the people as they were grouped
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        _echo_err(f"note: {lib.root} cannot be written here ({reason}): the people as last grouped, new tracks not grouped")
     found = list_people(lib, include_hidden=include_hidden, include_unlisted=unlisted)
     if as_json:
         click.echo(json.dumps([p.to_dict() for p in found], indent=2))
@@ -53,8 +60,8 @@ def people(ctx: click.Context, library: Path | None, as_json: bool, include_hidd
     for p in found:
         flags = ("  (hidden)" if p.hidden else "") + ("" if p.listed else "  (unlisted)")
         files = p.videos + p.photos
-        names = ", ".join(Path(v).name for v in files[:3]) + (f" +{len(files) - 3}" if len(files) > 3 else "")
-        click.echo(f"{p.id:>5}  {p.label():<24} {len(p.tracks):>4} tracks  {len(p.videos):>3} videos  {len(p.photos):>3} photos  "
+        names = ", ".join(printable(Path(v).name) for v in files[:3]) + (f" +{len(files) - 3}" if len(files) > 3 else "")
+        click.echo(f"{p.id:>5}  {printable(p.label()):<24} {len(p.tracks):>4} tracks  {len(p.videos):>3} videos  {len(p.photos):>3} photos  "
                    f"{len(p.looks)} look{'s' if len(p.looks) != 1 else ''}  {names}{flags}")
     waiting, asked = len(inbox(lib)), len(merge_suggestions(lib))
     if waiting or asked:
@@ -76,7 +83,7 @@ def name_command(ctx: click.Context, person_id: int, name: str, library: Path | 
     from headsearch.people.persons import name_person
 
     name_person(_library(ctx, library), person_id, name)
-    click.echo(f"person {person_id} is {name!r}" if name.strip() else f"person {person_id} has no name")
+    click.echo(f"person {person_id} is {printable(repr(name))}" if name.strip() else f"person {person_id} has no name")
 
 
 @people.command("merge")
@@ -169,7 +176,7 @@ def inbox_command(ctx: click.Context, as_json: bool, library: Path | None) -> No
     for t in waiting:
         when = "photo" if t.kind == "image" else f"{format_time(t.start)}-{format_time(t.end)}"
         near = (f"  most like {t.nearest['label']} ({t.nearest['score']:.3f}{', likely' if t.likely else ''})" if t.nearest else "")
-        click.echo(f"{t.track_id:>6}  {Path(t.video).name}  {when}  {t.why}{near}")
+        click.echo(f"{t.track_id:>6}  {printable(Path(t.video).name)}  {when}  {t.why}{printable(near)}")
 
 
 @people.command("suggestions")
@@ -190,7 +197,7 @@ def suggestions_command(ctx: click.Context, as_json: bool, library: Path | None)
         click.echo("no suggestions")
     for s in found:
         a, b = find_person(lib, s.a), find_person(lib, s.b)
-        click.echo(f"{s.score:.3f}  {a.label()} ({len(a.tracks)} tracks)  ~  {b.label()} ({len(b.tracks)} tracks)"
+        click.echo(f"{s.score:.3f}  {printable(a.label())} ({len(a.tracks)} tracks)  ~  {printable(b.label())} ({len(b.tracks)} tracks)"
                    f"   headsearch people same {s.a} {s.b} | different {s.a} {s.b}")
 
 
@@ -233,7 +240,7 @@ def add_photo_command(ctx: click.Context, person_id: int, photos: tuple[Path, ..
     lib = _library(ctx, library)
     for photo in photos:
         row = add_photo_file(lib, person_id, Path(photo).expanduser())
-        click.echo(f"reference photo {row.id} of person {person_id}: {photo}" + ("" if row.face_visible else " (no face)"))
+        click.echo(f"reference photo {row.id} of person {person_id}: {printable(photo)}" + ("" if row.face_visible else " (no face)"))
 
 
 @people.command("photos")
@@ -257,7 +264,7 @@ def photos_command(ctx: click.Context, person_id: int, as_json: bool, library: P
         click.echo(f"person {person_id} has no reference photos (`headsearch people add-photo {person_id} PHOTO`)")
     key = model_key(lib)
     for r in rows:
-        click.echo(f"{r.id:>5}  {r.path}" + ("" if r.model == key else f"  (made by {r.model}: give it again)"))
+        click.echo(f"{r.id:>5}  {printable(r.path)}" + ("" if r.model == key else f"  (made by {r.model}: give it again)"))
 
 
 @people.command("remove-photo")
@@ -357,7 +364,7 @@ def screen_time_command(ctx: click.Context, person: str | None, as_json: bool, a
     else:
         for t in times:
             n = len(t.appearances)
-            click.echo(f"{t.person:<24} {format_time(t.seconds)} on screen ({100 * t.share:.1f}%), {n} appearance{'s' if n != 1 else ''}, "
-                       f"{format_time(t.first)}-{format_time(t.last)}  {t.video}")
+            click.echo(f"{printable(t.person):<24} {format_time(t.seconds)} on screen ({100 * t.share:.1f}%), {n} appearance{'s' if n != 1 else ''}, "
+                       f"{format_time(t.first)}-{format_time(t.last)}  {printable(t.video)}")
         if not times:
             click.echo("no one on screen (no listed person has tracks in videos)")

@@ -6,7 +6,6 @@ from pathlib import Path
 import click
 
 from cli.options import library_option, library_path
-from headsearch.basics.errors import HeadsearchError
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -14,25 +13,34 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 @click.command()
 @library_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on; anything but the loopback needs --token.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
-@click.option("--token", default=None, envvar="HEADSEARCH_TOKEN", help="Secret every request must carry (needed off the loopback).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="Port to listen on.")
+@click.option("--token", default=None, envvar="HEADSEARCH_TOKEN", help="Secret every request must carry, at least 16 characters (off the loopback without one, `serve` makes one).")
 @click.option("--cache", "cache_dir", type=click.Path(path_type=Path), default=None,
               help="Folder for preview clips and frames (default: ~/.cache/headsearch/serve/<library>).")
-def serve(library: Path | None, host: str, port: int, token: str | None, cache_dir: Path | None) -> None:
+@click.pass_context
+def serve(ctx: click.Context, library: Path | None, host: str, port: int, token: str | None, cache_dir: Path | None) -> None:
     """Search, watch and browse the library in a browser."""
+    import logging
+
     import uvicorn
 
     from serve.app import create_app
+    from serve.guard import checked_token, strong_token
 
     local = host in LOOPBACK
-    if not local and not token:
-        raise HeadsearchError(f"--host {host} makes the library reachable from other machines: give --token SECRET too")
+    token = checked_token(token)
+    made = not local and token is None
+    if made:  # reachable from other machines: never without a token
+        token = strong_token()
     app = create_app(library_path(library), token=token, cache_dir=cache_dir,
                      allowed_hosts=(LOOPBACK | {host}) if local else None)
     shown = f"[{host}]" if ":" in host else host
     address = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
     if not local:
         click.echo(f"warning: serving {app.state.site.root} to every machine that can reach {host}:{port}; "
-                   "anyone with the token can see every video in it", err=True)
+                   "anyone with the token can see every video in it" + (" (a token was made for this run: it is in the address)"
+                                                                         if made else ""), err=True)
     click.echo(f"headsearch: {address}  (library {app.state.site.root}; Ctrl+C stops)", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    # wrong tokens are said whatever the verbosity; -v adds a line per request
+    logging.getLogger("serve.guard").setLevel(logging.INFO if ctx.meta.get("verbose") else logging.WARNING)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from cli.options import EXIT_INTERRUPTED, show_progress
+from cli.options import EXIT_INTERRUPTED, FiniteFloat, show_progress
 from trainer.dataset_format import MANIFEST, TEACHER_VECTORS
 
 
@@ -26,7 +26,7 @@ from trainer.dataset_format import MANIFEST, TEACHER_VECTORS
               help="Pretrained stem layers kept fixed during training.")
 @click.option("--face-token", is_flag=True,
               help="Feed the teacher's vector of the aligned face as one more input token (the embedder computes it at run time).")
-@click.option("--face-token-drop", type=click.FloatRange(min=0, max=1), default=0.3, show_default=True,
+@click.option("--face-token-drop", type=FiniteFloat(min=0, max=1), default=0.3, show_default=True,
               help="Share of training samples whose face token is hidden, so identity is learned from the head too.")
 @click.option("--head-skip", is_flag=True,
               help="z_head = the teacher's head vector of the crop plus a learned part (needs a dataset built with a whole-head "
@@ -37,17 +37,17 @@ from trainer.dataset_format import MANIFEST, TEACHER_VECTORS
               show_default=True, help="Architecture ablation.")
 @click.option("--epochs", type=click.IntRange(min=1), default=30, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=2), default=256, show_default=True)
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=1e-4, show_default=True, help="Peak learning rate (AdamW).")
-@click.option("--weight-decay", type=click.FloatRange(min=0), default=5e-2, show_default=True)
-@click.option("--warmup-epochs", type=click.FloatRange(min=0), default=1.0, show_default=True, help="Linear warm-up, then cosine decay.")
-@click.option("--grad-clip", type=click.FloatRange(min=0), default=5.0, show_default=True, help="Max gradient norm (0: off).")
-@click.option("--lambda-align", type=click.FloatRange(min=0), default=1.0, show_default=True, help="Weight of the teacher alignment loss.")
-@click.option("--lambda-align-head", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--lr", type=FiniteFloat(min=0, min_open=True), default=1e-4, show_default=True, help="Peak learning rate (AdamW).")
+@click.option("--weight-decay", type=FiniteFloat(min=0), default=5e-2, show_default=True)
+@click.option("--warmup-epochs", type=FiniteFloat(min=0), default=1.0, show_default=True, help="Linear warm-up, then cosine decay.")
+@click.option("--grad-clip", type=FiniteFloat(min=0), default=5.0, show_default=True, help="Max gradient norm (0: off).")
+@click.option("--lambda-align", type=FiniteFloat(min=0), default=1.0, show_default=True, help="Weight of the teacher alignment loss.")
+@click.option("--lambda-align-head", type=FiniteFloat(min=0), default=0.0, show_default=True,
               help="Weight of aligning z_head with the teacher's head vectors, every sample, faces or not (needs a dataset "
                    "built with a whole-head teacher; z_head then takes their width).")
 @click.option("--samples-per-state", type=click.IntRange(min=2), default=4, show_default=True,
               help="K: samples of each of two states per identity in a batch.")
-@click.option("--val-identities", type=click.FloatRange(min=0, max=1, max_open=True), default=0.2, show_default=True,
+@click.option("--val-identities", type=FiniteFloat(min=0, max=1, max_open=True), default=0.2, show_default=True,
               help="Fraction of identities held out for validation.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its state.pt.")

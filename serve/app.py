@@ -38,7 +38,7 @@ from headsearch.people.persons import (
     update_people,
 )
 from serve.files import FileChanged, FileNotServed, OpenFileResponse
-from serve.guard import CSRF_FIELD, CSRF_HEADER, Guard, SessionTokens, csrf_token, require_csrf_token
+from serve.guard import CSRF_FIELD, CSRF_HEADER, Backoff, Guard, SessionTokens, checked_token, csrf_token, require_csrf_token
 from serve.uploads import UploadRefused, UploadSlots, read_form, received_compare, received_photo
 from serve.views import FILES_PAGE, MAX_K, NotFound, Site
 
@@ -405,6 +405,12 @@ async def frame(request: Request) -> Response:
     return OpenFileResponse(opened, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
 
 
+async def favicon(request: Request) -> Response:
+    """/favicon.ico, which browsers ask for whatever the page says: the app's icon."""
+    return Response((HERE / "static" / "favicon.svg").read_bytes(), media_type="image/svg+xml",
+                    headers={"Cache-Control": "public, max-age=86400"})
+
+
 async def csrf(request: Request) -> Response:
     """GET /api/csrf: the session's token for scripts (the cookie comes with it), and where to put it."""
     return JSONResponse({"token": csrf_token(request), "header": CSRF_HEADER, "field": CSRF_FIELD})
@@ -454,6 +460,7 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
         Route("/", search, methods=["POST"]),
         Route("/api/query", search, methods=["POST"]),
         Route("/api/csrf", csrf, methods=["GET"]),
+        Route("/favicon.ico", favicon, methods=["GET"]),
         Route("/compare", compare_form, methods=["GET"]),
         Route("/api/compare", compare_form, methods=["GET"]),
         Route("/compare", compare, methods=["POST"]),
@@ -492,7 +499,8 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
     app = Starlette(routes=routes, middleware=[Middleware(Guard)],
                     exception_handlers={HTTPException: on_http, UploadRefused: on_refused, HeadsearchError: on_domain})
     app.state.site = site
-    app.state.token = token
+    app.state.token = checked_token(token)
+    app.state.backoff = Backoff()
     app.state.allowed_hosts = allowed_hosts
     limits = MediaLimits.from_env()
     app.state.max_upload = max_upload if max_upload is not None else limits.max_upload_bytes  # $HEADSEARCH_MAX_UPLOAD_BYTES

@@ -19,13 +19,20 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
+import threading
+import time
 from urllib.parse import urlsplit
 
 from starlette.exceptions import HTTPException
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse
+from starlette.responses import PlainTextResponse, Response
+
+from headsearch.basics.errors import HeadsearchError
+
+log = logging.getLogger(__name__)
 
 TOKEN_COOKIE = "headsearch_token"
 SESSION_COOKIE = "headsearch_session"
@@ -95,17 +102,23 @@ class Guard(BaseHTTPMiddleware):
     something, and the session cookie behind the CSRF tokens."""
 
     async def dispatch(self, request: Request, call_next):
+        started = time.perf_counter()
+        response = await self._checked(request, call_next)
+        response.headers.update(SECURITY_HEADERS)
+        if log.isEnabledFor(logging.INFO):
+            client = request.client.host if request.client else "-"
+            log.info("%s %s %s %d %.0f ms", client, request.method, request.url.path, response.status_code, 1000 * (time.perf_counter() - started))
+        return response
+
+    async def _checked(self, request: Request, call_next):
         state = request.app.state
         hosts = state.allowed_hosts
         if hosts is not None and (request.url.hostname or "") not in hosts:
             return PlainTextResponse("unknown host name", status_code=400)
         if state.token is not None:
-            given = request.query_params.get("token") or request.cookies.get(TOKEN_COOKIE) or ""
-            auth = request.headers.get("authorization", "")
-            if auth.lower().startswith("bearer "):
-                given = auth[7:].strip()
-            if not hmac.compare_digest(given.encode(), state.token.encode()):
-                return PlainTextResponse("a token is needed: open the address `headsearch serve` printed", status_code=401)
+            refused = _token_refused(request, state)
+            if refused is not None:
+                return refused
         if request.method not in READ_ONLY_METHODS:
             why = foreign_origin(request, required=request.url.path not in OPEN_POSTS)
             if why is not None:
@@ -121,3 +134,84 @@ class Guard(BaseHTTPMiddleware):
         if state.token is not None and request.query_params.get("token"):
             response.set_cookie(TOKEN_COOKIE, state.token, httponly=True, samesite="strict")
         return response
+
+
+def _token_refused(request: Request, state) -> Response | None:
+    """The response for a request without the right token (None: it has it). A client that sent wrong tokens waits
+    longer after each (`Backoff`): until then even the right one is refused (429)."""
+    given = request.query_params.get("token") or request.cookies.get(TOKEN_COOKIE) or ""
+    auth = request.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        given = auth[7:].strip()
+    client = request.client.host if request.client else "-"
+    wait = state.backoff.wait(client)
+    if wait > 0 and given:
+        return PlainTextResponse(f"too many wrong tokens from {client}: try again in {wait:.0f} s", status_code=429,
+                                 headers={"Retry-After": str(max(1, round(wait)))})
+    if not hmac.compare_digest(given.encode("utf-8", "replace"), state.token.encode()):
+        if given:
+            n = state.backoff.failed(client)
+            log.warning("wrong token from %s (%d in a row): %s %s", client, n, request.method, request.url.path)
+        return PlainTextResponse("a token is needed: open the address `headsearch serve` printed", status_code=401)
+    if given:
+        state.backoff.succeeded(client)
+    return None
+
+
+class Backoff:
+    """Wrong tokens per client: the first `free` cost nothing, each one after doubles the wait before the next try
+    (from `first_wait_s`, at most `max_wait_s`); the right token clears the count."""
+
+    def __init__(self, free: int = 5, first_wait_s: float = 1.0, max_wait_s: float = 300.0, clients: int = 10_000):
+        self.free, self.first, self.max, self.clients = free, first_wait_s, max_wait_s, clients
+        self._failures: dict[str, tuple[int, float]] = {}  # client -> (wrong tokens in a row, monotonic time of the last)
+        self._lock = threading.Lock()
+
+    def wait(self, client: str) -> float:
+        with self._lock:
+            n, last = self._failures.get(client, (0, 0.0))
+        if n < self.free:
+            return 0.0
+        return max(0.0, last + min(self.max, self.first * 2 ** (n - self.free)) - time.monotonic())
+
+    def failed(self, client: str) -> int:
+        with self._lock:
+            n = self._failures.get(client, (0, 0.0))[0] + 1
+            self._failures[client] = (n, time.monotonic())
+            if len(self._failures) > self.clients:  # bounded: the oldest client forgotten
+                self._failures.pop(next(iter(self._failures)))
+            return n
+
+    def succeeded(self, client: str) -> None:
+        with self._lock:
+            self._failures.pop(client, None)
+
+
+MIN_TOKEN = 16  # characters
+
+
+def checked_token(token: str | None) -> str | None:
+    """A token `serve` may use: None (none asked), or at least MIN_TOKEN characters, none of them blank; else one line."""
+    if token is None:
+        return None
+    if not token.strip() or any(c.isspace() for c in token):
+        raise HeadsearchError("--token: a token of blanks, or with blanks in it, is refused (give one of at least "
+                              f"{MIN_TOKEN} characters, or none: `serve` makes a strong one)")
+    if len(token) < MIN_TOKEN:
+        raise HeadsearchError(f"--token: {len(token)} character{'s' if len(token) != 1 else ''} is too short to keep a guesser out "
+                              f"(at least {MIN_TOKEN}; or give none: `serve` makes a strong one)")
+    return token
+
+
+def strong_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+# Every response: no script but the app's own file, no framing, no type guessing, no address to other sites.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
+                                "media-src 'self' blob:; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+}

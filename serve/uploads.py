@@ -2,9 +2,11 @@
 
 A query photo streams to a temporary file (deleted when its request is done), never whole in memory
 while it arrives; it is refused (413) as soon as it is known to pass the cap: at once when its
-Content-Length says so, else at the first byte past it. At most `UPLOAD_SLOTS` uploads are read at a
-time; one more is answered 503 with Retry-After at once, not queued. The photo's header is checked
-before anything decodes it (a small PNG can claim to be 100,000 x 100,000 pixels).
+Content-Length says so, else at the first byte past it. At most `UPLOAD_SLOTS` large uploads are read at a
+time, at most half of them from one client; one more is answered 503 with Retry-After at once, not queued.
+A body declared small (an ordinary photo) takes no slot, so slow uploads never refuse a search; and a body that
+stalls (nothing for IDLE_S) or trickles (slower than MIN_RATE past GRACE_S) is dropped (408). The photo's header
+is checked before anything decodes it (a small PNG can claim to be 100,000 x 100,000 pixels).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import contextlib
 import json
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +27,12 @@ from starlette.types import Message, Receive
 
 from headsearch.basics.media import IMAGE_FORMATS  # one rule for what is a photo (headsearch.basics.media)
 
-UPLOAD_SLOTS = 4  # uploads read at once; searches then run one at a time (serve.views.Site.search)
+UPLOAD_SLOTS = 4  # large uploads read at once (at most half of them from one client); searches run one at a time
 UPLOAD_SECONDS = 120.0  # an upload must arrive within this
+SMALL_BODY = 1 << 20  # a body declared this small takes no slot
+IDLE_S = 10.0  # a body that sends nothing this long is dropped
+GRACE_S = 5.0  # ...and past this, one slower than MIN_RATE
+MIN_RATE = 32 * 1024  # bytes a second
 RETRY_AFTER_S = 2
 FORM_LIMIT = 64 * 1024  # the body of a correction: a name, a few ids
 HEADER_BYTES = 1 << 20  # what the header check reads of a photo (Pillow reads the file itself for other formats)
@@ -46,21 +53,43 @@ class UploadRefused(Exception):
 
 
 class UploadSlots:
-    """At most `slots` uploads at a time; one more is refused at once (503, Retry-After) rather than queued."""
+    """At most `slots` large uploads at a time, at most `per_client` of them from one client; one more is refused at
+    once (503, Retry-After) rather than queued. A body declared no larger than `SMALL_BODY` takes no slot: a slow
+    client holding every slot never keeps a search of an ordinary photo waiting (the rate floor drops it anyway)."""
 
-    def __init__(self, slots: int = UPLOAD_SLOTS):
+    def __init__(self, slots: int = UPLOAD_SLOTS, per_client: int | None = None):
         self.slots = self.free = slots
+        self.per_client = per_client if per_client is not None else max(1, slots // 2)
+        self._held: dict[str, int] = {}
 
     @contextlib.asynccontextmanager
-    async def hold(self) -> AsyncIterator[None]:
-        if self.free <= 0:  # one event loop: nothing runs between this test and the count below
-            raise UploadRefused(503, f"busy: {self.slots} uploads are being read; try again in a moment",
-                                {"Retry-After": str(RETRY_AFTER_S)})
+    async def hold(self, client: str = "-", declared: int | None = None) -> AsyncIterator[None]:
+        if declared is not None and declared <= SMALL_BODY:
+            yield
+            return
+        # one event loop: nothing runs between these tests and the counts below
+        if self.free <= 0 or self._held.get(client, 0) >= self.per_client:
+            held = self._held.get(client, 0)
+            why = f"{held} of yours are" if held >= self.per_client and self.free > 0 else f"{self.slots} uploads are"
+            raise UploadRefused(503, f"busy: {why} being read; try again in a moment", {"Retry-After": str(RETRY_AFTER_S)})
         self.free -= 1
+        self._held[client] = self._held.get(client, 0) + 1
         try:
             yield
         finally:
             self.free += 1
+            self._held[client] -= 1
+            if not self._held[client]:
+                del self._held[client]
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "-"
+
+
+def _declared(request: Request) -> int | None:
+    declared = request.headers.get("content-length", "")
+    return int(declared) if declared.isdigit() else None
 
 
 def refuse_declared(request: Request, limit: int, what: str = "upload") -> None:
@@ -71,17 +100,26 @@ def refuse_declared(request: Request, limit: int, what: str = "upload") -> None:
 
 
 def capped(request: Request, limit: int, what: str = "upload") -> Request:
-    """The request, reading its body through a counter that refuses (413) the first byte past `limit`."""
+    """The request, reading its body through a counter that refuses the first byte past `limit` (413), a body that
+    sends nothing for IDLE_S (408), and one that, past its first GRACE_S, arrives slower than MIN_RATE (408)."""
     size = 0
+    started = time.monotonic()
     receive: Receive = request.receive
 
     async def counted() -> Message:
         nonlocal size
-        message = await receive()
+        try:
+            with anyio.fail_after(IDLE_S):
+                message = await receive()
+        except TimeoutError as e:
+            raise UploadRefused(408, f"{what} stalled: nothing received for {IDLE_S:.0f} s") from e
         if message["type"] == "http.request":
             size += len(message.get("body", b""))
             if size > limit:
                 raise UploadRefused(413, f"{what} too large (more than {mib(limit)})")
+            elapsed = time.monotonic() - started
+            if elapsed > GRACE_S and message.get("more_body") and size < MIN_RATE * elapsed:
+                raise UploadRefused(408, f"{what} too slow: {size / elapsed / 1024:.0f} KiB/s, at least {MIN_RATE // 1024} KiB/s")
         return message
 
     return Request(request.scope, counted)
@@ -116,7 +154,7 @@ async def received_photo(request: Request, limit: int, slots: UploadSlots) -> As
     in the query string), in a temporary file deleted on leaving, its header checked."""
     refuse_declared(request, limit)
     fields = dict(request.query_params)
-    async with slots.hold():
+    async with slots.hold(_client(request), _declared(request)):
         with tempfile.NamedTemporaryFile(prefix="headsearch-upload-", suffix=".part") as file:
             try:
                 with anyio.fail_after(UPLOAD_SECONDS):
@@ -203,7 +241,7 @@ async def received_compare(request: Request, limit: int, slots: UploadSlots) -> 
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise UploadRefused(400, "send a multipart form: `photo`, and `clip` or `video_id`")
     refuse_declared(request, limit)
-    async with slots.hold():
+    async with slots.hold(_client(request), _declared(request)):
         with tempfile.NamedTemporaryFile(prefix="headsearch-upload-", suffix=".part") as photo_file, \
                 tempfile.NamedTemporaryFile(prefix="headsearch-clip-", suffix=".part") as clip_file:
             fields: dict[str, str] = {}

@@ -7,6 +7,7 @@ database before each search.
 from __future__ import annotations
 
 import base64
+import os
 import re
 import secrets
 import threading
@@ -34,6 +35,7 @@ from headsearch.people.screen_time import screen_time
 from headsearch.search.hits import (
     HeadResult,
     ShownHit,
+    clipped_box,
     export_moments,
     found_hits,
     hidden_line,
@@ -63,6 +65,7 @@ INBOX_PAGE = 60  # inbox tracks a page
 FILES_PAGE = 100  # files a page of the Videos page
 REFERENCE_K = 24  # tracks looked at per reference photo for "found by the reference photos"
 KEPT_EXPORTS = 64  # searches whose moments are kept for their export links
+THUMB_INLINE_BYTES = 32 * 1024  # a thumbnail this small goes inside its card
 EXPORT_LABELS = {".otio": "OTIO", ".edl": "EDL", ".xml": "Premiere XML", ".fcpxml": "FCPXML", ".mlt": "MLT", ".vtt": "VTT", ".csv": "CSV"}
 
 
@@ -79,6 +82,8 @@ class Site:
         self._comparing = threading.Lock()  # one comparison at a time: it analyses a whole video
         self._kept: dict[str, list[Moment]] = {}  # search moments kept for their export links
         self._kept_lock = threading.Lock()
+        with self.library.browsing() as b:  # the database driver loads now, not on the first page someone asks for
+            b.videos()
 
     # ----- searching --------------------------------------------------------------------------------
     def search(self, photo: Path, name: str, k: int, all_heads: bool, whole_image: bool, show_weak: bool = False) -> Answer:
@@ -161,8 +166,24 @@ class Site:
                 if track is None:  # removed since the search
                     continue
                 out.append({**hit_json(s), "video_id": track.video_id, "name": Path(h.video).name, "sighting": h.observation_id,
-                            "kind": track.video_kind, "watch": watch_url(track.video_id, h.start, h.end, h.track_id)})
+                            "kind": track.video_kind, "watch": watch_url(track.video_id, h.start, h.end, h.track_id),
+                            "thumb": self._thumb_data(track.thumbnail)})
         return out
+
+    def _thumb_data(self, thumbnail: str) -> str | None:
+        """A track's thumbnail (a small JPEG in the library folder) as a data URL: a card shows it at first paint, before
+        the boxed frame arrives."""
+        if PurePosixPath(thumbnail).parts[:1] != (THUMBNAILS,):
+            return None
+        try:
+            opened = open_in_folder(self.root, thumbnail, "a thumbnail")
+        except (FileNotServed, NotFound, OSError):
+            return None
+        try:
+            data = os.read(opened.fd, THUMB_INLINE_BYTES + 1)
+        finally:
+            opened.close()
+        return None if len(data) > THUMB_INLINE_BYTES else "data:image/jpeg;base64," + base64.b64encode(data).decode()
 
     def videos_page(self, query: str = "", kind: str = "all", page: int = 1, per_page: int = FILES_PAGE) -> dict:
         """The library's files grouped by folder, `per_page` a page; `query` keeps those whose file name holds it or
@@ -196,7 +217,9 @@ class Site:
             shots, tracks, members = store.shots(video_id), store.tracks(video_id=video_id), store.memberships()
             persons = {p.id: p for p in store.persons()}
         listed = {p.id for p in list_people(self.library, with_looks=False)}  # hidden people are left out everywhere
-        duration = max(float(video.duration), max((t.end_time for t in tracks), default=0.0), 1e-6)
+        # as long as a player says: to the file's end on its timeline (the timeline below is drawn from 0, as a player's)
+        duration = max(float(video.duration) + (shots[0].start_time if shots else 0.0), max((s.end_time for s in shots), default=0.0),
+                       max((t.end_time for t in tracks), default=0.0), 1e-6)
         rows: dict[int | None, list[dict]] = {}
         hidden = 0
         for t in tracks:
@@ -217,6 +240,7 @@ class Site:
             if track is None:
                 raise NotFound(f"no track {track_id}")
             sightings = store.sightings_of_track(track_id)
+            video = store.video(track.video_id)
             summary = next(iter(store.track_summaries([track_id])), None)
             vectors = {kind: v[track_id] for kind in self.library.model.kinds
                        if track_id in (v := store.track_vectors(kind, [track_id]))}
@@ -225,14 +249,26 @@ class Site:
         similar = self.service.similar(vectors, k, track_id) if VectorKind.ID in vectors else []
         return {"track": {**_track(track), **_found(summary)},
                 "person": None if person is None else {"id": person.id, "label": person.name or f"person {pid}", "hidden": bool(person.hidden)},
-                "move_to": [c for c in person_choices(self.library, track_id=track_id, min_tracks=1) if c["id"] != pid][:MAX_CHOICES],
+                "move_to": person_choices(self.library, track_id=track_id, min_tracks=1, suggested=self._suggestion(track_id, pid),
+                                          exclude=pid)[:MAX_CHOICES],
                 "watch": watch_url(track.video_id, track.start_time, track.end_time, track_id),
                 "sightings": [{"id": s.id, "time": s.time, "frame_index": s.frame_index, "face_visible": s.face_visible,
-                               "found_by": s.found_by,
-                               "box": [s.x1, s.y1, s.x2, s.y2]} for s in sightings],
+                               "found_by": s.found_by, **_boxes((s.x1, s.y1, s.x2, s.y2), (video.width, video.height) if video else None)}
+                              for s in sightings],
                 "more_like_this": self.cards(found_hits(self.library, similar).hits)}
 
+    def _suggestion(self, track_id: int, person_id: int | None) -> int | None:
+        """The inbox's suggestion for a track in no listed person: the listed person it is as alike as (else None)."""
+        if person_id is not None and any(p.id == person_id for p in list_people(self.library, with_looks=False)):
+            return None
+        w = next((w for w in inbox(self.library) if w.track_id == track_id), None)
+        return w.nearest["id"] if w is not None and w.nearest and w.likely else None
+
     def people_page(self, include_hidden: bool = False) -> dict:
+        with self.library.session():  # one open of the database for the page's several reads
+            return self._people_page(include_hidden)
+
+    def _people_page(self, include_hidden: bool) -> dict:
         people = list_people(self.library, include_hidden=include_hidden)
         with self.library.people_reading() as store:
             grouped = len(store.memberships())
@@ -295,7 +331,12 @@ class Site:
         with self.library.browsing() as b:
             video_ids = {t.id: t.video_id for t in b.tracks(track_ids=[w.track_id for w in shown])} if shown else {}
         choices = person_choices(self.library)[:MAX_CHOICES]
-        return {"tracks": [{**w.to_dict(), "name": Path(w.video).name, "video_id": video_ids.get(w.track_id),
+
+        def own(w) -> list[dict]:  # each track's picker pre-selects its own suggestion where it is as alike as one person
+            pick = w.nearest["id"] if w.nearest and w.likely else None
+            return [{**c, "preselect": c["id"] == pick} for c in choices]
+
+        return {"tracks": [{**w.to_dict(), "name": Path(w.video).name, "video_id": video_ids.get(w.track_id), "choices": own(w),
                             "watch": watch_url(video_ids[w.track_id], w.start, w.end, w.track_id) if w.track_id in video_ids else None}
                            for w in shown],
                 "total": len(waiting), "page": page, "pages": pages, "reasons": inbox_reasons(), "choices": choices}
@@ -306,9 +347,13 @@ class Site:
             if video is None:
                 raise NotFound(f"no video {video_id}")
             best = b.best_sighting(track) if track is not None else None
+            row = b.track(track) if track is not None else None
         start = max(0.0, start)
         end = max(start, end)
-        out = {"video": _video(video), "start": start, "end": end, "track": track, "preview_offset": max(0.0, start - PREVIEW_PAD_S),
+        # shown as every page and the CLI show it: the track's own times, not the whole milliseconds the player is sent to
+        shown = (row.start_time, row.end_time) if row is not None and row.video_id == video_id else (start, end)
+        out = {"video": _video(video), "start": start, "end": end, "shown_start": shown[0], "shown_end": shown[1], "track": track,
+               "preview_offset": max(0.0, start - PREVIEW_PAD_S),
                "sighting": None if best is None or best.video_id != video_id else best.id}
         if video.kind == "image":
             return {**out, "image": True, "src": None, "fragment": "", "offset": 0.0, "direct": False, "reason": "a photo"}
@@ -437,6 +482,12 @@ def _crop_url(result: HeadResult) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(encode_jpeg(crop, 85)).decode()
 
 
+def _boxes(box: tuple[float, float, float, float], size: tuple[int, int] | None) -> dict:
+    """A sighting's box within its frame, and the whole head's where it reaches outside (`box_unclipped`)."""
+    inside, whole = clipped_box(box, size)
+    return {"box": inside, **({"box_unclipped": whole} if whole is not None else {})}
+
+
 def watch_url(video_id: int, start: float, end: float, track: int | None = None) -> str:
     """The player at a moment: times in whole milliseconds never before the frame (`seek_time`), so a track that starts
     at a cut opens on its own shot."""
@@ -450,7 +501,7 @@ def _span(start: float, end: float, duration: float) -> dict:
 
 
 def _listed(v: ListedFile) -> dict:
-    return {"id": v.id, "path": v.path, "kind": v.kind, "duration": v.duration, "fps": v.fps, "width": v.width, "height": v.height,
+    return {"id": v.id, "path": v.path, "kind": v.kind, "duration": v.player_duration, "fps": v.fps, "width": v.width, "height": v.height,
             "decoder": v.decoder, "indexed_at": v.indexed_at, "tracks": v.tracks, "name": Path(v.path).name}
 
 

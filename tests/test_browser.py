@@ -42,7 +42,9 @@ def page():
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
         try:
-            yield browser.new_page(viewport={"width": 1280, "height": 900})
+            # The app's CSP allows no eval; Playwright's waits evaluate strings: the test's page bypasses it
+            # (`test_the_pages_keep_to_their_content_security_policy` checks the pages under it).
+            yield browser.new_page(viewport={"width": 1280, "height": 900}, bypass_csp=True)
         finally:
             browser.close()
 
@@ -226,3 +228,54 @@ def test_compare_report_and_page(server, page, tmp_path):
     kinds = page.evaluate("Array.from(document.getElementById('player').textTracks).map(t => [t.kind, t.cues.length])")
     assert kinds == [["subtitles", kinds[0][1]], ["chapters", 4]] and kinds[0][1] >= 1
     page.screenshot(path=str(ARTEFACTS / "player-who-is-on-screen.png"))
+
+
+def test_results_at_first_paint_and_the_person_page_at_390px(server, page):
+    """Result cards show their thumbnails from the first paint (inside the page), before the boxed frames arrive; on a
+    390 px wide phone the nav keeps every item and the person page holds its width."""
+    page.goto(server + "/")
+    page.set_input_files("#photo", str(EXAMPLES / "lin-manuel-miranda.png"))
+    page.wait_for_selector(".card img", timeout=120_000, state="attached")
+    page.screenshot(path=str(ARTEFACTS / "results-first-paint.png"), full_page=True)  # no wait for the frames
+    backgrounds = page.evaluate("Array.from(document.querySelectorAll('.card img')).map(i => getComputedStyle(i).backgroundImage)")
+    assert backgrounds and all(b.startswith('url("data:image/jpeg;base64,') for b in backgrounds), backgrounds[:1]
+    phone = page.context.browser.new_page(viewport={"width": 390, "height": 844}, bypass_csp=True)
+    try:
+        phone.goto(server + "/people")
+        phone.locator(".person-name").first.click()
+        phone.wait_for_selector("section.look")
+        _images_loaded(phone)
+        phone.screenshot(path=str(ARTEFACTS / "person-390.png"), full_page=True)
+        width = phone.evaluate("document.documentElement.scrollWidth")
+        assert width <= 392, width  # nothing wider than the phone
+        nav = phone.evaluate("Array.from(document.querySelectorAll('header nav a')).map(a => { const r = a.getBoundingClientRect();"
+                             " return [a.textContent, r.right, r.bottom]; })")
+        assert [n[0] for n in nav] == ["Search", "Videos", "People", "Inbox", "Compare"] and all(right <= 390 for _, right, _ in nav), nav
+    finally:
+        phone.close()
+    page.goto(server + "/videos")
+    photo = page.locator("table.list a", has_text="two_people").first
+    if photo.count():
+        photo.click()
+        page.locator("a", has_text="watch").first.click()
+        size = page.evaluate("(() => { const i = document.querySelector('img.still'); return i && [i.naturalWidth / i.naturalHeight,"
+                             " i.clientWidth / i.clientHeight]; })()")
+        assert size is None or abs(size[0] - size[1]) < 0.02, size  # a photo keeps its aspect ratio
+
+
+def test_the_pages_keep_to_their_content_security_policy(server, page):
+    """Under the app's own CSP (no inline script, no eval), its pages run their one script and break no rule."""
+    strict = page.context.browser.new_page()
+    violations = []
+    strict.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
+    try:
+        for path in ("/", "/people", "/videos", "/inbox", "/compare"):
+            strict.goto(server + path)
+            strict.wait_for_load_state("load")
+        strict.locator(".person-name").first.click() if strict.url.endswith("/people") else None
+        strict.goto(server + "/people")
+        strict.locator(".person-name").first.click()
+        strict.wait_for_load_state("load")
+    finally:
+        strict.close()
+    assert not violations, violations

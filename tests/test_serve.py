@@ -245,12 +245,15 @@ def test_uploads_are_checked_before_decoding(library, tmp_path):
     assert r.status_code == 422 and "no head found" in r.json()["error"]
 
 
+SECRET = "s3cret-s3cret-s3cret"
+
+
 def test_token_and_origin_and_host(library, tmp_path):
-    client = TestClient(create_app(library, token="s3cret", cache_dir=tmp_path))
+    client = TestClient(create_app(library, token=SECRET, cache_dir=tmp_path))
     assert client.get("/videos").status_code == 401
     assert client.get("/api/videos", headers={"Authorization": "Bearer wrong"}).status_code == 401
-    assert client.get("/api/videos", headers={"Authorization": "Bearer s3cret"}).status_code == 200
-    r = client.get("/videos?token=s3cret")
+    assert client.get("/api/videos", headers={"Authorization": f"Bearer {SECRET}"}).status_code == 200
+    r = client.get(f"/videos?token={SECRET}")
     assert r.status_code == 200 and "headsearch_token" in r.headers["set-cookie"]
     assert client.get("/api/people").status_code == 200  # the cookie carries on
     local = TestClient(create_app(library, cache_dir=tmp_path, allowed_hosts={"127.0.0.1", "localhost"}), base_url="http://127.0.0.1")
@@ -262,9 +265,10 @@ def test_token_and_origin_and_host(library, tmp_path):
     assert local.post("/api/people/update", headers={"origin": "http://127.0.0.1", CSRF_HEADER: token}).status_code == 200
 
 
-def test_serve_refuses_other_hosts_without_a_token(library):
-    result = run("serve", "--library", library, "--host", "0.0.0.0", ok=False)
-    assert "--token" in result.stderr and "Traceback" not in result.output
+def test_serve_refuses_weak_tokens(library):
+    for weak in ("   ", "a", "short-token", "sixteen chars ok"):
+        result = run("serve", "--library", library, "--host", "0.0.0.0", "--token", weak, ok=False)
+        assert "--token" in result.stderr and "Traceback" not in result.output, weak
     result = run("serve", "--library", library.parent / "nothing-here", ok=False)
     assert "no headsearch library here" in result.stderr
 
@@ -590,7 +594,7 @@ def test_many_large_uploads_keep_the_server_small(library, tmp_path):
             memory, answers = upload_memory.measure(port, server.pid, 10, 19_000_000, timeout=60, form=form, settle=0.5)
             assert all(a.status in (415, 503) for a in answers), [(a.status, a.error) for a in answers]
             assert all(a.retry_after == "2" for a in answers if a.status == 503)
-            assert sum(a.status == 415 for a in answers) >= 4
+            assert sum(a.status == 415 for a in answers) >= 2  # one client (this one) holds at most half of the 4 slots
             assert memory.peak - memory.before < 150, (form, memory.before, memory.peak)  # 190 MB were sent
     finally:
         upload_memory.stop_server(server)

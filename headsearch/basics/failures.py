@@ -8,13 +8,13 @@ traceback, and goes on with the next file.
 from __future__ import annotations
 
 import contextlib
-import tempfile
 import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
 from headsearch.basics.errors import HeadsearchError, MediaError
+from headsearch.basics.files import private_temp_folder
 
 ERROR_LOG = "errors.log"
 
@@ -32,7 +32,8 @@ def write_traceback(subject: str | Path, error: BaseException, log_dir: Path | N
     entry = (f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {subject}\n"
              + "".join(traceback.format_exception(type(error), error, error.__traceback__)))
     logs = [Path(log_dir) / ERROR_LOG] if log_dir is not None and Path(log_dir).is_dir() else []
-    logs.append(Path(tempfile.gettempdir()) / f"headsearch-{ERROR_LOG}")
+    with contextlib.suppress(OSError):
+        logs.append(private_temp_folder("logs") / ERROR_LOG)  # this user's own, never a shared name in /tmp
     for log in logs:
         try:
             with open(log, "a", encoding="utf-8") as f:

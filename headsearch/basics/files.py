@@ -1,8 +1,10 @@
 """Writing files so that readers see the old version or the complete new one, never a part."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -82,3 +84,17 @@ def fsync_folder(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def private_temp_folder(name: str) -> Path:
+    """A folder of this user's own under the system's temporary folder (`headsearch-<uid>/<name>`, mode 0700), made
+    when missing; refused (OSError) when another user made it first, it is a symbolic link, or others may write it:
+    a fixed shared name in /tmp is one another local user can make first and read or replace what goes in."""
+    base = Path(tempfile.gettempdir()) / f"headsearch-{os.getuid()}"
+    for folder in (base, base / name):
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise PermissionError(f"{folder}: not a private folder of this user (owner {st.st_uid}, mode {oct(st.st_mode & 0o777)})")
+    return base / name

@@ -18,6 +18,7 @@ from headsearch.basics.errors import HeadsearchError, MediaError
 from headsearch.basics.files import write_bytes_atomic
 from headsearch.basics.frames import draw_box, frame_at
 from headsearch.basics.images import encode_jpeg
+from headsearch.basics.text import printable
 from headsearch.basics.timeline import format_time
 from headsearch.compare.timeline import NO_HEAD, RANK, SAME_PERSON, Comparison, Frame
 
@@ -41,7 +42,7 @@ def summary_line(c: Comparison) -> str:
     sh = s["shares"]
     facesim = "n/a" if s["facesim"] is None else f"{s['facesim']:.3f}"
     drifts = f", {len(c.drifts)} drift event{'s' if len(c.drifts) != 1 else ''}" if c.drifts else ""
-    return (f"{c.video}  vs {c.reference.name}: {c.verdict} ({VERDICT_WORDS[c.verdict]}); same person on {percent(c.same_person_share)} "
+    return (f"{printable(c.video)}  vs {printable(c.reference.name)}: {c.verdict} ({VERDICT_WORDS[c.verdict]}); same person on {percent(c.same_person_share)} "
             f"of {s['head_frames']} head frame{'s' if s['head_frames'] != 1 else ''} (same look {percent(sh['same_look'])}, other look "
             f"{percent(sh['other_look'])}, other person {percent(sh['other_person'])}, no head {percent(sh['no_head'])} of "
             f"{s['frames']} frames){drifts}; FaceSim-style {facesim} over {s['frames_with_any_face']} frames with a face "
@@ -70,7 +71,7 @@ def table_lines(comparisons: Sequence[Comparison]) -> list[str]:
     rows = [["video", "reference", "verdict", "same person", "same look", "other person", "no head", "drifts", "FaceSim", "no face"]]
     for c in leaderboard(comparisons):
         s = c.summary()
-        rows.append([Path(c.video).name, c.reference.name, c.verdict, percent(s["same_person_share"]), percent(s["same_look_share"]),
+        rows.append([printable(Path(c.video).name), printable(c.reference.name), c.verdict, percent(s["same_person_share"]), percent(s["same_look_share"]),
                      percent(s["shares"]["other_person"]), percent(s["shares"]["no_head"]), str(s["drifts"]),
                      "n/a" if s["facesim"] is None else f"{s['facesim']:.3f}", f"{s['faceless_head_frames']}/{s['frames']}"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

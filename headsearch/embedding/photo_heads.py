@@ -29,9 +29,10 @@ class QueryHead:
     """One head of the query photo: its number (left to right), where it is, its crop."""
 
     number: int
-    box: Box  # in the photo's pixels
+    box: Box  # in the photo's pixels (the whole head: it may reach outside the photo)
     face_visible: bool
     crop: HeadCrop
+    image_size: tuple[int, int] = (0, 0)  # the photo's (width, height)
 
 
 @dataclass(frozen=True)
@@ -64,14 +65,14 @@ def photo_heads(rgb: np.ndarray, name: Path | str, detector: FaceDetector, embed
                               "photo for it to see (only a model that sees whole heads can search with the back of a head)")
         side = min(h, w)
         box = Box((w - side) / 2, (h - side) / 2, (w + side) / 2, (h + side) / 2)
-        return [QueryHead(1, box, face is not None, whole_image_crop(rgb, face, crop_px))]
+        return [QueryHead(1, box, face is not None, whole_image_crop(rgb, face, crop_px), (w, h))]
     heads = detect_heads(detector, rgb)
     if not heads:
         raise NoHeadFound(f"{name}: no head found (if the photo is already a head crop, e.g. the back of a head, use --whole-image)")
     if not all_heads:
         heads = heads[:1]
     heads = sorted(heads, key=lambda d: d.head.center[0])  # numbered as a reader sees them: left to right
-    return [QueryHead(i, d.head, d.face is not None, crop_head(rgb, d.head, d.face, crop_px)) for i, d in enumerate(heads, 1)]
+    return [QueryHead(i, d.head, d.face is not None, crop_head(rgb, d.head, d.face, crop_px), (w, h)) for i, d in enumerate(heads, 1)]
 
 
 class PhotoEmbedder:

@@ -24,7 +24,10 @@ from headsearch.store.people_store import PeopleStore
 from headsearch.store.rows import PersonRow, TrackRow
 from schemas.records import MediaKind, SearchHit, Tier, VectorKind
 
-SUGGEST_FAR = 1e-2  # persons whose tracks are this alike on average are suggested for a merge (measured: README "People")
+SUGGEST_FAR = 1e-2  # persons whose tracks are this alike on average may be suggested for a merge...
+# ...and no more wrong suggestions than this are expected in a whole library: with N listed persons, N(N-1)/2 pairs are
+# looked at, so each pair is held to FAR = SUGGESTION_BUDGET / pairs (measured on all of ../shared/data: README "People")
+SUGGESTION_BUDGET = 0.5
 ALONE = "alone"  # an inbox reason: the track's person has too few tracks to be listed
 
 
@@ -310,23 +313,25 @@ class Suggestion:
         return asdict(self)
 
 
-def suggestion_bar(library: Library) -> float:
-    """The mean similarity from which two persons are suggested for a merge: the identity score at FAR 1e-2 of the
-    model's calibration (looser than the grouping's 1e-3), else the grouping's threshold less 0.07."""
+def suggestion_bar(library: Library, persons: int = 2) -> float:
+    """The mean similarity from which two of `persons` listed persons are suggested for a merge: the identity score at the
+    FAR that expects at most SUGGESTION_BUDGET wrong suggestions over all their pairs (never looser than SUGGEST_FAR),
+    from the model's calibration; without one, the grouping's threshold less 0.07."""
     found = thresholds_for(library.root, library.model)
     if found is not None and "identity" in found.tails:
-        return float(found.tails["identity"].threshold(SUGGEST_FAR)[0])
+        pairs = max(1, persons * (persons - 1) // 2)
+        return float(found.tails["identity"].threshold(min(SUGGEST_FAR, SUGGESTION_BUDGET / pairs))[0])
     return people_thresholds(library).identity - 0.07
 
 
 def merge_suggestions(library: Library, min_tracks: int = MIN_TRACKS, bar: float | None = None) -> list[Suggestion]:
     """Pairs of listed, shown persons whose tracks are alike on average (at least `bar`), most alike first; never two
     persons seen in one frame, nor two a user said are not the same."""
-    bar = suggestion_bar(library) if bar is None else bar
     with library.people_reading() as store:
         pids, _, centroids = _listed_centroids(store, min_tracks)
         if centroids is None or len(pids) < 2:
             return []
+        bar = suggestion_bar(library, len(pids)) if bar is None else bar
         apart = {frozenset((r.person_a, r.person_b)) for r in store.pairs()}
         members = store.memberships()
         seen_together = {frozenset((members[a], members[b])) for a, b in store.shared_frame_pairs() if a in members and b in members}
@@ -342,10 +347,14 @@ def merge_suggestions(library: Library, min_tracks: int = MIN_TRACKS, bar: float
 
 # ----- picking a person ------------------------------------------------------------------------------
 def person_choices(library: Library, person_id: int | None = None, track_id: int | None = None,
-                   min_tracks: int = MIN_TRACKS) -> list[dict]:
+                   min_tracks: int = MIN_TRACKS, suggested: int | None = None, exclude: int | None = None) -> list[dict]:
     """The shown persons of at least `min_tracks` tracks (1: the unlisted ones too) to pick from (merging into a person,
-    moving a track), each {"id", "label", "tracks", "score"}: the most like person `person_id` (its mean) or track `track_id` (its identity vector) first, that person
-    itself left out; by size when there is nothing to compare with."""
+    moving a track), each {"id", "label", "tracks", "score", "preselect"}: the most like person `person_id` (its mean)
+    or track `track_id` (its identity vector) first, that person itself left out; by size when there is nothing to
+    compare with; `exclude` left out too (a track's own person). A picker pre-selects `suggested` (the inbox's
+    suggestion) where it is given, else the first only when
+    it is as alike as one person (above the identity threshold): otherwise nothing, so one careless click merges no
+    stranger."""
     with library.people_reading() as store:
         pids, labels, centroids = _listed_centroids(store, min_tracks)
         sizes = Counter(store.memberships().values())
@@ -358,6 +367,13 @@ def person_choices(library: Library, person_id: int | None = None, track_id: int
     if centroids is None:
         return []
     scores = centroids @ like if like is not None else np.zeros(len(pids), np.float32)
-    out = [{"id": pid, "label": labels[pid], "tracks": sizes.get(pid, 0), "score": round(float(s), 4) if like is not None else None}
-           for pid, s in zip(pids, scores.tolist(), strict=True) if pid != person_id]
-    return sorted(out, key=lambda c: (-(c["score"] if c["score"] is not None else 0.0), -c["tracks"], c["id"]))
+    out = [{"id": pid, "label": labels[pid], "tracks": sizes.get(pid, 0), "score": round(float(s), 4) if like is not None else None,
+            "preselect": False} for pid, s in zip(pids, scores.tolist(), strict=True) if pid not in (person_id, exclude)]
+    out.sort(key=lambda c: (-(c["score"] if c["score"] is not None else 0.0), -c["tracks"], c["id"]))
+    bar = people_thresholds(library).identity
+    for c in out:
+        if suggested is not None:
+            c["preselect"] = c["id"] == suggested
+        elif c is out[0]:
+            c["preselect"] = c["score"] is not None and c["score"] > bar
+    return out

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.media import fingerprint, fingerprint_bytes
+from headsearch.basics.text import printable
 from headsearch.basics.timeline import format_time
 from headsearch.embedding.photo_heads import QueryHead
 from headsearch.evaluation.thresholds import Thresholds
@@ -195,20 +196,35 @@ def _round_box(box: Sequence[float] | Box | None) -> list[float] | None:
     return [round(float(v), 1) for v in values]
 
 
+def clipped_box(box: Sequence[float] | Box | None, size: tuple[int, int] | None) -> tuple[list[float] | None, list[float] | None]:
+    """A head box within its image (width, height), and the box as stored where it reaches outside the image (a head
+    at the edge: its box frames the whole head, part of which the image does not show), else None."""
+    whole = _round_box(box)
+    if whole is None or not size or not size[0] or not size[1]:
+        return whole, None
+    w, h = size
+    inside = [round(min(max(whole[0], 0.0), w), 1), round(min(max(whole[1], 0.0), h), 1), round(min(max(whole[2], 0.0), w), 1),
+              round(min(max(whole[3], 0.0), h), 1)]
+    return inside, (whole if inside != whole else None)
+
+
 def hit_json(shown: ShownHit) -> dict:
     """One hit as JSON: the engine's fields (seconds on the file's timeline) and where it was seen."""
     d = shown.hit.to_dict()
     s = shown.sighting
     is_photo = s is not None and s.kind == MediaKind.IMAGE
+    box, unclipped = clipped_box(s.box, s.source_size) if s is not None else (None, None)
     d.update({
         "kind": None if s is None else str(s.kind),
-        "box": None if s is None else _round_box(s.box),  # the head at the matched time, in the file's pixels
+        "box": box,  # the head at the matched time, in the file's pixels, within the picture
         "face_visible": None if s is None else s.face_visible,
         "found_by": None if s is None else s.found_by,  # how the head was found: face, keypoints, followed
         "shot": None if s is None or is_photo else {"index": s.shot_index, "start": round(s.shot_start, 3), "end": round(s.shot_end, 3)},
         "confident": shown.confident,
         "picture": shown.picture,
     })
+    if unclipped is not None:
+        d["box_unclipped"] = unclipped  # the whole head's box, reaching outside the picture
     if shown.clip is not None:
         d["clip"] = shown.clip
     if shown.look is not None:
@@ -233,8 +249,12 @@ def results_json(results: list[HeadResult], all_heads: bool = False, per_video: 
 
     if not all_heads:
         return body(results[0]) if results else []
-    return [{"head": r.head.number if r.head else n, "box": _round_box(r.head.box) if r.head else None,
-             "face_visible": r.head.face_visible if r.head else None, "hits": body(r)} for n, r in enumerate(results, 1)]
+    out = []
+    for n, r in enumerate(results, 1):
+        box, unclipped = clipped_box(r.head.box, r.head.image_size) if r.head else (None, None)
+        out.append({"head": r.head.number if r.head else n, "box": box, "face_visible": r.head.face_visible if r.head else None,
+                    **({"box_unclipped": unclipped} if unclipped is not None else {}), "hits": body(r)})
+    return out
 
 
 def _time_range(shown: ShownHit) -> str:
@@ -251,7 +271,7 @@ def hit_line(rank: int, shown: ShownHit, indent: str = "") -> str:
     weak += "  (matched without a face)" if h.matched_without_face else ""
     weak += f"  look {shown.look}" if shown.look is not None else ""
     picture = shown.picture or h.thumbnail
-    return f"{indent}{rank:>2}. {h.score:.3f}  {_time_range(shown)}  {h.video}  [{picture}]{tier}{weak}"
+    return f"{indent}{rank:>2}. {h.score:.3f}  {_time_range(shown)}  {printable(h.video)}  [{printable(picture)}]{tier}{weak}"
 
 
 def clip_line(shown: ShownHit, indent: str = "") -> str | None:
@@ -272,8 +292,8 @@ def results_text(results: list[HeadResult], confidence: Confidence, all_heads: b
     for r in results:
         indent = ""
         if all_heads and r.head is not None:
-            b = r.head.box
-            lines.append(f"head {r.head.number} at x {b.x1:.0f}-{b.x2:.0f}, y {b.y1:.0f}-{b.y2:.0f}"
+            b, _ = clipped_box(r.head.box, r.head.image_size)
+            lines.append(f"head {r.head.number} at x {b[0]:.0f}-{b[2]:.0f}, y {b[1]:.0f}-{b[3]:.0f}"
                          f"{'' if r.head.face_visible else ' (no face)'}:")
             indent = "  "
         if not r.hits:
@@ -284,7 +304,7 @@ def results_text(results: list[HeadResult], confidence: Confidence, all_heads: b
             for h in r.hits:
                 groups.setdefault(h.hit.video, []).append(h)
             for video, hs in groups.items():
-                lines.append(f"{indent}{video}  ({len(hs)} hit{'s' if len(hs) > 1 else ''}, best {max(h.hit.score for h in hs):.3f})")
+                lines.append(f"{indent}{printable(video)}  ({len(hs)} hit{'s' if len(hs) > 1 else ''}, best {max(h.hit.score for h in hs):.3f})")
                 for rank, h in enumerate(hs, 1):
                     lines.append(hit_line(rank, h, indent + "  "))
                     lines.extend(x for x in [clip_line(h, indent + "  ")] if x)

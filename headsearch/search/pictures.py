@@ -9,11 +9,10 @@ When the video is gone or has changed since it was indexed, the track's thumbnai
 from __future__ import annotations
 
 import logging
-import tempfile
 from pathlib import Path
 
 from headsearch.basics.errors import MediaError
-from headsearch.basics.files import write_bytes_atomic
+from headsearch.basics.files import private_temp_folder, write_bytes_atomic
 from headsearch.basics.frames import draw_box, frame_at
 from headsearch.basics.images import encode_jpeg, read_image_rgb
 from headsearch.basics.media import fingerprint
@@ -73,9 +72,7 @@ def render_picture(folder: Path, path: Path, time: float, sighting: Sighting) ->
 
 
 def _temporary_folder() -> Path:
-    folder = Path(tempfile.gettempdir()) / "headsearch-pictures"
-    folder.mkdir(exist_ok=True)
-    return folder
+    return private_temp_folder("pictures")  # this user's own: a shared name in /tmp another user could make first
 
 
 def render_hit_pictures(library_root: Path, shown: list) -> None:

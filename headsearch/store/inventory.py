@@ -19,7 +19,7 @@ class FileState:
     path: str
     state: str
     kind: str | None = None  # "video" or "image" (None for a file that failed)
-    duration: float = 0.0
+    duration: float = 0.0  # as a player says it: to the file's end on its timeline
     tracks: int = 0
     error: str | None = None
 
@@ -51,7 +51,7 @@ def file_states(library: Library) -> list[FileState]:
     for f in library.listing():
         disk = _on_disk(f.path, f.size, f.mtime, f.fingerprint)
         state = {"same": INDEXED, "changed": CHANGED, "missing": MISSING}[disk]
-        states.append(FileState(f.path, state, f.kind, f.duration, f.tracks))
+        states.append(FileState(f.path, state, f.kind, f.player_duration, f.tracks))
     for f in library.failed_files().values():
         disk = _on_disk(f.path, f.size, f.mtime, f.fingerprint)
         if disk == "missing":

@@ -126,10 +126,12 @@ class BrowseReader(LibraryReader):
         """Every indexed file with its track count, by path."""
         v = t.videos
         counts = sa.select(t.tracks.c.video_id, sa.func.count().label("tracks")).group_by(t.tracks.c.video_id).subquery()
+        first = sa.select(t.shots.c.video_id, sa.func.min(t.shots.c.start_time).label("first_time")).group_by(t.shots.c.video_id).subquery()
         return rows_of(ListedFile, self._conn.execute(
             sa.select(v.c.id, v.c.path, v.c.kind, v.c.duration, v.c.fps, v.c.width, v.c.height, v.c.size, v.c.mtime, v.c.fingerprint,
-                      v.c.decoder, v.c.indexed_at, sa.func.coalesce(counts.c.tracks, 0).label("tracks"))
-            .select_from(v.outerjoin(counts, counts.c.video_id == v.c.id)).order_by(v.c.path)))
+                      v.c.decoder, v.c.indexed_at, sa.func.coalesce(counts.c.tracks, 0).label("tracks"),
+                      sa.func.coalesce(first.c.first_time, 0.0).label("first_time"))
+            .select_from(v.outerjoin(counts, counts.c.video_id == v.c.id).outerjoin(first, first.c.video_id == v.c.id)).order_by(v.c.path)))
 
     def video(self, video_id: int) -> VideoRow | None:
         return row_of(VideoRow, self._conn.execute(sa.select(t.videos).where(t.videos.c.id == video_id)).first())

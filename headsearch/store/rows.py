@@ -55,6 +55,13 @@ class ListedFile:
     decoder: str
     indexed_at: float
     tracks: int
+    first_time: float = 0.0  # where its first frame lies on the file's timeline
+
+    @property
+    def player_duration(self) -> float:
+        """How long a player says the file is: to its end on the file's timeline (a stream that starts at 0.852 s and
+        plays 9.176 s is 10.028 s long in a player)."""
+        return self.first_time + self.duration
 
 
 @dataclass(frozen=True)

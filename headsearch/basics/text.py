@@ -1,0 +1,12 @@
+"""Names and paths as a terminal shows them: one line each, with control characters escaped, so a file named with a
+newline cannot span two entries of a listing (and fake one), nor an escape sequence repaint the terminal."""
+from __future__ import annotations
+
+
+def printable(text: object) -> str:
+    """`text` with every character that is not printable shown escaped: a newline as \\n, ESC as \\x1b, a bidirectional
+    override as \\u202e; printable text (accents and other scripts included) unchanged."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)

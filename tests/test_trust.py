@@ -1,0 +1,289 @@
+"""Trust at the door and on the page (issue 30): strong tokens and a client that guesses slowed; slow uploads that
+never starve a search; security headers on every response; names that cannot fake a listing; read-only libraries;
+bad numbers; a private temporary folder; pickers that propose no stranger; boxes within the picture; one time
+formatter; durations as the player shows them; a favicon; an access log."""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES, HAMILTON, needs_data, pixel_copy, run, serving
+from starlette.testclient import TestClient
+
+from serve.app import create_app
+from serve.guard import SECURITY_HEADERS
+
+pytestmark = needs_data
+ROOT = Path(__file__).resolve().parents[1]
+MIRANDA = EXAMPLES / "lin-manuel-miranda.png"
+
+
+@pytest.fixture(scope="module")
+def library(hamilton_library, tmp_path_factory) -> Path:
+    lib = tmp_path_factory.mktemp("trust") / "library"
+    shutil.copytree(hamilton_library, lib)
+    run("people", "--library", lib)
+    return lib
+
+
+# ----- at the door ---------------------------------------------------------------------------------
+def test_a_guesser_is_slowed_and_logged(library, tmp_path, caplog):
+    from serve.guard import Backoff
+
+    secret = "a-strong-token-of-24-chars"
+    app = create_app(library, token=secret, cache_dir=tmp_path)
+    app.state.backoff = Backoff(free=3, first_wait_s=0.4)
+    client = TestClient(app)
+    with caplog.at_level(logging.WARNING, logger="serve.guard"):
+        for n in range(3):
+            assert client.get(f"/api/videos?token=guess{n}").status_code == 401
+    assert sum("wrong token from" in r.message for r in caplog.records) == 3
+    r = client.get(f"/api/videos?token={secret}")  # the right one waits out the back-off too
+    assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+    time.sleep(0.45)
+    assert client.get(f"/api/videos?token={secret}").status_code == 200  # after the wait it works, and clears the count
+    assert client.get("/api/videos?token=guess9").status_code == 401
+    with pytest.raises(Exception, match="too short"):
+        create_app(library, token="short", cache_dir=tmp_path)
+    with pytest.raises(Exception, match="blanks"):
+        create_app(library, token=" " * 20, cache_dir=tmp_path)
+
+
+def test_serve_off_the_loopback_makes_a_strong_token(library, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    server = subprocess.Popen([sys.executable, "-c", "from cli.main import main; main()", "serve", "--library", str(library),
+                               "--host", "0.0.0.0", "--port", str(port)], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [server.stderr.readline() for _ in range(2)]
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+    address = next(line for line in lines if line.startswith("headsearch: "))
+    token = address.split("?token=")[1].split()[0]
+    assert len(token) >= 32 and "a token was made for this run" in lines[0]
+
+
+def _answer(s: socket.socket, timeout: float = 20.0) -> int:
+    s.settimeout(timeout)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        part = s.recv(65536)
+        assert part, "closed without an answer"
+        data += part
+    return int(data.split()[1])
+
+
+def test_slow_uploads_never_refuse_a_search(library, tmp_path, monkeypatch):
+    """A client trickling large uploads holds at most its share of the slots, and is dropped for its rate; a search
+    of an ordinary photo (declared small: no slot) is answered meanwhile."""
+    monkeypatch.setattr("serve.uploads.GRACE_S", 1.0)
+    app = create_app(library, cache_dir=tmp_path, upload_slots=2)
+    with serving(app) as port:
+        def head(length: int) -> bytes:
+            return (f"POST /api/query HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: image/png\r\n"
+                    f"Content-Length: {length}\r\n\r\n").encode()
+
+        with socket.create_connection(("127.0.0.1", port)) as slow, socket.create_connection(("127.0.0.1", port)) as second:
+            slow.sendall(head(5_000_000) + b"\0" * 20_000)  # a large upload, then a trickle
+            time.sleep(0.3)
+            second.sendall(head(5_000_000) + b"\0" * 20_000)
+            assert _answer(second) == 503  # one client's share of 2 slots is 1
+            photo = MIRANDA.read_bytes()
+            with socket.create_connection(("127.0.0.1", port)) as search:
+                search.sendall(head(len(photo)) + photo)
+                assert _answer(search, timeout=60) == 200  # an ordinary photo takes no slot
+            started = time.monotonic()
+            for _ in range(3):
+                slow.sendall(b"\0" * 1000)
+                time.sleep(0.5)
+            assert _answer(slow) == 408 and time.monotonic() - started < 10  # under the rate floor: dropped
+
+
+def test_every_response_carries_the_security_headers(library, tmp_path):
+    client = TestClient(create_app(library, cache_dir=tmp_path))
+    videos = client.get("/api/videos").json()["videos"]
+    for path in ("/", "/people", "/api/videos", f"/media/{videos[0]['id']}", "/static/app.js", "/favicon.ico", "/no-such-page",
+                 "/tracks/99999999"):
+        r = client.get(path)
+        for name, value in SECURITY_HEADERS.items():
+            assert r.headers.get(name) == value, (path, name)
+    assert "script-src 'self'" in SECURITY_HEADERS["Content-Security-Policy"] and "unsafe-inline" not in SECURITY_HEADERS[
+        "Content-Security-Policy"].split("script-src")[1].split(";")[0]
+    r = client.post("/api/people/update", headers={"origin": "http://evil.example"})
+    assert r.status_code == 403 and r.headers["x-frame-options"] == "DENY"
+    assert client.get("/favicon.ico").headers["content-type"].startswith("image/svg")
+    assert '<link rel="icon"' in client.get("/").text
+
+
+def test_an_access_log_line_per_request_with_v(library, tmp_path, caplog):
+    client = TestClient(create_app(library, cache_dir=tmp_path))
+    with caplog.at_level(logging.INFO, logger="serve.guard"):
+        client.get("/api/videos")
+    assert any("GET /api/videos 200" in r.message for r in caplog.records)
+
+
+# ----- on the command line ---------------------------------------------------------------------------
+def test_names_cannot_fake_a_listing(tmp_path):
+    """A file whose name holds a newline and an escape sequence is one line of every listing, its controls escaped."""
+    folder = tmp_path / "media"
+    folder.mkdir()
+    odd = folder / "fake\nindexed           etc-passwd\x1b[2J.png"
+    shutil.copyfile(MIRANDA, odd)
+    library = tmp_path / "lib"
+    run("index", folder, "--library", library, "-q")
+    for args in (["list"], ["list", "--tracks"], ["people", "--unlisted"], ["people", "inbox"]):
+        out = run(*args, "--library", library).stdout
+        assert "\x1b" not in out and "\\x1b" in out, args
+        assert not any(line.startswith("indexed           etc-passwd") for line in out.splitlines()), args
+    photo = pixel_copy(MIRANDA, tmp_path / "q")  # the same pixels in another file: the query file itself is never a hit
+    out = run("query", photo, "--library", library, "--no-pictures").stdout
+    assert "fake\\nindexed" in out and "\x1b" not in out
+
+
+def _read_only(folder: Path):
+    """The folder made read-only even for root (a read-only bind mount, else the immutable attribute); None when
+    neither is possible here."""
+    mount = folder.parent / f"{folder.name}-ro"
+    mount.mkdir()
+    if subprocess.run(["mount", "--bind", str(folder), str(mount)], capture_output=True).returncode == 0:
+        if subprocess.run(["mount", "-o", "remount,ro,bind", str(mount)], capture_output=True).returncode == 0:
+            return mount, lambda: subprocess.run(["umount", str(mount)], capture_output=True)
+        subprocess.run(["umount", str(mount)], capture_output=True)
+    mount.rmdir()
+    if shutil.which("chattr") and subprocess.run(["chattr", "-R", "+i", str(folder)], capture_output=True).returncode == 0:
+        return folder, lambda: subprocess.run(["chattr", "-R", "-i", str(folder)], capture_output=True)
+    return None
+
+
+def test_reads_work_on_a_read_only_library(library, tmp_path):
+    copy = shutil.copytree(library, tmp_path / "lib")
+    made = _read_only(copy)
+    if made is None:
+        pytest.skip("cannot make a folder read-only here (no bind mount, no chattr)")
+    ro, undo = made
+    try:
+        with contextlib.suppress(OSError):
+            (ro / "probe").write_text("x")
+        assert not (ro / "probe").exists()
+        r = run("people", "--library", ro, ok=None)
+        assert r.exit_code == 0 and "cannot be written here" in r.stderr and "person" in r.stdout, r.output
+        for args in (["people", "inbox"], ["people", "suggestions"], ["people", "screen-time"], ["list"], ["stats"]):
+            assert run(*args, "--library", ro, ok=None).exit_code == 0, args
+        assert run("query", MIRANDA, "--library", ro, "--json").exit_code == 0  # its pictures go to the private temp folder
+    finally:
+        undo()
+
+
+def test_bad_numbers_are_refused_with_one_line(library, tmp_path):
+    for args, word in ((["query", MIRANDA, "--min-score", "nan"], "not a number"), (["query", MIRANDA, "--min-score", "inf"], "not a number"),
+                       (["query", MIRANDA, "--under", tmp_path / "missing"], "does not exist"),
+                       (["index", MIRANDA, "--workers", "100000"], "not in the range"),
+                       (["compare", HAMILTON, "--ref", MIRANDA, "--fps", "inf"], "not a number"),
+                       (["query", MIRANDA, "--export", tmp_path / "x.otio", "--handles", "nan"], "not a number")):
+        r = run(*args, "--library", library, ok=False)
+        assert r.exit_code == 2 and word in r.stderr and "Traceback" not in r.output, (args, r.output)
+
+
+def test_the_temporary_folder_is_this_users_own(tmp_path, monkeypatch):
+    import tempfile
+
+    from headsearch.basics.files import private_temp_folder
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    folder = private_temp_folder("pictures")
+    assert folder.is_dir() and (folder.stat().st_mode & 0o777) == 0o700 and folder.parent.name == f"headsearch-{os.getuid()}"
+    folder.parent.chmod(0o777)  # made open to everyone (or by someone else first): refused
+    with pytest.raises(PermissionError):
+        private_temp_folder("pictures")
+    folder.parent.chmod(0o700)
+    shutil.rmtree(folder.parent)
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    os.symlink(tmp_path / "elsewhere", folder.parent)
+    with pytest.raises(PermissionError):
+        private_temp_folder("pictures")
+
+
+# ----- on the page ---------------------------------------------------------------------------------
+def _selected(html: str, name: str) -> list[str]:
+    """The values of the selected options of the first <select name=NAME> on a page."""
+    start = html.index(f'<select name="{name}"')
+    select = html[start:html.index("</select>", start)]
+    return [part.split('value="')[1].split('"')[0] for part in select.split("<option")[1:] if " selected" in part.split(">")[0]]
+
+
+def test_pickers_pre_select_no_stranger(library, tmp_path):
+    from headsearch.people.listing import person_choices
+    from headsearch.people.persons import people_thresholds
+    from headsearch.store.library import Library
+
+    client = TestClient(create_app(library, cache_dir=tmp_path))
+    lib = Library.open(library)
+    bar = people_thresholds(lib).identity
+    for p in client.get("/api/people").json()["people"]:
+        choices = person_choices(lib, person_id=p["id"], min_tracks=1)
+        above = [c for c in choices if c["score"] is not None and c["score"] > bar]
+        picked = _selected(client.get(f"/people/{p['id']}").text, "other") if choices else []
+        assert picked == ([str(choices[0]["id"])] if above and choices[0] is above[0] else [""]), (p["id"], choices[:2])
+    checked = 0
+    for t in client.get("/api/inbox").json()["tracks"][:6]:
+        html = client.get(f"/tracks/{t['track_id']}").text
+        if '<select name="person"' not in html:
+            continue
+        checked += 1
+        picked = _selected(html, "person")
+        if t["nearest"] and t["likely"]:
+            assert picked == [str(t["nearest"]["id"])], t  # the inbox's own suggestion
+        else:
+            own = (client.get(f"/api/tracks/{t['track_id']}").json()["person"] or {}).get("id")
+            first = person_choices(lib, track_id=t["track_id"], min_tracks=1, exclude=own)[0]
+            assert picked == ([str(first["id"])] if first["score"] is not None and first["score"] > bar else [""]), (t, first)
+    assert checked
+
+
+def test_merge_suggestions_expect_few_wrong_ones(library):
+    from headsearch.people.listing import SUGGESTION_BUDGET, suggestion_bar
+    from headsearch.store.library import Library
+
+    lib = Library.open(library)
+    bars = [suggestion_bar(lib, n) for n in (2, 10, 40, 200)]
+    assert bars == sorted(bars) and bars[0] < bars[-1]  # more persons, more pairs: a stricter bar
+    assert 0 < SUGGESTION_BUDGET <= 1
+
+
+def test_boxes_within_the_picture_times_and_durations_as_players_show_them(library, tmp_path):
+    import cv2
+
+    edge = tmp_path / "edge.png"  # Miranda's face at the photo's top edge: his head's box reaches above it
+    image = cv2.imread(str(MIRANDA))
+    cv2.imwrite(str(edge), image[int(image.shape[0] * 0.18):, :])
+    out = json.loads(run("query", edge, "--library", library, "--all", "--json", "--no-pictures").stdout)
+    head = out[0]
+    h, w = image.shape[0] - int(image.shape[0] * 0.18), image.shape[1]
+    assert head["box"][1] >= 0 and head["box"][3] <= h and head["box"][2] <= w
+    assert head["box_unclipped"][1] < 0  # the whole head's box is kept under its own name
+    text = run("query", edge, "--library", library, "--all", "--no-pictures").stdout
+    assert ", y 0-" in text and "-y" not in text
+    client = TestClient(create_app(library, cache_dir=tmp_path / "cache"))
+    video = next(v for v in client.get("/api/videos").json()["videos"] if v["name"] == HAMILTON.name)
+    assert abs(video["duration"] - 10.028) < 0.01  # as a player says: to the end of the file's timeline
+    assert "0:00:10.028" in client.get(f"/videos/{video['id']}").text
+    hits = json.loads(run("query", MIRANDA, "--library", library, "--json").stdout)
+    page = client.get(f"/api/videos/{video['id']}").json()
+    track = next(t for p in page["people"] for t in p["tracks"] if abs(t["start"] - 3.588) < 0.01)
+    watch = client.get(track["watch"]).text
+    hit = next(h for h in hits if abs(h["start"] - 3.588) < 0.01)
+    from headsearch.basics.timeline import format_time
+
+    assert f"{format_time(hit['start'])}–{format_time(hit['end'])}" in watch  # the player's page says what the CLI says
