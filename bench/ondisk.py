@@ -26,34 +26,17 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from bench.search import SearchPlan, SearchSpeed, Synthetic, recall_at_k, single_query_latencies
+from bench.search import OnDiskRecipe, SearchPlan, SearchSpeed, Synthetic, recall_at_k, single_query_latencies
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.files import atomic_write, write_json_atomic
 from headsearch.basics.quiet import native_stdout_silenced
 from headsearch.store.segment_files import CODES_SUFFIX, RAW_SUFFIX, RawVectors, SegmentRecipe, pq_size, train_codec
 from headsearch.store.segments import STATE, SegmentedIndex
-from headsearch.store.vector_index import VectorIndex, ivf_nlist
-
-
-@dataclass(frozen=True)
-class OnDiskRecipe:
-    """The on-disk index's parameters (defaults chosen by measurement at 1e7, see README)."""
-
-    nlist: int | None = None  # None: ~4 sqrt(n), as the library's IVF
-    pq_bytes: int = 32  # PQ sub-quantizers of 8 bits: bytes per stored vector (plus an 8-byte id)
-    nprobe: tuple[int, ...] = (2048,)
-    rerank: int = 100  # shortlist re-ranked exactly from the raw vectors (0: PQ scores only)
-    shard: int = 1_000_000
-    train_per_list: int = 30
-    kmeans_iterations: int = 10
-
-    def lists(self, n: int) -> int:
-        return min(n, self.nlist or ivf_nlist(n))
+from headsearch.store.vector_index import VectorIndex
 
 
 def _progress(total: int, desc: str, unit: str, show: bool):

@@ -144,14 +144,26 @@ def bench_people(options: PeopleOptions) -> PeopleRun:
     return PeopleRun(options, [people_accuracy(library, sets)])
 
 
+def people_text(run: PeopleRun) -> str:
+    """One line per row of a people run: its people, then pairwise precision, recall, F1 per part."""
+    lines = []
+    for r in run.rows:
+        head = f"threshold {r['identity_threshold']:.3f}  " if "identity_threshold" in r else ""
+        inbox = (f" ({r['unlisted_people']} more of too few tracks unlisted, {r['single_track_people_unlisted']} of them single-track; "
+                 f"{r['inbox_tracks']} of {r['all_tracks']} tracks in the inbox, {r['labelled_in_inbox']} labelled ones counted as "
+                 f"persons of their own)") if "inbox_tracks" in r else ""
+        lines.append(f"{head}{r['people']} people{inbox}; " + "; ".join(
+            f"{part}: {r[part]['tracks']} tracks of {r[part]['identities']} identities in {r[part]['clusters']} people, "
+            f"precision {r[part]['precision']:.3f} recall {r[part]['recall']:.3f} F1 {r[part]['f1']:.3f}" for part in PEOPLE_PARTS))
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sets", nargs="+", type=Path, help="labelled CSVs (path,identity[,appearance_state])")
     parser.add_argument("--library", type=Path, required=True)
     parser.add_argument("--sweep", default=None, help="comma-separated identity thresholds to try on copies")
     args = parser.parse_args()
-    from bench.report import people_text
-
     sweep_values = tuple(float(x) for x in args.sweep.split(",")) if args.sweep else ()
     run = bench_people(PeopleOptions(args.library, tuple(args.sets), sweep_values))
     print(json.dumps(run.rows, indent=2))

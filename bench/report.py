@@ -1,5 +1,5 @@
 """Benchmark results as text tables and ROC plots: each function takes a run's result object
-(`AccuracyRun`, `SpeedRun`, `PeopleRun`, `HeadsRun`, `CompareBenchRun`)."""
+(`AccuracyRun`, `SpeedRun`, `HeadsRun`, `CompareBenchRun`; a people run shows itself, `bench.people.people_text`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -15,7 +15,6 @@ from headsearch.evaluation.metrics import DEFAULT_FARS, PROTOCOL_TITLES, PROTOCO
 if TYPE_CHECKING:  # types only: whoever made the run has loaded its module (a report need not load the others)
     from bench.compare import CompareBenchRun
     from bench.heads import HeadsRun
-    from bench.people import PeopleRun
     from bench.speed import SpeedRun
 
 
@@ -170,22 +169,6 @@ def speed_text(run: SpeedRun) -> str:
     if run.search:
         parts.append(format_search(run.search, run.options.search.seed))
     return "\n\n".join(parts)
-
-
-def people_text(run: PeopleRun) -> str:
-    """One line per row of a people run: its people, then pairwise precision, recall, F1 per part."""
-    from bench.people import PEOPLE_PARTS
-
-    lines = []
-    for r in run.rows:
-        head = f"threshold {r['identity_threshold']:.3f}  " if "identity_threshold" in r else ""
-        inbox = (f" ({r['unlisted_people']} more of too few tracks unlisted, {r['single_track_people_unlisted']} of them single-track; "
-                 f"{r['inbox_tracks']} of {r['all_tracks']} tracks in the inbox, {r['labelled_in_inbox']} labelled ones counted as "
-                 f"persons of their own)") if "inbox_tracks" in r else ""
-        lines.append(f"{head}{r['people']} people{inbox}; " + "; ".join(
-            f"{part}: {r[part]['tracks']} tracks of {r[part]['identities']} identities in {r[part]['clusters']} people, "
-            f"precision {r[part]['precision']:.3f} recall {r[part]['recall']:.3f} F1 {r[part]['f1']:.3f}" for part in PEOPLE_PARTS))
-    return "\n".join(lines)
 
 
 def format_search(results: Sequence[SearchSpeed], seed: int) -> str:

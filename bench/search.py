@@ -8,16 +8,12 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from headsearch.basics.errors import HeadsearchError
 from headsearch.models import l2_normalise
-from headsearch.store.vector_index import build_approximate, float32_dot_error, search_threads
-
-if TYPE_CHECKING:
-    from bench.ondisk import OnDiskRecipe
+from headsearch.store.vector_index import build_approximate, float32_dot_error, ivf_nlist, search_threads
 
 SYNTHETIC_PER_CLUSTER = 100  # vectors per synthetic person
 # Noise norm relative to the centre: same-cluster pairs at cosine ~ 1/(1+1^2) = 0.5 and other pairs at
@@ -102,6 +98,22 @@ def recall_at_k(found: np.ndarray, truth: np.ndarray, db: np.ndarray, queries: n
             inside[~inside] = exact >= kth[q] - tolerance
         hits += int(inside.sum())
     return hits / (len(found) * k)
+
+
+@dataclass(frozen=True)
+class OnDiskRecipe:
+    """The on-disk index's parameters (defaults chosen by measurement at 1e7, see README)."""
+
+    nlist: int | None = None  # None: ~4 sqrt(n), as the library's IVF
+    pq_bytes: int = 32  # PQ sub-quantizers of 8 bits: bytes per stored vector (plus an 8-byte id)
+    nprobe: tuple[int, ...] = (2048,)
+    rerank: int = 100  # shortlist re-ranked exactly from the raw vectors (0: PQ scores only)
+    shard: int = 1_000_000
+    train_per_list: int = 30
+    kmeans_iterations: int = 10
+
+    def lists(self, n: int) -> int:
+        return min(n, self.nlist or ivf_nlist(n))
 
 
 @dataclass

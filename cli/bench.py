@@ -229,8 +229,7 @@ def people(library: Path | None, label_sets: tuple[Path, ...], sweep: str | None
     counts its largest head's track, a video labelled with one identity every track in it. The
     library's people are brought up to date first, as `index` does; --sweep groups copies instead.
     """
-    from bench.people import PeopleOptions, bench_people
-    from bench.report import people_text
+    from bench.people import PeopleOptions, bench_people, people_text
 
     try:
         thresholds = tuple(float(t) for t in sweep.split(",") if t.strip()) if sweep else ()

@@ -8,16 +8,12 @@ import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
 
 from headsearch.detection.crops import HeadCrop
 from schemas.records import ModelInfo, VectorKind
-
-if TYPE_CHECKING:
-    from headsearch.models.registry import ModelSpec
 
 # ArcFace's five-point template for a 112x112 aligned face (insightface `arcface_dst`).
 ARCFACE_TEMPLATE = np.array(
@@ -50,7 +46,7 @@ class Embedder(ABC):
     # meaningful vector for a sighting without a visible face. Face-recognition models (dlib's
     # ResNet, ArcFace, SFace) do not: only sightings with a detected face are embedded by them.
     sees_whole_head: bool = False
-    spec: ModelSpec | None = None  # set by the registry when it loads the model
+    spec: object | None = None  # its `headsearch.models.registry.ModelSpec`, set by the registry when it loads the model
 
     @property
     def dims(self) -> dict[VectorKind, int]:

@@ -3,15 +3,37 @@ nprobe whose recall@10 on the store's own vectors against exact search reaches t
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
 from headsearch.store.segment_files import member
 from headsearch.store.vector_index import float32_dot_error
 
-if TYPE_CHECKING:
-    from headsearch.store.segments import SegmentedIndex
+
+class SegmentedIndex(Protocol):
+    """What the tuner reads and sets of `headsearch.store.segments.SegmentedIndex` (named, not imported: the index
+    imports the tuner)."""
+
+    recipe: Any
+    nlist: int
+    nprobe: int
+    tuning: dict
+    dim: int
+    folder: Path
+    _codec: Any
+    _segments: list
+    _removed: np.ndarray
+
+    def _segment_count(self) -> int: ...
+
+    def _search_segments(self, queries: np.ndarray, k: int, nprobe: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def _vectors_of(self, ids: np.ndarray, segments: list) -> np.ndarray: ...
+
+    def _live_chunks(self, segments: list, with_tail: bool = True) -> Iterator[tuple[np.ndarray, np.ndarray]]: ...
 
 log = logging.getLogger("headsearch.store.segments")  # the segments' messages keep the name they had before the split
 
