@@ -133,6 +133,17 @@ def hamilton_library(tmp_path_factory) -> Path:
     return library
 
 
+@pytest.fixture(scope="session")
+def miranda_compared(tmp_path_factory) -> tuple[str, Path]:
+    """`compare` of the hamilton clip with Miranda's photo, at 1 frame a second (every cut's first frame is sampled
+    too), with its HTML report: (the text, the report folder)."""
+    if not HAMILTON.is_file():
+        pytest.skip(f"real test media not found at {DATA}")
+    report = tmp_path_factory.mktemp("compare-report") / "report"
+    text = run("compare", HAMILTON, "--ref", EXAMPLES / "lin-manuel-miranda.png", "--fps", "1", "--report", report).stdout
+    return text, report
+
+
 def make_arcface_like_onnx(path: Path, dim: int = 512, seed: int = 0) -> Path:
     """A small ONNX model with insightface ArcFace's interface: (N, 3, 112, 112) -> (N, dim)."""
     import onnx

@@ -195,12 +195,11 @@ def test_player_opens_on_the_shot_of_a_track_that_starts_at_a_cut(server, page):
     assert np.asarray(shown).std() > 10  # a picture, not a black element
 
 
-def test_compare_report_and_page(server, page, tmp_path):
+def test_compare_report_and_page(server, page, miranda_compared):
     """The HTML report of `compare --report` and the web app's Compare page, in Chromium: the plot drawn with its tier
     bands and drift marker, the frames least like the reference shown; on the page, a drift event opens the player there."""
-    report = tmp_path / "report"
+    _, report = miranda_compared
     miranda = EXAMPLES / "lin-manuel-miranda.png"
-    run("compare", HAMILTON, "--ref", miranda, "--report", report, "--fps", "1")  # every cut's first frame is sampled
     page.goto((report / f"{HAMILTON.stem}--lin-manuel-miranda.html").as_uri())
     _images_loaded(page)
     page.screenshot(path=str(ARTEFACTS / "compare-report.png"), full_page=True)

@@ -58,7 +58,7 @@ def two_shot_crowd(path: Path) -> Path:
     with av.open(str(path), "w") as out:
         stream = out.add_stream("libx264", rate=25)
         stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
-        stream.options = {"crf": "18"}
+        stream.options = {"crf": "18", "preset": "ultrafast"}  # encoded in a fraction of the time, the same pictures to the eye
         for i, rgb in enumerate(cut):
             frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
             frame.pts, frame.time_base = i, Fraction(1, 25)
