@@ -10,7 +10,7 @@ face-less frames), a logo or a still picture pasted over the video. A track is k
 * it is not a static overlay: a box that stays put, showing the same pixels, while the picture
   around it changes (logos, captions, a still picture pasted on the video).
 
-Measured on all of ../shared/data (scripts/evidence_report.py, contact sheets looked at): every
+Measured on all of ../shared/data (research/evidence_report.py, contact sheets looked at): every
 real person's track has a best detection of 0.78 or more (a masked woman in a crowd 0.78, blurred
 audience faces 0.79-0.80), the ghost of s18.mp4 has 0.72: `confident_score` sits half-way. Of 469
 tracks, 3 go (that ghost and two hands in short_hamilton_clip.mp4); no static overlay occurs there
@@ -20,7 +20,7 @@ A track that never shows a confident face (a person seen from behind or in hard 
 person keypoints: `headsearch.detection.keypoints`) is kept on keypoint evidence instead: at least
 `min_keypoint_sightings` sightings found by keypoints, the best scored at least `keypoint_score`
 (MoveNet's person score x the mean score of its head points), and not a static overlay (the same
-test on its head boxes). Measured on all of ../shared/data (`scripts/evidence_report.py
+test on its head boxes). Measured on all of ../shared/data (`research/evidence_report.py
 --all-keypoint-tracks`, every candidate looked at): with the head rules as shipped, 5 tracks rest on
 keypoints alone, all real people (three walking away in the crowd clip, a man from behind and a man
 with glasses too small for RetinaFace in face-api.js's comic-shop clip), scored 0.063-0.281. Before a

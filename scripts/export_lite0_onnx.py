@@ -19,20 +19,19 @@ loaded into timm's model by key order (`headsearch.models.stems.efficientnet_lit
 (the default) the convolution weights are stored as float16 and cast to float32 inside the graph (onnxruntime
 folds the casts when it loads the file); everything is computed in float32.
 
-Why 224 on 256-px crops (measured with scripts/fit_head_fusion.py on the fitting rows only, Lite0 cosine alone):
+Why 224 on 256-px crops (measured with research/fit_head_fusion.py on the fitting rows only, Lite0 cosine alone):
 head-protocol AUC 0.852 at 224, 0.795 at 256 and 0.844 at 192 (float32 weights; 0.958 / 0.938 / 0.947 with the
 fitting mean subtracted); a 224 network costs about (224/256)^2 = 0.77 of a 256 one. See docs/lite0-fusion.md.
 
-    python scripts/export_lite0_onnx.py                     # headsearch/models/efficientnet_lite0_head.onnx
+    python scripts/export_lite0_onnx.py                     # the shipped headsearch/models/weights/efficientnet_lite0_head_regions.onnx
     python scripts/export_lite0_onnx.py --dtype float32 --out /tmp/lite0_fp32.onnx
 
-Region variants (scripts/fit_head_regions.py; options other than the defaults): --layer (blocks.3..6 or head) picks
+Region variants (measured by research/fit_head_regions.py): --layer (blocks.3..6 or head) picks
 the map, --pool bands3 / grid3 pools it into regions inside the head ellipse, --mirror averages it with the mirrored
 crop's map (flipped back; twice the compute), --region-means FILE.npy (R, C) is subtracted from each region before
-it is L2-normalised; the output is then the R unit region vectors concatenated (N, R*C). The recommended region file:
-
-    python scripts/export_lite0_onnx.py --layer blocks.6 --pool bands3 --mirror \
-        --region-means scripts/lite0_blocks6_bands3_mirror_means.npy --out headsearch/models/weights/efficientnet_lite0_head_regions.onnx
+it is L2-normalised; the output is then the R unit region vectors concatenated (N, R*C). The defaults make the
+shipped file (blocks.6, bands3, mirrored, the region means in scripts/lite0_blocks6_bands3_mirror_means.npy); the
+single pooled vector of the final map is `--layer head --pool ellipse --no-mirror --region-means ''`.
 
 The output is byte-for-byte reproducible with the same torch/timm/onnx versions; the script prints its SHA-256.
 Needs torch, timm, onnx and OpenCV (the dev/training install), and onnxruntime for the check against timm.
@@ -41,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import sys
 from pathlib import Path
 
@@ -48,9 +48,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-DEFAULT_OUT = ROOT / "headsearch" / "models" / "efficientnet_lite0_head.onnx"
+DEFAULT_OUT = ROOT / "headsearch" / "models" / "weights" / "efficientnet_lite0_head_regions.onnx"  # the shipped file
+DEFAULT_MEANS = ROOT / "scripts" / "lite0_blocks6_bands3_mirror_means.npy"
 STRIDE = 32  # Lite0's final feature map: one cell per 32x32 input pixels
 CHANNELS = 1280
 OPSET = 17
@@ -112,12 +112,42 @@ def area_resize_matrix(src: int, dst: int) -> np.ndarray:
 LAYER_CHANNELS = {"head": 1280, "blocks.3": 80, "blocks.4": 112, "blocks.5": 192, "blocks.6": 320}
 
 
+BAND_CUTS = (3 / 7, 5 / 7)  # crop fractions: hair+forehead | eyes+nose | mouth+chin (the face box of a detected face
+# lies at about y 0.31..0.88 of the head crop, headsearch.detection.crops._DEFAULT_FACE_IN_HEAD)
+
+
+def region_weights(partition: str, grid: int, size: int = 224) -> np.ndarray:
+    """(R, grid, grid) float32: per region, each cell's share of pixels inside the region and the head ellipse,
+    normalised to sum 1 (`ellipse`: one region, the shipped pooling)."""
+    from headsearch.models.sface_hsv import head_mask
+
+    inside = head_mask(size) > 0
+    ys, xs = np.mgrid[0:size, 0:size] / size
+    if partition == "ellipse":
+        masks = [np.ones_like(inside)]
+    elif partition == "bands3":
+        cuts = (0.0, *BAND_CUTS, 1.01)
+        masks = [(ys >= lo) & (ys < hi) for lo, hi in itertools.pairwise(cuts)]
+    elif partition == "grid3":
+        t = (0.0, 1 / 3, 2 / 3, 1.01)
+        masks = [(ys >= y0) & (ys < y1) & (xs >= x0) & (xs < x1) for y0, y1 in itertools.pairwise(t) for x0, x1 in itertools.pairwise(t)]
+    else:
+        raise ValueError(partition)
+    cell = size // grid
+    out = []
+    for m in masks:
+        w = (inside & m).astype(np.float64).reshape(grid, cell, grid, cell).mean(axis=(1, 3))
+        out.append(w / w.sum())
+    return np.stack(out).astype(np.float32)
+
+
+def n_regions(partition: str) -> int:
+    return {"ellipse": 1, "bands3": 3, "grid3": 9}[partition]
+
+
 def region_cell_weights(partition: str, size: int, layer: str) -> np.ndarray:
     """(R, g, g) float32 pooling weights of `layer`'s map (g = size/32, or size/16 for blocks.3 and blocks.4): per
-    region, each cell's share of pixels inside the region and the head ellipse, summing to 1 (the same weights as
-    scripts/fit_head_regions.region_weights)."""
-    from fit_head_regions import region_weights
-
+    region, each cell's share of pixels inside the region and the head ellipse, summing to 1."""
     stride = 16 if layer in ("blocks.3", "blocks.4") else STRIDE
     return region_weights(partition, size // stride, size)
 
@@ -329,16 +359,19 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=224, help="side the network sees (multiple of 32; Lite0 was trained at 224)")
     parser.add_argument("--input", type=int, default=256, help="side of the square crops the graph takes (the indexer's crop_px)")
     parser.add_argument("--dtype", choices=("float16", "float32"), default="float16", help="how the weights are stored")
-    parser.add_argument("--layer", choices=tuple(LAYER_CHANNELS), default="head", help="the map to pool (head: the final 1280 channels)")
-    parser.add_argument("--pool", choices=("ellipse", "bands3", "grid3"), default="ellipse",
-                        help="ellipse: one mean (the shipped default); bands3 / grid3: regions, each L2-normalised")
-    parser.add_argument("--mirror", action="store_true", help="average the map with the mirrored crop's (twice the compute)")
-    parser.add_argument("--region-means", type=Path, default=None, help=".npy (R, C): region means subtracted before normalising")
+    parser.add_argument("--layer", choices=tuple(LAYER_CHANNELS), default="blocks.6", help="the map to pool (head: the final 1280 channels)")
+    parser.add_argument("--pool", choices=("ellipse", "bands3", "grid3"), default="bands3",
+                        help="ellipse: one mean of the map; bands3 / grid3: regions, each L2-normalised (bands3: the shipped file)")
+    parser.add_argument("--mirror", action=argparse.BooleanOptionalAction, default=True,
+                        help="average the map with the mirrored crop's (twice the compute)")
+    parser.add_argument("--region-means", type=Path, default=DEFAULT_MEANS, help=".npy (R, C): region means subtracted before normalising")
     args = parser.parse_args()
     import torch
 
     torch.manual_seed(0)
     variant = None
+    if not str(args.region_means or ""):
+        args.region_means = None
     if (args.layer, args.pool, args.mirror, args.region_means) != ("head", "ellipse", False, None):
         if args.pool == "ellipse":
             raise SystemExit("--layer / --mirror / --region-means need --pool bands3 or grid3")

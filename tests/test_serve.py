@@ -13,7 +13,6 @@ import re
 import shutil
 import socket
 import struct
-import sys
 import time
 import zlib
 from fractions import Fraction
@@ -22,6 +21,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+import upload_memory  # noqa: E402 - tests/upload_memory.py, which runs the issue's 50 uploads on its own
 from conftest import EXAMPLES, HAMILTON, RETALKING, library_db, needs_data, pixel_copy, query_json, run, serving
 from starlette.testclient import TestClient
 
@@ -29,9 +29,6 @@ from headsearch.basics.media import fingerprint
 from serve.app import create_app, hms
 from serve.files import IndexedFiles, OpenFileResponse
 from serve.guard import CSRF_HEADER
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import upload_memory  # noqa: E402
 
 pytestmark = needs_data
 
@@ -584,7 +581,7 @@ def test_an_upload_past_the_slots_is_refused_at_once(library, tmp_path, monkeypa
 def test_many_large_uploads_keep_the_server_small(library, tmp_path):
     """10 concurrent 19 MB uploads (raw bodies, then forms) to the real server (`headsearch serve`): every
     one is answered (415, or 503 past the slots), its memory grows by far less than the uploads, and no
-    upload is left in the temporary folder. (scripts/upload_memory.py runs the issue's 50.)"""
+    upload is left in the temporary folder. (tests/upload_memory.py runs the issue's 50.)"""
     spool = tmp_path / "tmp"
     spool.mkdir()
     port = upload_memory.free_port()

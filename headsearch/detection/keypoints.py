@@ -4,7 +4,7 @@ MoveNet MultiPose Lightning (Apache-2.0, weights/MOVENET_LICENSE.md) gives up to
 17 keypoints (nose, eyes, ears, shoulders, ...) and a person score. A person's head points give a square head;
 heads that are the head of a face RetinaFace found are left to the face, so one head is one box.
 
-The rule (`KeypointRule`) is the one `scripts/head_boxes_prototype.py eval --fit` fitted and measured on
+The rule (`KeypointRule`) is the one `research/head_boxes_prototype.py eval --fit` fitted and measured on
 bench/sets/heads.csv (27 frames, 133 heads; in-sample, see that script's docstring):
 
 - MoveNet sees the frame in `tiles` overlapping windows along its long side, each letterboxed to `side` px

@@ -5,7 +5,7 @@ to show detail, that the detector is sure of, and, in a video, seen more than on
 (`headsearch people inbox`, the web app's inbox page), where a user can still put them in a person by hand.
 
 The defaults were measured on all of ../shared/data (397 files, 469 tracks; both LABELS files name 383 of them) with
-`python scripts/people_quality_report.py LIBRARY LABELS.csv more/LABELS.csv` (2026-12-01, sface+lite0, identity
+`python research/people_quality_report.py LIBRARY LABELS.csv more/LABELS.csv` (2026-12-01, sface+lite0, identity
 threshold 0.387): 73 pairs of different people score above that threshold (4 of them seen in one frame). Each gate
 sits between the values of the tracks in those wrong pairs and the labelled tracks (clear faces, to be kept):
 face height: wrong pairs from 34 px, labelled >= 90 px; sharpness: wrong pairs 1.8, 1.8, 2.1, 15.7, 24, labelled

@@ -5,9 +5,9 @@ concurrent uploads of about 19 MB each to /api/query (bytes that are no image: e
 as in the issue), samples the server's resident memory while they run and reports its peak (and
 the kernel's high-water mark) and what is left a moment after the last answer.
 
-    python scripts/upload_memory.py                          # 50 uploads of 19 MB, this checkout
-    python scripts/upload_memory.py --uploads 10 --json      # one JSON line
-    python scripts/upload_memory.py --source /tmp/old        # another checkout (e.g. `git worktree add /tmp/old house`)
+    python tests/upload_memory.py                          # 50 uploads of 19 MB, this checkout
+    python tests/upload_memory.py --uploads 10 --json      # one JSON line
+    python tests/upload_memory.py --source /tmp/old        # another checkout (e.g. `git worktree add /tmp/old house`)
 
 Without --library, one photo of the test data is indexed into a temporary library first. Every
 upload is bounded in time (--timeout) and the server is stopped at the end, whatever happens.

@@ -1,8 +1,8 @@
 """Kill `headsearch index` with SIGKILL at random moments and check what it leaves (issue 19's acceptance).
 
-    python scripts/fault_kill_test.py                       # 20 kills, every other one with --workers 2
-    python scripts/fault_kill_test.py --kills 4 --seed 7    # fewer, another draw
-    python scripts/fault_kill_test.py --json report.json    # the trials as JSON too
+    python tests/fault_kill.py                       # 20 kills, every other one with --workers 2
+    python tests/fault_kill.py --kills 4 --seed 7    # fewer, another draw
+    python tests/fault_kill.py --json report.json    # the trials as JSON too
 
 Each trial indexes the media into a fresh library, kills the run (and nothing else: SIGKILL to its
 process alone) at a random moment of a full run's duration, then checks that

@@ -1,6 +1,6 @@
 """Measure the people quality gates on an indexed library: what each gate would hold back, against the labels.
 
-    python scripts/people_quality_report.py LIBRARY LABELS.csv [MORE.csv ...]
+    python research/people_quality_report.py LIBRARY LABELS.csv [MORE.csv ...]
 
 For every track: its face height (px), sharpness (variance of the Laplacian of the thumbnail's middle), the face
 detector's best score and its sightings with a face (`headsearch.people.quality.measure`). Wrong pairs: two tracks

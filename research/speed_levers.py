@@ -9,7 +9,7 @@ shows medians. The levers (see README, "Speed"):
   coarse   detection on a 320 px copy while a shot's faces are large
 
     python scripts/make_long_video.py /tmp/long.mp4 --minutes 10
-    python scripts/speed_levers.py /tmp/long.mp4 --repeat 3 --json levers.json
+    python research/speed_levers.py /tmp/long.mp4 --repeat 3 --json levers.json
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ mean Lite0 vector (of the fitting crops only) subtracted before normalising. A f
 [u_SFace, sqrt(w) u_Lite0] (each part unit length), so its cosine is (cos_SFace + w cos_Lite0) / (1 + w): the same
 order as s. Identity vectors of the fused model are SFace's.
 
-Data (built by `scripts/split_labels.py ../shared/data/LABELS.csv --more ../shared/data/more/LABELS.csv --out SPLIT`):
+Data (built by `research/split_labels.py ../shared/data/LABELS.csv --more ../shared/data/more/LABELS.csv --out SPLIT`):
   fit      SPLIT/train.csv, only the rows of PERMISSIVE_SOURCES (repository licences MIT / Apache-2.0 in
            ../shared/data/SOURCES.md): photos and one-person videos; nothing from ../shared/data/more (research-only
            terms: Glint360K crops, MEAD, HDTF) and nothing held out. w and the mean are chosen here only:
@@ -26,10 +26,10 @@ AUC, the cosine at FAR 1e-2 / 1e-3 among R3 pairs, VR there; the same with R3 pa
 (strangers photographed alike); and with the face box of one (or both) crops blacked out or blurred, a rough
 stand-in for a view without a face.
 
-    python scripts/split_labels.py ../shared/data/LABELS.csv --more ../shared/data/more/LABELS.csv --out /tmp/split
-    python scripts/fit_head_fusion.py --split /tmp/split --json /tmp/fusion.json
-    python scripts/fit_head_fusion.py --split /tmp/split --compare-lite0 /tmp/lite0_fp32.onnx   # another export
-    python scripts/fit_head_fusion.py --speed                                                   # ms per crop
+    python research/split_labels.py ../shared/data/LABELS.csv --more ../shared/data/more/LABELS.csv --out /tmp/split
+    python research/fit_head_fusion.py --split /tmp/split --json /tmp/fusion.json
+    python research/fit_head_fusion.py --split /tmp/split --compare-lite0 /tmp/lite0_fp32.onnx   # another export
+    python research/fit_head_fusion.py --speed                                                   # ms per crop
 
 Crops and vectors are cached in --cache (default /tmp/headfusion-cache); delete it to recompute.
 """

@@ -1,4 +1,4 @@
-"""Synthetic look changes on a head crop, for FITTING ONLY (scripts/fit_head_regions.py): drawn glasses, a drawn
+"""Synthetic look changes on a head crop, for FITTING ONLY (research/fit_head_regions.py): drawn glasses, a drawn
 moustache and beard, and a recoloured hair region. They stand in for the other-look (R2) pairs that the permissive
 data lacks (only Obama's two labelled states give real ones). They are crude on purpose: placed from the crop's
 five RetinaFace landmarks and face box, no learning. Whether fitting on them helps is measured on real held-out looks.

@@ -1,6 +1,6 @@
 """Measure issue 16's acceptance on a library of all of ../shared/data, through the real CLI.
 
-    python scripts/whole_head_acceptance.py --data ../shared/data --library /tmp/all-lib [--model default] [--json out.json]
+    python research/whole_head_acceptance.py --data ../shared/data --library /tmp/all-lib [--model default] [--json out.json]
 
 Indexes every file under --data into --library (incremental: a rerun reuses it), then:
 - `query alex-lacamoire.png --videos-only -k 3`: its hits (the issue asks for one inside 1.519-3.588 s);

@@ -1,4 +1,4 @@
-"""Look-sensitive variants of the SFace + EfficientNet-Lite0 head vector (issue 16, after scripts/fit_head_fusion.py):
+"""Look-sensitive variants of the SFace + EfficientNet-Lite0 head vector (issue 16, after research/fit_head_fusion.py):
 region pooling of Lite0 maps, a three-way fusion with the HSV histogram of `sface+hsv`, mirror averaging. Fitted on
 an enlarged permissive fitting set, reported on the held-out sets with `headsearch.evaluation.verification.evaluate`.
 
@@ -21,7 +21,7 @@ Fitting sets (permissive only; nothing held out, nothing of Face-Applications / 
              labelled one-person video of video-retalking and LivePortrait (LABELS.csv) and more/LivePortrait d0, d6,
              d13 (MIT): the indexer's analysis, the labelled person's track, FRAMES_PER_VIDEO of its embedded face
              sightings spread over the track, each a sample (one look per video: same-look pairs);
-  fit-looks  fit-real plus SYNTHETIC looks (scripts/synthetic_looks.py): per video person, drawn glasses on two
+  fit-looks  fit-real plus SYNTHETIC looks (research/synthetic_looks.py): per video person, drawn glasses on two
              frames, a drawn moustache/beard on two, recoloured hair on two: three more looks of that person;
   fit        (PRIMARY) fit-looks with SYNTHETIC scene randomisation: every video-derived sample's background replaced
              (OpenCV GrabCut mask, no model) by one of a shared pool of 16 backgrounds, and a photometric change
@@ -35,9 +35,9 @@ PRIMARY fitting set, ties by head AUC (4 decimals), then the smaller Lite0 outpu
 The same rule picks the best of each family (a region part, or none) on PRIMARY, and the choice on fit-looks and
 fit-real, for the held-out table (which shows what the synthetic material changes).
 
-    python scripts/split_labels.py ../shared/data/LABELS.csv --more ../shared/data/more/LABELS.csv --out /tmp/split
-    python scripts/fit_head_regions.py --split /tmp/split --fit-only            # the fit; no held-out numbers
-    python scripts/fit_head_regions.py --split /tmp/split --json /tmp/regions.json
+    python research/split_labels.py ../shared/data/LABELS.csv --more ../shared/data/more/LABELS.csv --out /tmp/split
+    python research/fit_head_regions.py --split /tmp/split --fit-only            # the fit; no held-out numbers
+    python research/fit_head_regions.py --split /tmp/split --json /tmp/regions.json
 """
 from __future__ import annotations
 
@@ -52,12 +52,14 @@ from pathlib import Path
 
 import numpy as np
 
-SCRIPTS = Path(__file__).resolve().parent
+SCRIPTS = Path(__file__).resolve().parent  # research/, beside it scripts/ (the exporter) and the checkout
 sys.path.insert(0, str(SCRIPTS))
+sys.path.insert(0, str(SCRIPTS.parent / "scripts"))
 sys.path.insert(0, str(SCRIPTS.parent))
 
 import fit_head_fusion as fhf  # noqa: E402
 import synthetic_looks  # noqa: E402
+from export_lite0_onnx import BAND_CUTS, n_regions, region_weights  # noqa: E402,F401 - the pooling the exporter bakes in
 
 from headsearch.detection.crops import HeadCrop  # noqa: E402
 from headsearch.models.base import l2_normalise  # noqa: E402
@@ -68,8 +70,6 @@ SIZE, INPUT = 224, 256
 LAYERS = {"b3": ("blocks.3", 80, 14), "b4": ("blocks.4", 112, 14), "b5": ("blocks.5", 192, 7), "b6": ("blocks.6", 320, 7),
           "head": ("head", 1280, 7)}
 PARTITIONS = ("bands3", "grid3")
-BAND_CUTS = (3 / 7, 5 / 7)  # crop fractions: hair+forehead | eyes+nose | mouth+chin (the face box of a detected face
-# lies at about y 0.31..0.88 of the head crop, headsearch.detection.crops._DEFAULT_FACE_IN_HEAD)
 MAX_DIMS = 1536
 GRID_A = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
 GRID_B = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0)
@@ -80,35 +80,6 @@ REGION_PARTS = [(layer, part) for layer in ("b3", "b4", "b5", "b6", "head") for 
 
 
 # ---------------------------------------------------------------------------------------------------- regions
-
-def region_weights(partition: str, grid: int, size: int = SIZE) -> np.ndarray:
-    """(R, grid, grid) float32: per region, each cell's share of pixels inside the region and the head ellipse,
-    normalised to sum 1 (`ellipse`: one region, the shipped pooling)."""
-    from headsearch.models.sface_hsv import head_mask
-
-    inside = head_mask(size) > 0
-    ys, xs = np.mgrid[0:size, 0:size] / size
-    if partition == "ellipse":
-        masks = [np.ones_like(inside)]
-    elif partition == "bands3":
-        cuts = (0.0, *BAND_CUTS, 1.01)
-        masks = [(ys >= lo) & (ys < hi) for lo, hi in itertools.pairwise(cuts)]
-    elif partition == "grid3":
-        t = (0.0, 1 / 3, 2 / 3, 1.01)
-        masks = [(ys >= y0) & (ys < y1) & (xs >= x0) & (xs < x1) for y0, y1 in itertools.pairwise(t) for x0, x1 in itertools.pairwise(t)]
-    else:
-        raise ValueError(partition)
-    cell = size // grid
-    out = []
-    for m in masks:
-        w = (inside & m).astype(np.float64).reshape(grid, cell, grid, cell).mean(axis=(1, 3))
-        out.append(w / w.sum())
-    return np.stack(out).astype(np.float32)
-
-
-def n_regions(partition: str) -> int:
-    return {"ellipse": 1, "bands3": 3, "grid3": 9}[partition]
-
 
 # ---------------------------------------------------------------------------------------------------- Lite0 maps
 

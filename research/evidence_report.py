@@ -1,6 +1,6 @@
 """How many head tracks the face-evidence rule drops, and a contact sheet of dropped and kept tracks.
 
-    python scripts/evidence_report.py ../shared/data --out evidence/
+    python research/evidence_report.py ../shared/data --out evidence/
 
 Analyses every video and photo under the given folders exactly as `headsearch index` does
 (decode, shots, RetinaFace, tracking, the evidence rule of `indexer/evidence.py`), without
