@@ -34,6 +34,42 @@ def _vr_cell(r, insightface: bool = False) -> str:
     return f"{r.vr:.3f}" + ("*" if insightface and not r.measurable else "")
 
 
+def _accuracy_row(r: ModelReport, keys: Sequence[str], width: int) -> list[str]:
+    """One model's cells of the accuracy table."""
+    if r.error:
+        return [r.spec] + ["-"] * (width - 1)
+    e = r.evaluation
+    row = [r.spec]
+    for p in PROTOCOLS:
+        pr = e.protocols.get(p)
+        row += ["n/m"] * (len(keys) + 1) if pr is None else [_vr_cell(pr.vr[k]) for k in keys] + ["n/m" if pr.auc is None else f"{pr.auc:.4f}"]
+    row.append("n/m" if e.hierarchy is None else f"{e.hierarchy:.3f}")
+    row.append("-" if r.ms_per_face is None else f"{r.ms_per_face:.0f}")
+    return row
+
+
+def _accuracy_counts(r: ModelReport, keys: Sequence[str], fars: Sequence[float]) -> str:
+    """A measured model's samples, pairs and what could not be measured, in one line."""
+    e = r.evaluation
+    counts = "; ".join(f"{p} {e.protocols[p].n_genuine} genuine / {e.protocols[p].n_impostor} impostor" for p in PROTOCOLS if p in e.protocols)
+    unmeasurable = sorted({f"VR@{k} needs {needed_impostors(f)}" for p in e.protocols.values() for k, f in zip(keys, fars, strict=True)
+                           if not p.vr[k].measurable and p.n_genuine}, key=len)
+    return (f"{r.spec}: {e.n_samples} samples ({r.n_photos} photos, {r.n_tracks} video tracks) of "
+            f"{_count(e.n_identities, 'identity', 'identities')}; "
+            f"pairs R1 {e.pairs.get('R1', 0)}, R2 {e.pairs.get('R2', 0)}, R3 {e.pairs.get('R3', 0)}; {counts or 'no pairs'}; "
+            f"hierarchy over {e.quadruples} quadruples ({e.head_kind} vectors)"
+            + (f"; n/m: {', '.join(unmeasurable)} impostors" if unmeasurable else ""))
+
+
+def _insightface_table(measured: Sequence[ModelReport], keys: Sequence[str]) -> list[str]:
+    """The insightface convention, labelled as such."""
+    head = ["model"] + [f"{p} VR@{k}" for p in PROTOCOLS for k in keys]
+    rows = [head] + [[r.spec] + [_vr_cell(r.evaluation.protocols[p].vr_insightface[k], True) for p in PROTOCOLS for k in keys]
+                     for r in measured]
+    return ["", "insightface convention (ROC point whose FPR is closest to the FAR, no interpolation; "
+                "* = fewer than 1/FAR impostors, not a real VR@FAR):"] + format_table(rows, "<" + ">" * (len(head) - 1))
+
+
 def format_accuracy(reports: Sequence[ModelReport], fars: Sequence[float] = DEFAULT_FARS) -> str:
     """The benchmark as a paper-style table (rows = models, columns = protocol x metric)."""
     keys = [far_key(f) for f in fars]
@@ -41,23 +77,8 @@ def format_accuracy(reports: Sequence[ModelReport], fars: Sequence[float] = DEFA
     for _ in PROTOCOLS:
         head += [f"VR@{k}" for k in keys] + ["AUC"]
     head += ["hierarchy", "ms/face"]
-    rows, errors = [head], []
-    for r in reports:
-        if r.error:
-            errors.append(f"{r.spec}: not measured: {r.error}")
-            rows.append([r.spec] + ["-"] * (len(head) - 1))
-            continue
-        e = r.evaluation
-        row = [r.spec]
-        for p in PROTOCOLS:
-            pr = e.protocols.get(p)
-            if pr is None:
-                row += ["n/m"] * (len(keys) + 1)
-                continue
-            row += [_vr_cell(pr.vr[k]) for k in keys] + ["n/m" if pr.auc is None else f"{pr.auc:.4f}"]
-        row.append("n/m" if e.hierarchy is None else f"{e.hierarchy:.3f}")
-        row.append("-" if r.ms_per_face is None else f"{r.ms_per_face:.0f}")
-        rows.append(row)
+    rows = [head] + [_accuracy_row(r, keys, len(head)) for r in reports]
+    errors = [f"{r.spec}: not measured: {r.error}" for r in reports if r.error]
     lines, widths = format_table(rows, "<" + ">" * (len(head) - 1)), [max(len(r[c]) for r in rows) for c in range(len(head))]
     # Protocol titles above their column groups.
     group = len(keys) + 1
@@ -69,30 +90,10 @@ def format_accuracy(reports: Sequence[ModelReport], fars: Sequence[float] = DEFA
     out.append("VR: exact verification rate at the FAR (threshold = (k+1)-th highest impostor score, k = floor(FAR x impostors)); "
                "n/m: not measurable (fewer than 1/FAR impostor pairs, or no genuine pair). ms/face: embedder time per photo "
                "head crop on this machine, in batches of up to 32 (a model whose vectors were cached shows none).")
-    for r in reports:
-        if r.error:
-            continue
-        e = r.evaluation
-        counts = "; ".join(f"{p} {e.protocols[p].n_genuine} genuine / {e.protocols[p].n_impostor} impostor"
-                           for p in PROTOCOLS if p in e.protocols)
-        unmeasurable = sorted({f"VR@{k} needs {needed_impostors(f)}" for p in e.protocols.values() for k, f in zip(keys, fars, strict=True)
-                               if not p.vr[k].measurable and p.n_genuine}, key=len)
-        out.append(f"{r.spec}: {e.n_samples} samples ({r.n_photos} photos, {r.n_tracks} video tracks) of "
-                   f"{_count(e.n_identities, 'identity', 'identities')}; "
-                   f"pairs R1 {e.pairs.get('R1', 0)}, R2 {e.pairs.get('R2', 0)}, R3 {e.pairs.get('R3', 0)}; {counts or 'no pairs'}; "
-                   f"hierarchy over {e.quadruples} quadruples ({e.head_kind} vectors)"
-                   + (f"; n/m: {', '.join(unmeasurable)} impostors" if unmeasurable else ""))
-    # The insightface convention, labelled as such.
+    out += [_accuracy_counts(r, keys, fars) for r in reports if not r.error]
     measured = [r for r in reports if not r.error and r.evaluation.protocols]
     if measured:
-        out.append("")
-        out.append("insightface convention (ROC point whose FPR is closest to the FAR, no interpolation; "
-                   "* = fewer than 1/FAR impostors, not a real VR@FAR):")
-        ihead = ["model"] + [f"{p} VR@{k}" for p in PROTOCOLS for k in keys]
-        irows = [ihead]
-        for r in measured:
-            irows.append([r.spec] + [_vr_cell(r.evaluation.protocols[p].vr_insightface[k], True) for p in PROTOCOLS for k in keys])
-        out += format_table(irows, "<" + ">" * (len(ihead) - 1))
+        out += _insightface_table(measured, keys)
     return "\n".join(out)
 
 

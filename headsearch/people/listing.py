@@ -159,6 +159,26 @@ def _leave_one_out(vectors: np.ndarray, reference: np.ndarray | None = None) -> 
     return total / max(count, 1)
 
 
+def _head_scores(heads: dict[int, np.ndarray], main: list[int], reference: dict[VectorKind, np.ndarray]) -> dict[int, float]:
+    """Each track's mean head similarity to the reference photos where there are some, else to the person's main look
+    (itself left out)."""
+    if VectorKind.HEAD in reference and len(reference[VectorKind.HEAD]):
+        target = reference[VectorKind.HEAD]
+        return {tr: float(np.mean(target @ v)) for tr, v in heads.items()}
+    if not main:
+        return {}
+    target = np.stack([heads[tr] for tr in main])
+    return {tr: float(((target @ v).sum() - (1.0 if tr in main else 0.0)) / max(len(main) - (tr in main), 1)) for tr, v in heads.items()}
+
+
+def _appearance_scores(heads: dict[int, np.ndarray], main: list[int], faced: set[int], appearance_dims: int) -> dict[int, float]:
+    """Each track without a face: the mean look of its head (alone) against the person's main look."""
+    if not appearance_dims or not heads:
+        return {}
+    target = appearance_part(np.stack([heads[tr] for tr in (main or list(heads))]), appearance_dims)
+    return {tr: float(np.mean(target @ appearance_part(v, appearance_dims)[0])) for tr, v in heads.items() if tr not in faced}
+
+
 def person_moments(library: Library, person: Person, reference: dict[VectorKind, np.ndarray] | None = None) -> list[SearchHit]:
     """Every track of a person as a hit, best first: its score is its mean identity similarity to the person's other
     tracks (and reference photos, `reference`: kind -> rows), its head score the mean similarity of its head to the
@@ -175,40 +195,20 @@ def person_moments(library: Library, person: Person, reference: dict[VectorKind,
         best = {tr: store.best_sighting(tr) for tr in rows}
     thresholds = thresholds_for(library.root, library.model)
     spec = find_spec(library.model)
-    appearance_dims = spec.appearance_dims if spec is not None else 0
     with_id = [tr for tr in person.tracks if tr in ids]
     id_score = dict(zip(with_id, _leave_one_out(np.stack([ids[tr] for tr in with_id]), reference.get(VectorKind.ID)).tolist(),
                         strict=True)) if with_id else {}
     main = [tr for tr in looks[0] if tr in heads]
-    head_score: dict[int, float] = {}
-    appearance: dict[int, float] = {}
-    if heads:
-        if VectorKind.HEAD in reference and len(reference[VectorKind.HEAD]):
-            target = reference[VectorKind.HEAD]
-            for tr, v in heads.items():
-                head_score[tr] = float(np.mean(target @ v))
-        elif main:
-            target = np.stack([heads[tr] for tr in main])
-            for tr, v in heads.items():
-                sims = target @ v
-                head_score[tr] = float((sims.sum() - (1.0 if tr in main else 0.0)) / max(len(main) - (tr in main), 1))
-        if appearance_dims:  # a track without a face is compared by the look of its head alone
-            target = appearance_part(np.stack([heads[tr] for tr in (main or list(heads))]), appearance_dims)
-            for tr in heads:
-                if tr not in ids:
-                    appearance[tr] = float(np.mean(target @ appearance_part(heads[tr], appearance_dims)[0]))
+    head_score = _head_scores(heads, main, reference) if heads else {}
+    appearance = _appearance_scores(heads, main, set(ids), spec.appearance_dims if spec is not None else 0)
     alone = len(with_id) == 1 and VectorKind.ID not in reference
     hits = []
-    for tr in person.tracks:
-        if tr not in rows:
-            continue
+    for tr in (t for t in person.tracks if t in rows):
         r: TrackRow = rows[tr]
         ident = 1.0 if alone and tr in ids else id_score.get(tr)
         head = 1.0 if alone and tr in heads else head_score.get(tr)
         app = appearance.get(tr)
-        tier = None
-        if thresholds is not None:
-            tier = Tier.SAME_LOOK if alone else thresholds.tier(ident, head, app)
+        tier = None if thresholds is None else (Tier.SAME_LOOK if alone else thresholds.tier(ident, head, app))
         score = ident if ident is not None else (app if app is not None else 0.0)
         hits.append(SearchHit(track_id=tr, video=r.video, start=r.start_time, end=r.end_time, time=r.best_time, score=float(score),
                               thumbnail=str((library.root / r.thumbnail).resolve()), tier=tier, head_score=head,

@@ -285,6 +285,29 @@ def _retake_means(store: PeopleStore, state: _State, dim: int) -> None:
         store.update_person(pid, centroid=state.persons[pid].centroid, weight=state.persons[pid].weight)
 
 
+def _release(store: PeopleStore, state, loose: list[int], held: set[int], vectors: dict[int, np.ndarray]) -> None:
+    """Tracks that leave their persons (a verdict against them, a pin elsewhere, a failed gate): out of the persons'
+    means; those the gates hold back out of the tables too."""
+    old: dict[int, list[np.ndarray]] = {}
+    for tr in loose:
+        if tr in vectors:
+            old.setdefault(state.members[tr], []).append(vectors[tr])
+        del state.members[tr]
+    for pid, vs in old.items():
+        state.move(pid, vs, sign=-1)
+    store.unassign([tr for tr in loose if tr in held])
+
+
+def _place_pinned(state, new: list[int], vectors: dict[int, np.ndarray]) -> list[int]:
+    """New tracks a user put in a person join it (a track without a face too); those tracks."""
+    pinned = [tr for tr in new if tr in state.pins]
+    for tr in pinned:
+        state.members[tr] = state.pins[tr]
+        if tr in vectors:
+            state.move(state.pins[tr], [vectors[tr]])
+    return pinned
+
+
 def _update(store: PeopleStore, library: Library, report: Callable[[str], None] | None, fresh_vectors: bool = False,
             gates: QualityGates = DEFAULT_GATES) -> UpdateSummary:
     th = people_thresholds(library)
@@ -308,20 +331,9 @@ def _update(store: PeopleStore, library: Library, report: Callable[[str], None] 
         store.assign(kept)
         return summary
     vectors = store.track_vectors(VectorKind.ID, sorted(set(new) | set(loose)))
-    old: dict[int, list[np.ndarray]] = {}
-    for tr in loose:
-        if tr in vectors:
-            old.setdefault(state.members[tr], []).append(vectors[tr])
-        del state.members[tr]
-    for pid, vs in old.items():
-        state.move(pid, vs, sign=-1)
-    store.unassign([tr for tr in loose if tr in held])
+    _release(store, state, loose, held, vectors)
     new = list(dict.fromkeys(new))
-    pinned = [tr for tr in new if tr in state.pins]  # a track without a face joins the person it was put in, too
-    for tr in pinned:
-        state.members[tr] = state.pins[tr]
-        if tr in vectors:
-            state.move(state.pins[tr], [vectors[tr]])
+    pinned = _place_pinned(state, new, vectors)
     rest = [tr for tr in new if tr not in state.pins and tr in vectors]
     summary.new_tracks = len(pinned) + len(rest)
     cannot = _cannot_link(store, rest)
