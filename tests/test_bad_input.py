@@ -9,13 +9,14 @@ import time
 
 import cv2
 import numpy as np
+import pytest
 from conftest import AMY_DIR, DATA, EXAMPLES, HAMILTON, library_db, make_arcface_like_onnx, needs_data, pixel_copy, query_json, run
 from test_index_query import assert_consistent, table_counts
 
 from headsearch.models import DEFAULT_MODEL
 from headsearch.store.library import Library
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]
 
 
 def remux_to_ts(src, dst) -> None:

@@ -16,7 +16,7 @@ from conftest import DATA, FACES, LABELS, library_db, needs_data, run
 
 from headsearch.models import DEFAULT_MODEL
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]
 
 # Glasses states as LABELS.csv gives them: Leonard wears glasses in 1, 4, 5; Amy only in 4.
 STATES = {"leonard": {1: "glasses", 4: "glasses", 5: "glasses", 2: "no_glasses", 3: "no_glasses"},

@@ -16,7 +16,7 @@ ARTEFACTS = Path(os.environ.get("HEADSEARCH_ARTEFACTS", Path(__file__).resolve()
 FLAGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
          "--no-first-run", "--disable-sync", "--disable-default-apps", "--mute-audio"]
 
-pytestmark = [needs_data, pytest.mark.skipif(not CHROMIUM.is_file() and not os.environ.get("CI"),
+pytestmark = [needs_data, pytest.mark.slow, pytest.mark.skipif(not CHROMIUM.is_file() and not os.environ.get("CI"),
                                              reason=f"no Chromium at {CHROMIUM} (apt-get install chromium; .ci/run does)")]
 
 

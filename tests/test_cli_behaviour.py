@@ -14,13 +14,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import AMY_DIR, DATA, library_db, needs_data, run
 from test_index_query import assert_consistent, table_counts
 
 from cli.main import INTERRUPTED
 from cli.options import command_name
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "cli.main"]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import EXAMPLES, HAMILTON, RETALKING, needs_data, run
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]
 
 AOC = RETALKING / "3.mp4"  # one talking head (Alexandria Ocasio-Cortez), 5 s
 OTHER = RETALKING / "1.mp4"  # another person's talking head

@@ -9,7 +9,7 @@ import shutil
 import pytest
 from conftest import AMY_DIR, FACES, needs_data, run
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]
 COMMANDS = [
     ("list",),
     ("stats",),

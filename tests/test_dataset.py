@@ -18,6 +18,8 @@ from schemas.records import Box, FaceDetection, Observation
 from trainer.dataset import DatasetOptions, cluster_with_cannot_link, select_segment
 from trainer.dataset_format import contact_sheet_name
 
+pytestmark = pytest.mark.slow  # media-heavy: left out of the fast tier (`-m "not slow"`)
+
 DATA = Path(os.environ.get("HEADSEARCH_TEST_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 HAMILTON = DATA / "face_recognition" / "examples" / "short_hamilton_clip.mp4"
 RETALKING = DATA / "video-retalking" / "examples" / "face"

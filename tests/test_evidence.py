@@ -6,12 +6,13 @@ from __future__ import annotations
 import av
 import cv2
 import numpy as np
+import pytest
 from conftest import DATA, EXAMPLES, HAMILTON, library_db, needs_data, needs_train, query_json, run
 
 from headsearch.basics.images import read_image_rgb
 from headsearch.detection.faces import FaceDetector
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]
 
 S18 = DATA / "LivePortrait" / "assets" / "examples" / "source" / "s18.mp4"
 

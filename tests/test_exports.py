@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from conftest import DATA, EXAMPLES, HAMILTON, RETALKING, needs_data, run
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]
 
 otio = pytest.importorskip("opentimelineio", reason="needs the export extra: pip install 'headsearch[export]'")
 

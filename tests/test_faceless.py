@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 from headsearch.basics.frames import frame_at
 from serve.app import create_app
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD_SET = ROOT / "bench" / "sets" / "heads.csv"

@@ -18,7 +18,7 @@ from headsearch.basics.images import image_header, jpeg_header, read_image_rgb
 from headsearch.basics.settings import MediaLimits
 from indexer.decode import VideoStream
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]
 
 SEEDS = {
     "jpg": DATA / "face_recognition" / "examples" / "obama_small.jpg",

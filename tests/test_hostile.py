@@ -18,7 +18,7 @@ from test_index_query import assert_consistent, table_counts
 
 from headsearch.models import DEFAULT_MODEL
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]
 
 FACE = DATA / "face_recognition" / "examples" / "obama_small.jpg"
 SHORT_CLIP = DATA / "more" / "dreamtalk" / "data" / "style_clip" / "video" / "M030_front_neutral_level1_001.mp4"

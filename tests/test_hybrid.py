@@ -18,6 +18,8 @@ from test_train import make_dataset
 from cli.main import main
 from headsearch.models.dual_cls import HeadModelConfig, HeadSimilarityModel, load_checkpoint
 
+pytestmark = pytest.mark.slow  # media-heavy: left out of the fast tier (`-m "not slow"`)
+
 
 @pytest.mark.parametrize("stem", ["sface", "efficientnet_lite0"])
 def test_stem_tokens_and_cached_path_agree(stem):

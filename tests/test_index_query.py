@@ -12,7 +12,7 @@ from headsearch.models import DEFAULT_MODEL
 from headsearch.store.library import Library
 from schemas.records import VectorKind
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]
 
 LIN = EXAMPLES / "lin-manuel-miranda.png"
 OBAMA = EXAMPLES / "knn_examples" / "train" / "obama" / "obama.jpg"

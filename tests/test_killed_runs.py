@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import AMY_DIR, FACES, needs_data
 
-pytestmark = [needs_data, pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc (Linux)")]
+pytestmark = [needs_data, pytest.mark.slow, pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc (Linux)")]
 
 import fault_kill as fault  # noqa: E402 - tests/fault_kill.py, which runs the issue's 20 kills on its own
 

@@ -17,6 +17,8 @@ from headsearch.store.library import Library
 from schemas import tables as t
 from schemas.records import ModelInfo
 
+pytestmark = pytest.mark.slow  # media-heavy: left out of the fast tier (`-m "not slow"`)
+
 ANSWERS = json.loads((FIXTURES / "library-format1-answers.json").read_text())
 # Where ../shared/data lay when 0.1.0 made the fixture; its stored paths and answers are moved to DATA.
 FIXTURE_DATA = "/work/shared/data"

@@ -14,7 +14,7 @@ from test_library_format import format1_library
 from headsearch.people.clustering import average_linkage
 from headsearch.store.migrations import FORMAT_VERSION
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]
 
 MIRANDA = EXAMPLES / "lin-manuel-miranda.png"
 TWO_PEOPLE = EXAMPLES / "two_people.jpg"

@@ -17,7 +17,7 @@ from headsearch.store.rows import TrackQualityRow
 from serve.app import create_app
 from serve.guard import CSRF_HEADER
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]
 
 AMY = [AMY_DIR / f"amy{i}.png" for i in (1, 2, 3)]
 RAJ = [FACES / "raj" / f"raj{i}.png" for i in (1, 2, 3)]

@@ -15,7 +15,7 @@ from headsearch.detection.faces import FaceDetector
 from headsearch.evaluation.thresholds import write_thresholds
 from headsearch.store.library import Library
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]
 
 LIN = EXAMPLES / "lin-manuel-miranda.png"
 OBAMA_DIR = EXAMPLES / "knn_examples" / "train" / "obama"

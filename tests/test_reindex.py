@@ -62,7 +62,7 @@ def track_file(library: Path, track: int) -> str:
         return con.execute("select v.path from tracks t join videos v on v.id = t.video_id where t.id = ?", [track]).fetchone()[0]
 
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]
 
 
 def test_reindex_moves_a_library_to_the_new_model_with_its_people(tmp_path):

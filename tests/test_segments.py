@@ -25,6 +25,8 @@ from headsearch.store.segment_files import SegmentRecipe, pq_size
 from headsearch.store.segments import STATE, SegmentedIndex
 from headsearch.store.vector_index import VectorIndex
 
+pytestmark = pytest.mark.slow  # media-heavy: left out of the fast tier (`-m "not slow"`)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

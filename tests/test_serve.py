@@ -30,7 +30,7 @@ from serve.app import create_app, hms
 from serve.files import IndexedFiles, OpenFileResponse
 from serve.guard import CSRF_HEADER
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]
 
 MIRANDA = EXAMPLES / "lin-manuel-miranda.png"
 TWO_PEOPLE = EXAMPLES / "two_people.jpg"

@@ -25,6 +25,8 @@ from headsearch.models import load_embedder
 from indexer.analysis import analyse_file
 from indexer.prefetch import Prefetched
 
+pytestmark = pytest.mark.slow  # media-heavy: left out of the fast tier (`-m "not slow"`)
+
 QUERIES = [EXAMPLES / "knn_examples" / "train" / "obama" / "obama.jpg", EXAMPLES / "lin-manuel-miranda.png",
            EXAMPLES / "alex-lacamoire.png", FACES / "amy" / "amy3.png", FACES / "leonard" / "leonard4.png"]
 

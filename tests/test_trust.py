@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 from serve.app import create_app
 from serve.guard import SECURITY_HEADERS
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 MIRANDA = EXAMPLES / "lin-manuel-miranda.png"
 
