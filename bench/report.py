@@ -169,7 +169,23 @@ def speed_text(run: SpeedRun) -> str:
         parts.append(format_indexing(run.indexing))
     if run.search:
         parts.append(format_search(run.search, run.options.search.seed))
+    if run.cold_query is not None:
+        parts.append(format_cold_query(run.cold_query))
     return "\n\n".join(parts)
+
+
+def format_cold_query(record: dict) -> str:
+    """The cold query's median against the bare import's, and where the median query's seconds went."""
+    stages = ", ".join(f"{name} {seconds:.2f}" for name, seconds in record["stages"].items())
+    times = lambda key: " ".join(f"{r[key]:.2f}" for r in record["runs"])  # noqa: E731
+    return "\n".join([
+        f"cold query: `headsearch query {Path(record['photo']).name} -k {record['k']}` on a library of {Path(record['video']).name}, "
+        f"{record['repeat']} fresh processes, each after a bare `python -c \"{record['bare']}\"`",
+        f"  query  median {record['query_median_s']:.2f} s  ({times('query_s')})",
+        f"  bare   median {record['bare_median_s']:.2f} s  ({times('bare_s')})",
+        f"  ratio  {record['ratio']:.1f}x the bare import",
+        f"  stages of the median query (s): {stages}" if stages else "  (the query said no stages)",
+    ])
 
 
 def format_search(results: Sequence[SearchSpeed], seed: int) -> str:

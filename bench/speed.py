@@ -1,5 +1,5 @@
-"""Speed benchmarks in one run: indexing one video (`bench.indexing`) and searching synthetic vectors
-(`bench.search`, `bench.ondisk`)."""
+"""Speed benchmarks in one run: indexing one video (`bench.indexing`), searching synthetic vectors
+(`bench.search`, `bench.ondisk`), and a cold query of a one-video library (`bench.cold_query`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -20,7 +20,9 @@ class SpeedOptions:
     search: SearchPlan | None = field(default_factory=SearchPlan)  # the search benchmark (None: none)
     model: str | None = None  # the model that indexes (None: the default model)
     settings: IndexSettings = field(default_factory=IndexSettings)  # sampling, decoding, detection
-    repeat: int = 1  # indexing runs, each followed by its own decode-only run (the record is the median run's)
+    repeat: int = 1  # indexing runs, each followed by its own decode-only run (the record is the median run's); cold queries
+    query_photo: Path | None = None  # the photo of the cold-query benchmark, on a library of `video` (None: no such benchmark)
+    index_video: bool = True  # the indexing benchmark runs on `video`
 
 
 @dataclass
@@ -30,6 +32,7 @@ class SpeedRun:
     options: SpeedOptions
     indexing: dict | None = None  # `bench.indexing.indexing_speed`'s record (None: not measured)
     search: list[SearchSpeed] | None = None  # one result per index and size (None: not measured)
+    cold_query: dict | None = None  # `bench.cold_query.cold_query_speed`'s record (None: not measured)
 
     def to_dict(self) -> dict:
         """{"indexing": {...}, "search": [...]}, with only the parts that ran."""
@@ -38,6 +41,8 @@ class SpeedRun:
             out["indexing"] = self.indexing
         if self.search is not None:
             out["search"] = [r.to_dict() for r in self.search]
+        if self.cold_query is not None:
+            out["cold_query"] = self.cold_query
         return out
 
 
@@ -46,7 +51,7 @@ def bench_speed(options: SpeedOptions, report: Report = print, progress: Report 
     benchmark's progress bars) to `progress` when given."""
     say = progress or (lambda m: None)
     run = SpeedRun(options)
-    if options.video is not None:
+    if options.video is not None and options.index_video:
         from bench.indexing import indexing_speed
 
         say(f"indexing {options.video} into a temporary library" + (f", {options.repeat} times" if options.repeat > 1 else ""))
@@ -55,6 +60,11 @@ def bench_speed(options: SpeedOptions, report: Report = print, progress: Report 
             report(f"warning: {w}")
     if options.search is not None:
         run.search = search_results(options.search, progress)
+    if options.video is not None and options.query_photo is not None:
+        from bench.cold_query import cold_query_speed
+
+        say(f"cold query: {options.video} indexed into a temporary library, then {options.repeat} fresh `query` processes")
+        run.cold_query = cold_query_speed(options.video, options.query_photo, options.model, repeat=max(options.repeat, 3))
     return run
 
 

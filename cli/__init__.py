@@ -1,6 +1,6 @@
 """The `headsearch` command line.
 
-Loading the command takes a second or two (numpy, OpenCV, scikit-learn...): a Ctrl-C meanwhile
+Loading the command takes up to a second (numpy, OpenCV, ONNX Runtime, SQLAlchemy...): a Ctrl-C meanwhile
 ends the program with one line and exit status 130, like a Ctrl-C later on, never a traceback.
 `cli.main.HeadsearchGroup.main` hands SIGINT back to Python (KeyboardInterrupt) once it runs.
 """
@@ -9,7 +9,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
+
+STARTED = time.perf_counter()  # the command's clock starts as its code loads (`query -v` shows the stages)
 
 
 def _interrupted_while_loading(signum, frame) -> None:  # pragma: no cover - timing dependent
@@ -17,5 +20,11 @@ def _interrupted_while_loading(signum, frame) -> None:  # pragma: no cover - tim
     os._exit(130)
 
 
-if sys.argv and Path(sys.argv[0]).name in ("headsearch", "main.py", "-m") and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+def is_the_program() -> bool:
+    """Whether this process is the `headsearch` program (its console script, `python -m cli.main`), not a test's
+    CliRunner or a caller's import."""
+    return bool(sys.argv) and Path(sys.argv[0]).name in ("headsearch", "main.py", "-m")
+
+
+if is_the_program() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     signal.signal(signal.SIGINT, _interrupted_while_loading)

@@ -154,7 +154,11 @@ def accuracy(set_csv: Path, as_json: bool, plot: Path | None, quiet: bool, **giv
 
 @bench.command()
 @click.option("--video", type=click.Path(path_type=Path), default=None, help="Video for the indexing speed benchmark.")
-@click.option("--only", type=click.Choice(["indexing", "search"]), default=None, help="Run only the indexing or only the search benchmark.")
+@click.option("--only", type=click.Choice(["indexing", "search", "query"]), default=None,
+              help="Run only the indexing, the search or the cold-query benchmark (query: needs --video and --photo).")
+@click.option("--photo", type=click.Path(path_type=Path), default=None,
+              help="Cold query: time `headsearch query PHOTO -k 3` as fresh processes on a library of --video alone, beside a bare "
+                   "`python -c \"import onnxruntime, cv2, numpy\"` (runs with --only query, or beside the others when given).")
 @click.option("--model", "-m", default=None, help="Model that indexes the video (default: the default model).")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Indexing: run it this many times, each with its own decode-only run, and show the run with the median ratio "
@@ -179,20 +183,24 @@ def accuracy(set_csv: Path, as_json: bool, plot: Path | None, quiet: bool, **giv
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic vectors.")
 @json_option
 @quiet_option
-def speed(video: Path | None, only: str | None, as_json: bool, quiet: bool, **given: Any) -> None:
-    """Indexing speed on a video; search speed at scale.
+def speed(video: Path | None, only: str | None, photo: Path | None, as_json: bool, quiet: bool, **given: Any) -> None:
+    """Indexing speed on a video; search speed at scale; a cold query.
 
-    Both run unless --only names one. Indexing: the video is indexed into a temporary library, each stage (decode, shots, detect,
-    track, embed, store) timed next to the decode-only bound. Search: p50/p95 latency, batch
-    speed, recall@10 against exact search, memory and build time of each --index at each of --sizes.
+    Indexing and search run unless --only names one. Indexing: the video is indexed into a temporary library, each stage
+    (decode, shots, detect, track, embed, store) timed next to the decode-only bound. Search: p50/p95 latency, batch
+    speed, recall@10 against exact search, memory and build time of each --index at each of --sizes. Cold query (--photo):
+    the median of --repeat (at least 3) fresh `query PHOTO -k 3` processes against the median bare import, with the stages.
     """
     from bench.report import speed_text
     from bench.speed import SpeedOptions, bench_speed
 
+    if only == "query" and photo is None:
+        raise click.UsageError("the cold-query benchmark needs a photo: pass --photo PATH")
     if only != "search" and video is None:
-        raise click.UsageError("the indexing speed benchmark needs a video: pass --video PATH (or --only search)")
-    options = SpeedOptions(video=None if only == "search" else video, search=None if only == "indexing" else _search_plan(given),
-                           model=given["model"], settings=IndexSettings.from_env(sample_fps=given["sample_fps"]), repeat=given["repeat"])
+        raise click.UsageError("the indexing and cold-query benchmarks need a video: pass --video PATH (or --only search)")
+    options = SpeedOptions(video=None if only == "search" else video, search=None if only in ("indexing", "query") else _search_plan(given),
+                           model=given["model"], settings=IndexSettings.from_env(sample_fps=given["sample_fps"]), repeat=given["repeat"],
+                           query_photo=photo if only in (None, "query") else None, index_video=only != "query")
     run = bench_speed(options, report=_warn, progress=_say(quiet))
     _show(run.to_dict(), speed_text(run), as_json)
 

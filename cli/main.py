@@ -1,6 +1,7 @@
 """The `headsearch` command. Thin: parses options, calls the library, turns errors into one line."""
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import json
@@ -9,6 +10,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 import click
@@ -33,6 +35,7 @@ from headsearch.basics.settings import IndexSettings
 from headsearch.basics.text import printable
 
 VERBOSE_FLAGS = ("-v", "--verbose")
+log = logging.getLogger("cli")
 OUR_LOGGERS = ("headsearch", "indexer", "bench", "trainer", "cli", "serve", "schemas")
 INTERRUPTED = "interrupted: the library is consistent; run the same command again to finish"
 LAZY_COMMANDS = {  # name -> module:command, imported when used
@@ -84,6 +87,25 @@ def _quiet_exit(code: int) -> None:
     except (OSError, ValueError, AttributeError):
         pass
     raise SystemExit(code)
+
+
+_leave_quickly = False  # set by a command that only read: at its end the program leaves without tearing itself down
+
+
+def leave_quickly() -> None:
+    """Once this (read-only) command has succeeded, the program itself (not a test's CliRunner) leaves at once: tearing
+    down the interpreter (SQLAlchemy, DuckDB, ONNX Runtime, every module) costs a fifth of a cold query, and a
+    command that only read has nothing to finish."""
+    global _leave_quickly
+    _leave_quickly = cli.is_the_program()
+
+
+def _leave_now() -> None:
+    atexit._run_exitfuncs()  # what asked to run at exit runs (logging's flush among them), then nothing more
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(0)
 
 
 def _interrupted(line: str = INTERRUPTED) -> None:
@@ -142,6 +164,10 @@ class HeadsearchGroup(click.Group):
             signal.signal(signal.SIGINT, signal.default_int_handler)  # loaded: Ctrl-C is a KeyboardInterrupt again (see cli/__init__)
         try:
             return super().main(*args, **kwargs)
+        except SystemExit as e:
+            if e.code in (0, None) and _leave_quickly:
+                _leave_now()
+            raise
         except KeyboardInterrupt:  # outside a command (while parsing, or loading)
             _interrupted()
         except BrokenPipeError:
@@ -189,7 +215,8 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
     any time: the next run finishes the work. --workers N analyses N files at once.
     """
     from headsearch.models import load_embedder
-    from headsearch.store.library import MANIFEST, Library, existing_model
+    from headsearch.store.layout import MANIFEST, existing_model
+    from headsearch.store.library import Library
     from indexer.pipeline import Indexer, discover
 
     if address and engine != "ray":
@@ -293,12 +320,10 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
     same look before other look.
     """
     from cli.exporting import check_export_path, export_results
-    from headsearch.basics.failures import file_failures
-    from headsearch.search.clips import export_hit_clips
-    from headsearch.search.hits import Scope, no_match_line, results_json, results_text
-    from headsearch.search.service import QueryOptions, SearchService
-    from headsearch.store.library import Library
+    from headsearch.basics.stages import StageClock
 
+    clock = StageClock()
+    clock.add("start", cli.STARTED)
     if (image is None) == (person is None):
         raise click.UsageError("give a photo or --person NAME (one of them)")
     if with_photo is not None and without_photo is not None:
@@ -307,9 +332,18 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
         raise click.UsageError("--with and --without take a photo, not --person")
     for target in export_to:
         check_export_path(target)
+    root = library_path(library)
+    photos = _photo_embedding(root, model, image, all_heads, whole_image) if image is not None else None
+    with clock.stage("imports"):
+        from headsearch.basics.failures import file_failures
+        from headsearch.search.clips import export_hit_clips
+        from headsearch.search.hits import Scope
+        from headsearch.search.service import QueryOptions, SearchService
+        from headsearch.store.library import Library
     scope = Scope(videos_only, photos_only, tuple(Path(u).expanduser().resolve() for u in under))
-    lib = Library.open(library_path(library))
-    service = SearchService(lib, model)
+    with clock.stage("library"):
+        lib = Library.open(root)
+    service = SearchService(lib, model, clock=clock, photos=photos)
     if person is not None:  # a person's moments are the tracks people put together: all shown, best first, tiered
         answer = service.search_person(person, scope, pictures)
     else:
@@ -330,14 +364,32 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
                  [f"head {r.head.number}" for r in results] if all_heads else [Path(image).stem])
         for target in export_to:
             export_results(target, results, names, markers, handles, order)
+    _say_answer(results, confidence, as_json, all_heads, per_video)
+    log.info("seconds: %s; in all %.2f s since the command loaded", clock.summary(), time.perf_counter() - cli.STARTED)
+    leave_quickly()
+
+
+def _photo_embedding(root: Path, model: str | None, image: Path, all_heads: bool, whole_image: bool):
+    """The library's model (or --model) loading, and finding the photo's heads, in a thread while the library's code
+    (SQLAlchemy, DuckDB) loads; None without a library (opening it says why)."""
+    from headsearch.embedding.photo_heads import PhotoEmbedder
+    from headsearch.store.layout import existing_model
+
+    made_by = existing_model(root)
+    return PhotoEmbedder(model or made_by.source).start_loading(image, all_heads, whole_image) if made_by is not None else None
+
+
+def _say_answer(results, confidence, as_json: bool, all_heads: bool, per_video: bool) -> None:
+    from headsearch.search.hits import no_match_line, results_json, results_text
+
     if as_json:
         click.echo(json.dumps(results_json(results, all_heads, per_video), indent=2))
         for r in results:
             if not r.hits:
                 click.echo(no_match_line(r, confidence), err=True)
-        return
-    for line in results_text(results, confidence, all_heads, per_video):
-        click.echo(line)
+    else:
+        for line in results_text(results, confidence, all_heads, per_video):
+            click.echo(line)
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))

@@ -7,11 +7,9 @@ crops and teacher vectors; all three call `analyse_file`.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -22,6 +20,7 @@ from headsearch.basics.errors import MediaError
 from headsearch.basics.images import encode_jpeg, read_image_rgb
 from headsearch.basics.media import file_stamp, media_kind
 from headsearch.basics.settings import IndexSettings
+from headsearch.basics.stages import StageClock
 from headsearch.detection.crops import HeadCrop, crop_head, picture_of
 from headsearch.detection.faces import FaceDetector, detect_heads
 from headsearch.detection.keypoints import KeypointHeadFinder
@@ -46,22 +45,6 @@ class FrameProgress(Protocol):
     def reset(self, total: int | None = None) -> object: ...
 
     def update(self, n: int = 1) -> object: ...
-
-
-@dataclass
-class StageClock:
-    """Busy seconds per pipeline stage. Stages may run in two threads at once (decoding and shots
-    ahead of detection and embedding), so their sum can exceed the wall time; `wait` is the time
-    detection waited for decoded frames."""
-
-    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def add(self, stage: str, since: float) -> float:
-        now = time.perf_counter()
-        with self._lock:
-            self.seconds[stage] += now - since
-        return now
 
 
 @dataclass
@@ -346,7 +329,7 @@ def _follow(events: Iterable, a: _Analysis, tracker: HeadTracker, evidence: Evid
     overlapped = isinstance(events, Prefetched)
     t0 = time.perf_counter()
     for event in events:
-        t0 = clock.add("wait", t0) if overlapped else time.perf_counter()
+        t0 = clock.add("wait", t0) if overlapped else time.perf_counter()  # "wait": for decoded frames
         if isinstance(event, _Scanned):
             return event
         if isinstance(event, _Cut):

@@ -237,6 +237,24 @@ def test_speed_search_and_indexing(tmp_path):
     assert "over 3 runs" in format_indexing(out) and "median run shown" in format_indexing(out)
 
 
+def test_speed_cold_query_beside_a_bare_import():
+    """`bench speed --only query`: fresh `query` processes on a library of the video alone, each after a bare import of
+    onnxruntime, OpenCV and numpy; the medians, their ratio and the median query's stages (issue 28)."""
+    clip = DATA / "face-api.js" / "test" / "media" / "video.mp4"
+    photo = FACES / "amy" / "amy2.png"
+    assert "--photo" in speed("--only", "query", "--video", clip, ok=False).output
+    out = json.loads(speed("--only", "query", "--video", clip, "--photo", photo, "--repeat", "3", "--json", "-q").stdout)
+    assert set(out) == {"cold_query"}
+    record = out["cold_query"]
+    assert len(record["runs"]) == 3 and all(r["bare_s"] > 0 and r["query_s"] > r["bare_s"] for r in record["runs"])
+    assert record["query_median_s"] == sorted(r["query_s"] for r in record["runs"])[1]
+    assert record["ratio"] == pytest.approx(record["query_median_s"] / record["bare_median_s"])
+    assert list(record["stages"]) == ["start", "imports", "library", "models", "photo", "database", "index", "search", "pictures"]
+    from bench.report import format_cold_query
+
+    assert "x the bare import" in format_cold_query(record)
+
+
 def test_speed_ivfpq_on_disk_resumes_from_its_work_folder(tmp_path):
     """The on-disk IVF-PQ benchmark at a small size: exact ground truth from the raw file, shards merged
     into on-disk lists, searched in a fresh process; a rerun resumes from the kept folder."""

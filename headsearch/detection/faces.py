@@ -36,6 +36,11 @@ class FaceDetector:
         """The detector the given index settings describe."""
         return cls(settings.face_score_threshold, settings.detect_max_side, settings.detect_min_side, settings.min_face_px)
 
+    def load(self) -> FaceDetector:
+        """The detector's session made now (otherwise on the first `detect`)."""
+        self._load()
+        return self
+
     def _load(self):
         if self._session is None:
             try:

@@ -6,8 +6,10 @@ head); `PhotoEmbedder` adds the vectors of one model, loaded once, and for a lib
 checked against the vectors it holds."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,8 +20,10 @@ from headsearch.detection.crops import HeadCrop, crop_head, whole_image_crop
 from headsearch.detection.faces import FaceDetector, detect_heads
 from headsearch.models.base import Embedder
 from headsearch.models.registry import load_embedder
-from headsearch.store.library import Library
 from schemas.records import Box, VectorKind
+
+if TYPE_CHECKING:  # the store's code (SQLAlchemy, DuckDB) loads while the models do (`start_loading`)
+    from headsearch.store.library import Library
 
 CROP_PX = IndexSettings.crop_px  # query head crops are cut as the indexer cuts them
 
@@ -77,8 +81,9 @@ def photo_heads(rgb: np.ndarray, name: Path | str, detector: FaceDetector, embed
 
 class PhotoEmbedder:
     """Photos into one model's vectors. The model (a name or a file, default: the default model) and the face
-    detector load on first use and are kept; `for_library` takes the library's own model and refuses another
-    (`ModelMismatch`), since a library's vectors are only comparable with vectors of its model."""
+    detector load on first use, or in the background from `start_loading`, and are kept; `for_library` takes the
+    library's own model and refuses another (`ModelMismatch`), since a library's vectors are only comparable with
+    vectors of its model."""
 
     def __init__(self, model: str | None = None, library: Library | None = None, embedder: Embedder | None = None,
                  detector: FaceDetector | None = None):
@@ -86,35 +91,84 @@ class PhotoEmbedder:
         self.library = library
         self._embedder = embedder
         self._detector = detector
+        self._loading: threading.Thread | None = None
+        self._failed: BaseException | None = None
+        self._early: tuple[tuple, list[EmbeddedHead] | BaseException] | None = None  # the heads `start_loading` found
+        self._checked = False  # the model checked against the library
 
     @classmethod
     def for_library(cls, library: Library, model: str | None = None) -> PhotoEmbedder:
         return cls(model, library)
 
+    def start_loading(self, photo: Path | None = None, all_heads: bool = False, whole_image: bool = False) -> PhotoEmbedder:
+        """Load the model and the detector in a thread while the caller goes on (ONNX Runtime makes its sessions
+        without holding the GIL), and find the heads of `photo` there too: a cold `query` does both while the
+        library's code loads. `heads` of the same photo then answers with them (or raises what finding them raised)."""
+        def work() -> None:
+            try:
+                self._load_models()
+            except BaseException as e:  # noqa: BLE001 - raised by `load`, in the caller's thread
+                self._failed = e
+                return
+            if photo is not None:
+                asked = (Path(photo), all_heads, whole_image)
+                try:
+                    self._early = (asked, self._find_heads(photo, None, all_heads, whole_image))
+                except BaseException as e:  # noqa: BLE001 - raised by `heads`, in the caller's thread
+                    self._early = (asked, e)
+
+        # Not a daemon: a command that fails meanwhile waits for it at exit, never ends the process under it.
+        self._loading = threading.Thread(target=work, name="headsearch-models")
+        self._loading.start()
+        return self
+
+    def _load_models(self) -> None:
+        if self._embedder is None:
+            self._embedder = load_embedder(self._model or (self.library.model.source if self.library is not None else None))
+        if self._detector is None:
+            self._detector = FaceDetector()
+            self._detector.load()
+
+    def load(self) -> PhotoEmbedder:
+        """The model and the detector loaded now (or their loading waited for), the model checked against the library."""
+        if self._loading is not None:
+            self._loading.join()
+            self._loading = None
+            if self._failed is not None:
+                failed, self._failed = self._failed, None
+                raise failed
+        self._load_models()
+        if self.library is not None and not self._checked:
+            self.library.check_model(self._embedder.describe())
+            self._checked = True
+        return self
+
     @property
     def embedder(self) -> Embedder:
-        if self._embedder is None:
-            source = self._model or (self.library.model.source if self.library is not None else None)
-            embedder = load_embedder(source)
-            if self.library is not None:
-                self.library.check_model(embedder.describe())
-            self._embedder = embedder
-        return self._embedder
+        """The model (ModelMismatch when it is not the library's)."""
+        return self.load()._embedder
 
     @property
     def detector(self) -> FaceDetector:
-        if self._detector is None:
-            self._detector = FaceDetector()
-        return self._detector
+        return self.load()._detector
 
     def heads(self, photo: Path | bytes | np.ndarray, name: str | None = None, all_heads: bool = False,
               whole_image: bool = False) -> list[EmbeddedHead]:
         """The heads of a photo (a file, an upload's bytes named `name`, or RGB pixels) with their vectors: the largest
         head, every head numbered left to right (`all_heads`), or the whole photo as the head (`whole_image`)."""
+        self.load()
+        early, self._early = self._early, None
+        if early is not None and isinstance(photo, str | Path) and early[0] == (Path(photo), all_heads, whole_image):
+            if isinstance(early[1], BaseException):
+                raise early[1]
+            return early[1]
+        return self._find_heads(photo, name, all_heads, whole_image)
+
+    def _find_heads(self, photo: Path | bytes | np.ndarray, name: str | None, all_heads: bool, whole_image: bool) -> list[EmbeddedHead]:
         rgb = photo if isinstance(photo, np.ndarray) else photo_pixels(photo, name)
         label = name or (str(photo) if isinstance(photo, str | Path) else "photo")
-        found = photo_heads(rgb, label, self.detector, self.embedder, all_heads, whole_image)
-        vectors = self.embedder.embed([h.crop for h in found])
+        found = photo_heads(rgb, label, self._detector, self._embedder, all_heads, whole_image)
+        vectors = self._embedder.embed([h.crop for h in found])
         return [EmbeddedHead(h, {kind: np.asarray(v[i], np.float32) for kind, v in vectors.items() if np.any(v[i])})
                 for i, h in enumerate(found)]
 

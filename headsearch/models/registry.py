@@ -92,6 +92,7 @@ class PathLoader:
 _named: dict[str, ModelSpec] = {}
 _path_loaders: list[PathLoader] = []
 _loaded = False
+_plugins_loaded = False
 
 
 def register_model(spec: ModelSpec) -> Callable[[Callable[[], Embedder]], Callable[[], Embedder]]:
@@ -113,13 +114,17 @@ def register_path_loader(spec: ModelSpec, matches: Callable[[Path], bool]) -> Ca
     return decorate
 
 
-def _load_modules() -> None:
-    global _loaded
-    if _loaded:
+def _load_modules(plugins: bool = True) -> None:
+    """The built-in models' modules, then (`plugins`) the plugins' entry points, which cost a scan of every
+    installed distribution: looking up a built-in model does without them."""
+    global _loaded, _plugins_loaded
+    if not _loaded:
+        _loaded = True
+        for module in BUILTIN_MODULES:
+            importlib.import_module(module)
+    if not plugins or _plugins_loaded:
         return
-    _loaded = True
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)
+    _plugins_loaded = True
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         try:
             ep.load()
@@ -146,10 +151,14 @@ def _resolve(spec: str | None) -> str:
 
 def find_spec(model: str | ModelInfo | None) -> ModelSpec | None:
     """The spec of a registered name, of a model file, or of the model a library names (by name, then by its source)."""
-    _load_modules()
+    _load_modules(plugins=False)
     if isinstance(model, ModelInfo):
+        if model.name not in _named:
+            _load_modules()
         return _named.get(model.name) or find_spec(model.source)
     key = _resolve(model)
+    if key not in _named:
+        _load_modules()
     if key in _named:
         return _named[key]
     path = Path(key).expanduser()
@@ -172,8 +181,10 @@ def choices_line() -> str:
 
 def load_embedder(spec: str | None) -> Embedder:
     """An embedder by registered name (`default` names DEFAULT_MODEL) or by a local path, checked against its spec."""
-    _load_modules()
+    _load_modules(plugins=False)
     key = _resolve(spec)
+    if key not in _named:
+        _load_modules()
     if key in _named:
         model = _named[key]
         embedder = _checked(model, model.load())

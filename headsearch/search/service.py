@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from headsearch.basics.errors import HeadsearchError
-from headsearch.embedding.photo_heads import PhotoEmbedder
+from headsearch.basics.stages import StageClock
+from headsearch.embedding.photo_heads import EmbeddedHead, PhotoEmbedder
 from headsearch.evaluation.thresholds import Thresholds, thresholds_for
 from headsearch.models.base import Embedder
 from headsearch.people.listing import Person, find_person, list_people, person_looks, person_moments
@@ -76,13 +77,19 @@ class Answer:
 class SearchService:
     """Searches one library with the model that made it (loaded on the first search, kept for the next ones).
 
-    `media_guard` wraps the decoding of the hits' pictures (the web app lets one thread decode at a time)."""
+    `media_guard` wraps the decoding of the hits' pictures (the web app lets one thread decode at a time);
+    `clock` counts the seconds of each stage (`query -v` shows them); `photos`, the model of `model` started loading
+    before the library opened."""
 
     def __init__(self, library: Library, model: str | None = None,
-                 media_guard: Callable[[], AbstractContextManager] = contextlib.nullcontext):
+                 media_guard: Callable[[], AbstractContextManager] = contextlib.nullcontext, clock: StageClock | None = None,
+                 photos: PhotoEmbedder | None = None):
         self.library = library
-        self.photos = PhotoEmbedder.for_library(library, model)
+        if photos is not None:  # loading already (`PhotoEmbedder.start_loading`): checked against this library when used
+            photos.library = library
+        self.photos = photos or PhotoEmbedder.for_library(library, model)
         self._media_guard = media_guard
+        self.clock = clock or StageClock()
         self._lock = threading.Lock()  # one search at a time: the model and the vector indexes are shared
 
     @property
@@ -111,22 +118,30 @@ class SearchService:
 
     def search_photo(self, photo: Path | bytes, options: QueryOptions = QueryOptions(), name: str | None = None) -> Answer:
         """The moments of the person (or each person, `all_heads`) in a photo: a file, or an upload's bytes named `name`."""
-        with self._lock:
-            heads = self.photos.heads(photo, name, options.all_heads, options.whole_image)
-            with self.library.session():  # the look-ups below: one open of the database
+        with self._lock, contextlib.ExitStack() as stack:
+            with self.clock.stage("models"):
+                self.photos.load()
+            with self.clock.stage("photo"):
+                heads = self.photos.heads(photo, name, options.all_heads, options.whole_image)
+            with self.clock.stage("database"):
+                stack.enter_context(self.library.session())  # the look-ups below: one open of the database
+            with self.clock.stage("index"):
                 engine = self.engine(options.ranking)
+            with self.clock.stage("search"):
                 confidence = confidence_for(engine.thresholds, options.min_score, options.show_weak)
                 scope = (options.scope.with_query_bytes(self.library, bytes(photo)) if isinstance(photo, bytes | bytearray)
                          else options.scope.with_query_file(self.library, Path(photo)))
-                results = []
-                for embedded in heads:
-                    head = embedded.head
-                    bar = confidence if head.face_visible else without_face(confidence, engine.thresholds)
-                    result = scoped_search_vectors(engine, embedded.vectors, options.k, scope, bar)
-                    result.head, result.confidence = head, (bar if bar is not confidence else None)
-                    results.append(result)
+                results = [self._search_head(engine, embedded, options.k, scope, confidence) for embedded in heads]
         answer = Answer(results, confidence, None if confidence.calibrated else uncalibrated_note(self.library.model.name))
         return self._with_pictures(answer, options.pictures)
+
+    @staticmethod
+    def _search_head(engine: QueryEngine, embedded: EmbeddedHead, k: int, scope: Scope, confidence: Confidence) -> HeadResult:
+        head = embedded.head
+        bar = confidence if head.face_visible else without_face(confidence, engine.thresholds)
+        result = scoped_search_vectors(engine, embedded.vectors, k, scope, bar)
+        result.head, result.confidence = head, (bar if bar is not confidence else None)
+        return result
 
     def search_together(self, photo: Path, other: Path, options: QueryOptions = QueryOptions(), without: bool = False) -> Answer:
         """The moments of the person in `photo` while the person in `other` is on screen in the same shot at the same
@@ -172,7 +187,7 @@ class SearchService:
 
     def _with_pictures(self, answer: Answer, pictures: bool) -> Answer:
         if pictures:
-            with self._media_guard():
+            with self.clock.stage("pictures"), self._media_guard():
                 render_hit_pictures(self.library.root, answer.shown)
         return answer
 

@@ -1,6 +1,11 @@
 """What a library folder holds, by name."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+from schemas.records import ModelInfo
+
 MANIFEST = "manifest.json"  # the format and the model; written last, so a folder with one is a complete library
 DATABASE = "library.duckdb"  # the source of truth, vectors included
 THUMBNAILS = "thumbnails"  # one JPEG per track, `thumbnails/<track id>.jpg`
@@ -18,3 +23,12 @@ def vector_index_file(kind: str) -> str:
 
 def vector_segments_folder(kind: str) -> str:
     return f"vectors_{kind}.segments"
+
+
+def existing_model(root: Path) -> ModelInfo | None:
+    """The model named by the manifest of the library at `root` (None when there is none or it is unreadable).
+    Reading it costs no database: a query starts loading the model while the database's code loads."""
+    try:
+        return ModelInfo.from_dict(json.loads((Path(root) / MANIFEST).read_text())["model"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb_engine  # noqa: F401 - the dialect, loaded with this module (a query loads it while its models load)
 import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
@@ -41,6 +42,8 @@ from schemas import tables as t
 from schemas.records import FileResult, MediaKind, ModelInfo, VectorKind
 
 log = logging.getLogger(__name__)
+# Named here, SQLAlchemy need not look for the dialect among every installed package's entry points.
+sa.dialects.registry.register("duckdb", "duckdb_engine", "Dialect")
 
 
 def _is_lock_error(e: Exception) -> bool:
@@ -66,14 +69,6 @@ def damage_reason(e: BaseException) -> str | None:
     if isinstance(orig, duckdb.InternalException | duckdb.SerializationException | duckdb.FatalException) or _DAMAGE_WORDS.search(text):
         return text
     return None
-
-
-def existing_model(root: Path) -> ModelInfo | None:
-    """The model named by the manifest of the library at `root` (None when there is none or it is unreadable)."""
-    try:
-        return ModelInfo.from_dict(json.loads((Path(root) / MANIFEST).read_text())["model"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 @contextlib.contextmanager

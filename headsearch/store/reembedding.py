@@ -28,8 +28,8 @@ from pathlib import Path
 
 from headsearch.basics.errors import LibraryError
 from headsearch.basics.files import exchange_paths, fsync_folder, write_json_atomic
-from headsearch.store.layout import MANIFEST, PEOPLE_LOCK, PERSON_PHOTOS
-from headsearch.store.library import Library, existing_model
+from headsearch.store.layout import MANIFEST, PEOPLE_LOCK, PERSON_PHOTOS, existing_model
+from headsearch.store.library import Library
 from headsearch.store.table_rows import ID_TABLES, next_free_ids, save_next_ids
 from schemas import tables as t
 from schemas.records import ModelInfo
