@@ -74,6 +74,9 @@ if [ ! -f "$venv/.complete" ]; then
 fi
 touch "$venv/.complete"  # last used now (for the removal of unused venvs)
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# Bytecode is cached as on any install (into this clone's __pycache__, which git ignores): an environment that says
+# PYTHONDONTWRITEBYTECODE would make every `headsearch` process a test starts compile the project again (0.2 s each).
+unset PYTHONDONTWRITEBYTECODE
 # Habits first: lint and layering fail the run before the (slower) tests start.
 "$venv/bin/ruff" check --quiet .
 "$venv/bin/lint-imports" --no-cache >/dev/null || "$venv/bin/lint-imports" --no-cache
