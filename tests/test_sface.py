@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from conftest import FACES, needs_data, needs_train, run
 
+from headsearch.basics.errors import ModelError
 from headsearch.basics.images import read_image_rgb
 from headsearch.detection.crops import HeadCrop
 from headsearch.evaluation.labels import write_label_set
@@ -45,6 +46,18 @@ def test_converted_once_into_the_cache_and_reconverted_when_damaged(cache):
     assert sface_module.sha256_file(path) == record["sha256"]
     path.unlink()  # missing
     assert sface_module.converted_sface().is_file()
+
+
+def test_a_damaged_shipped_file_is_refused_by_its_checksum(cache, tmp_path, monkeypatch):
+    shipped = tmp_path / "weights"
+    shipped.mkdir()
+    data = bytearray(sface_module.source_path().read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one byte flipped in the weights: still a loadable graph, not the one shipped
+    (shipped / sface_module.SOURCE_FILE).write_bytes(bytes(data))
+    monkeypatch.setattr(sface_module, "WEIGHTS_DIR", shipped)
+    with pytest.raises(ModelError, match="not the SFace file this version ships"):
+        sface_module.converted_sface()
+    assert not cache.exists() or not any(cache.iterdir())  # nothing made from it
 
 
 def test_unwritable_cache_is_one_clear_error(tmp_path, monkeypatch):

@@ -121,6 +121,9 @@ def _cached(name: str, conversion: str, make: Callable[[], bytes], folder: Path 
     except (OSError, ValueError, AttributeError, TypeError):
         pass
     source_sha = sha256_file(source)
+    if source_sha != SOURCE_SHA256:
+        raise ModelError(f"{source}: not the SFace file this version ships (SHA-256 {source_sha[:16]}..., expected "
+                         f"{SOURCE_SHA256[:16]}...): reinstall headsearch")
     try:
         record = json.loads(record_path.read_text())
         if (record.get("source_sha256") == source_sha and record.get("conversion") == conversion
