@@ -30,7 +30,6 @@ from schemas.records import FileResult, FileStamp, ModelInfo
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("local", "ray")
 SHUTDOWN_GRACE_S = 2.0  # how long idle workers get to leave by themselves before they are killed
 RAY_MISSING = "the ray engine needs Ray: pip install 'headsearch[ray]'"
 

@@ -165,14 +165,6 @@ def find_spec(model: str | ModelInfo | None) -> ModelSpec | None:
     return next((loader.spec for loader in _path_loaders if loader.matches(path)), None)
 
 
-def model_spec(model: str | ModelInfo | None) -> ModelSpec:
-    """`find_spec`, or ModelError naming what can be loaded."""
-    found = find_spec(model)
-    if found is None:
-        raise ModelError(f"unknown model {model if isinstance(model, str) else getattr(model, 'name', model)!r}: {choices_line()}")
-    return found
-
-
 def choices_line() -> str:
     """What `--model` accepts, in one line."""
     names = [f"default (= {DEFAULT_MODEL})"] + [s.name for s in model_specs() if s.load is not None]

@@ -130,23 +130,6 @@ def find_person(library: Library, key: str | int) -> Person:
                          "(`headsearch people` lists them)")
 
 
-def person_labels(library: Library, track_ids: list[int], min_tracks: int = MIN_TRACKS) -> dict[int, dict]:
-    """The listed, shown person of each of these tracks ({"id", "name"}), for search hits; hidden and unlisted
-    persons give no label."""
-    if not track_ids:
-        return {}
-    with library.people_reading() as store:
-        members = store.memberships()
-        wanted = {int(tr): members[int(tr)] for tr in track_ids if int(tr) in members}
-        if not wanted:
-            return {}
-        sizes = Counter(members.values())
-        references = reference_counts(store)
-        rows = {p.id: p for p in store.persons() if p.id in set(wanted.values())}
-    return {tr: {"id": pid, "name": rows[pid].name} for tr, pid in wanted.items()
-            if pid in rows and not rows[pid].hidden and _is_listed(rows[pid], sizes.get(pid, 0), references.get(pid, 0), min_tracks)}
-
-
 # ----- a person's moments ---------------------------------------------------------------------------
 def _leave_one_out(vectors: np.ndarray, reference: np.ndarray | None = None) -> np.ndarray:
     """Each row's mean similarity to the other rows (and to every row of `reference`)."""
