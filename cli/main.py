@@ -32,7 +32,7 @@ from cli.options import (
 )
 from headsearch.basics.errors import HeadsearchError, is_disk_full
 from headsearch.basics.settings import IndexSettings
-from headsearch.basics.text import printable
+from headsearch.basics.text import counted, printable
 
 VERBOSE_FLAGS = ("-v", "--verbose")
 log = logging.getLogger("cli")
@@ -408,7 +408,7 @@ def remove(paths: tuple[Path, ...], library: Path | None) -> None:
 
 @main.command()
 @library_option
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="The counts as one JSON object.")
 def stats(library: Path | None, as_json: bool) -> None:
     """What the library holds."""
     from dataclasses import asdict
@@ -457,7 +457,7 @@ def list_files(library: Path | None, as_json: bool, states: tuple[str, ...], tra
     counts: dict[str, int] = {}
     for r in rows:
         counts[r.state] = counts.get(r.state, 0) + 1
-    click.echo(f"{len(rows)} files: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) if rows else "no files", err=True)
+    click.echo(f"{counted(len(rows), 'file')}: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) if rows else "no files", err=True)
 
 
 def _list_tracks(library, as_json: bool) -> None:
@@ -470,9 +470,9 @@ def _list_tracks(library, as_json: bool) -> None:
         return
     for s in summaries:
         found = ", ".join(f"{n} {how}" for how, n in s.found_by.items() if n)
-        click.echo(f"track {s.id:<6} {printable(s.video)}  {format_time(s.start)}-{format_time(s.end)}  {s.sightings} sightings, "
+        click.echo(f"track {s.id:<6} {printable(s.video)}  {format_time(s.start)}-{format_time(s.end)}  {counted(s.sightings, 'sighting')}, "
                    f"{s.faces} with a face ({found}); started by {s.started_by}")
-    click.echo(f"{len(summaries)} tracks, {sum(s.faces == 0 for s in summaries)} never showing a face", err=True)
+    click.echo(f"{counted(len(summaries), 'track')}, {sum(s.faces == 0 for s in summaries)} never showing a face", err=True)
 
 
 @main.command()

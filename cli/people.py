@@ -8,7 +8,7 @@ import click
 
 from cli.exporting import export_options_no_file
 from cli.options import library_option, library_path
-from headsearch.basics.text import printable
+from headsearch.basics.text import counted, printable
 
 
 def _open(library: Path | None):
@@ -61,12 +61,12 @@ def people(ctx: click.Context, library: Path | None, as_json: bool, include_hidd
         flags = ("  (hidden)" if p.hidden else "") + ("" if p.listed else "  (unlisted)")
         files = p.videos + p.photos
         names = ", ".join(printable(Path(v).name) for v in files[:3]) + (f" +{len(files) - 3}" if len(files) > 3 else "")
-        click.echo(f"{p.id:>5}  {printable(p.label()):<24} {len(p.tracks):>4} tracks  {len(p.videos):>3} videos  {len(p.photos):>3} photos  "
-                   f"{len(p.looks)} look{'s' if len(p.looks) != 1 else ''}  {names}{flags}")
+        click.echo(f"{p.id:>5}  {printable(p.label()):<24} {counted(len(p.tracks), 'track'):>10}  {counted(len(p.videos), 'video'):>10}  "
+                   f"{counted(len(p.photos), 'photo'):>10}  {counted(len(p.looks), 'look')}  {names}{flags}")
     waiting, asked = len(inbox(lib)), len(merge_suggestions(lib))
     if waiting or asked:
-        _echo_err(f"{waiting} tracks in the inbox (`headsearch people inbox`)"
-                  + (f"; {asked} pairs of people may be one person (`headsearch people suggestions`)" if asked else ""))
+        _echo_err(f"{counted(waiting, 'track')} in the inbox (`headsearch people inbox`)"
+                  + (f"; {counted(asked, 'pair')} of people may be one person (`headsearch people suggestions`)" if asked else ""))
 
 
 def _library(ctx: click.Context, library: Path | None):
@@ -197,7 +197,7 @@ def suggestions_command(ctx: click.Context, as_json: bool, library: Path | None)
         click.echo("no suggestions")
     for s in found:
         a, b = find_person(lib, s.a), find_person(lib, s.b)
-        click.echo(f"{s.score:.3f}  {printable(a.label())} ({len(a.tracks)} tracks)  ~  {printable(b.label())} ({len(b.tracks)} tracks)"
+        click.echo(f"{s.score:.3f}  {printable(a.label())} ({counted(len(a.tracks), 'track')})  ~  {printable(b.label())} ({counted(len(b.tracks), 'track')})"
                    f"   headsearch people same {s.a} {s.b} | different {s.a} {s.b}")
 
 

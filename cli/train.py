@@ -35,10 +35,10 @@ from trainer.dataset_format import MANIFEST, TEACHER_VECTORS
               help="With --freeze-stem all: stem features computed once for this many views per sample (0: every step).")
 @click.option("--variant", type=click.Choice(["dual_cls", "shared", "dual_head_split", "dual_head_both"]), default="dual_cls",
               show_default=True, help="Architecture ablation.")
-@click.option("--epochs", type=click.IntRange(min=1), default=30, show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=2), default=256, show_default=True)
+@click.option("--epochs", type=click.IntRange(min=1), default=30, show_default=True, help="Passes over the training crops.")
+@click.option("--batch-size", type=click.IntRange(min=2), default=256, show_default=True, help="Head crops per optimisation step.")
 @click.option("--lr", type=FiniteFloat(min=0, min_open=True), default=1e-4, show_default=True, help="Peak learning rate (AdamW).")
-@click.option("--weight-decay", type=FiniteFloat(min=0), default=5e-2, show_default=True)
+@click.option("--weight-decay", type=FiniteFloat(min=0), default=5e-2, show_default=True, help="AdamW's decoupled weight decay.")
 @click.option("--warmup-epochs", type=FiniteFloat(min=0), default=1.0, show_default=True, help="Linear warm-up, then cosine decay.")
 @click.option("--grad-clip", type=FiniteFloat(min=0), default=5.0, show_default=True, help="Max gradient norm (0: off).")
 @click.option("--lambda-align", type=FiniteFloat(min=0), default=1.0, show_default=True, help="Weight of the teacher alignment loss.")
@@ -49,9 +49,10 @@ from trainer.dataset_format import MANIFEST, TEACHER_VECTORS
               help="K: samples of each of two states per identity in a batch.")
 @click.option("--val-identities", type=FiniteFloat(min=0, max=1, max_open=True), default=0.2, show_default=True,
               help="Fraction of identities held out for validation.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the initialisation, the split and the batches.")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its state.pt.")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="auto: CUDA when torch sees a GPU, else the CPU.")
 @click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True, help="Decoding worker processes.")
 @click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Stop (resumably) after this many steps.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")

@@ -19,6 +19,7 @@ from headsearch.basics.errors import HeadsearchError, LibraryError, MediaError, 
 from headsearch.basics.failures import unexpected_error_line
 from headsearch.basics.media import fingerprint, is_media_name, media_kind
 from headsearch.basics.settings import IndexSettings
+from headsearch.basics.text import counted
 from headsearch.detection.faces import FaceDetector
 from headsearch.models import Embedder
 from headsearch.people.persons import update_people
@@ -56,8 +57,9 @@ class IndexSummary:
 
     def line(self) -> str:
         before = f", {self.failed_before} failed before and unchanged (skipped; --retry-failed)" if self.failed_before else ""
-        return (f"{self.files} files ({self.indexed} indexed, {self.skipped} unchanged, {self.removed} removed, "
-                f"{len(self.failed)} failed{before}), {self.frames} frames, {self.shots} shots, {self.tracks} tracks"
+        return (f"{counted(self.files, 'file')} ({self.indexed} indexed, {self.skipped} unchanged, {self.removed} removed, "
+                f"{len(self.failed)} failed{before}), {counted(self.frames, 'frame')}, {counted(self.shots, 'shot')}, "
+                f"{counted(self.tracks, 'track')}"
                 f"{f' ({self.dropped_tracks} without face evidence dropped)' if self.dropped_tracks else ''}, "
                 f"{self.wall_seconds:.1f} s, {self.realtime_factor:.2f}x real time")
 
@@ -267,9 +269,9 @@ class Indexer:
         summary.tracks += len(result.tracks)
         summary.dropped_tracks += len(result.dropped_tracks)
         summary.video_seconds += result.duration
-        log.info("%s: %d shots, %d tracks kept, %d dropped without face evidence, %d sightings (%d embedded), decoded by %s",
-                 result.path, len(result.shots), len(result.tracks), len(result.dropped_tracks), result.sightings,
-                 result.embedded, result.decoder)
+        log.info("%s: %s, %s kept, %d dropped without face evidence, %s (%d embedded), decoded by %s",
+                 result.path, counted(len(result.shots), "shot"), counted(len(result.tracks), "track"), len(result.dropped_tracks),
+                 counted(result.sightings, "sighting"), result.embedded, result.decoder)
 
     def _failed_file(self, path: Path, failure: Failure, summary: IndexSummary, report: Report) -> None:
         if failure.disk_full:

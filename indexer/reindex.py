@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headsearch.basics.settings import IndexSettings
+from headsearch.basics.text import counted
 from headsearch.evaluation.thresholds import shipped_thresholds_path, thresholds_path
 from headsearch.models.registry import load_embedder
 from headsearch.people.persons import UpdateSummary, update_people
@@ -68,12 +69,12 @@ class ReindexSummary:
         idx = self.index or IndexSummary()
         kept = self.files - len(self.gone) - len(self.failed)
         carried = self.carried
-        people = (f"; {carried.people} people ({carried.named} named) and {carried.verdicts} corrections carried over"
-                  + (f", {self.people.rebound} tracks found in their places" if self.people else "")) if carried else ""
+        people = (f"; {counted(carried.people, 'person')} ({carried.named} named) and {counted(carried.verdicts, 'correction')} carried over"
+                  + (f", {counted(self.people.rebound, 'track')} found in their places" if self.people else "")) if carried else ""
         old = ("the old library was deleted" if self.deleted_old
                else f"the old library ({self.old_model}) is at {self.backup} (delete it when you no longer need it)")
-        return (f"{self.library}: re-indexed with {self.model}: {kept} of {self.files} files ({idx.indexed} analysed now, "
-                f"{self.resumed} by an earlier run, {len(self.gone)} gone, {len(self.failed)} failed), {self.tracks} tracks"
+        return (f"{self.library}: re-indexed with {self.model}: {kept} of {counted(self.files, 'file')} ({idx.indexed} analysed now, "
+                f"{self.resumed} by an earlier run, {len(self.gone)} gone, {len(self.failed)} failed), {counted(self.tracks, 'track')}"
                 f"{people}; {old}")
 
 
@@ -132,7 +133,7 @@ class Reindexer:
                               group_people=False)
             s.index = indexer.run(present, report=self.report)
             if s.failed and not self.leave_out_failed:
-                self.report(f"not swapped: {len(s.failed)} files could not be re-embedded (above); {self.root} still answers "
+                self.report(f"not swapped: {counted(len(s.failed), 'file')} could not be re-embedded (above); {self.root} still answers "
                             f"with {old.model.label()}. Run the same command again to try them again, or add "
                             "--leave-out-failed to swap without them (they stay recorded as failed)")
                 return s

@@ -25,6 +25,7 @@ from starlette.templating import Jinja2Templates
 
 from headsearch.basics.errors import HeadsearchError, LibraryError, MediaError, NoHeadFound
 from headsearch.basics.settings import MediaLimits
+from headsearch.basics.text import counted
 from headsearch.basics.timeline import format_time, seek_text
 from headsearch.people.persons import (
     PersonNotFound,
@@ -82,6 +83,7 @@ def hms(seconds: float | None) -> str:
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 templates.env.filters["hms"] = hms
+templates.env.filters["counted"] = counted
 templates.env.filters["seek"] = seek_text
 templates.env.filters["basename"] = lambda p: Path(str(p)).name
 

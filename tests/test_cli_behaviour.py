@@ -147,7 +147,7 @@ def test_verbose_anywhere_shows_decisions_not_noise(tmp_path):
     lib = tmp_path / "lib"
     after = run("index", AMY_DIR / "amy1.png", "--library", lib, "-q", "-v")
     before = run("-v", "index", AMY_DIR / "amy1.png", "--library", lib, "-q")
-    assert "new, indexing" in after.stderr and "1 tracks kept" in after.stderr
+    assert "new, indexing" in after.stderr and "1 track kept" in after.stderr
     assert "unchanged (same size and modification time), skipped" in before.stderr
     query = run("query", AMY_DIR / "amy3.png", "--library", lib, "--verbose")
     assert "tracks looked at" in query.stderr

@@ -271,7 +271,7 @@ def test_files_that_fail_with_the_new_model_keep_the_old_library_unless_left_out
     assert listed(lib) == {str(AMY_DIR / "amy1.png"): "indexed", str(spoilt): "indexed", str(broken): "failed"}
     spoilt.write_bytes(b"spoilt since it was indexed")
     refused = run("reindex", "--model", NEW, "--library", lib, ok=None)
-    assert refused.exit_code == 2 and "not swapped: 1 files could not be re-embedded" in refused.stderr
+    assert refused.exit_code == 2 and "not swapped: 1 file could not be re-embedded" in refused.stderr
     assert f"error: {spoilt}" in refused.stderr and "not re-indexed" in refused.stdout
     assert manifest_model(lib)["name"] == OLD and reembedding.staging_path(lib).is_dir()
     done = run("reindex", "--model", NEW, "--library", lib, "--leave-out-failed", ok=None)

@@ -10,3 +10,15 @@ def printable(text: object) -> str:
     if s.isprintable():
         return s
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)
+
+
+IRREGULAR = {"person": "people", "match": "matches"}
+
+
+def counted(n: int, words: str) -> str:
+    """`n` and the words, their last one singular or plural as English says it: "1 track", "2 tracks", "1 new person",
+    "3 new people", "1,200 frames"."""
+    if n == 1:
+        return f"{n:,} {words}"
+    head, _, last = words.rpartition(" ")
+    return f"{n:,} {head + ' ' if head else ''}{IRREGULAR.get(last, last + 's')}"

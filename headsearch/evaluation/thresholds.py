@@ -19,6 +19,7 @@ import numpy as np
 
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.files import write_json_atomic
+from headsearch.basics.text import counted
 from headsearch.evaluation.metrics import PROTOCOL_TITLES, allowed_false_accepts, needed_impostors, vr_at_far
 from headsearch.evaluation.verification import EvaluationReport
 from headsearch.models.registry import find_spec
@@ -119,7 +120,7 @@ class Thresholds:
                 bars[name], beyond = self.tails[name].threshold(far / self.union_factor if either else far)
                 if beyond:
                     extrapolated.append(name)
-        note = (f"false-hit budget {budget:g} per query over {tracks:,} tracks: FAR {far:.2g}"
+        note = (f"false-hit budget {budget:g} per query over {counted(tracks, 'track')}: FAR {far:.2g}"
                 + (f" ({', '.join(extrapolated)} extrapolated beyond the calibration's {self.tails['identity'].count:,} impostor pairs)"
                    if extrapolated else ""))
         return replace(self, far=far, budget=note, **bars)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from headsearch.basics.errors import HeadsearchError
+from headsearch.basics.text import counted
 from headsearch.evaluation.thresholds import thresholds_for
 from headsearch.models.registry import find_spec
 from headsearch.people.clustering import average_linkage
@@ -85,9 +86,9 @@ class UpdateSummary:
     source: str = ""
 
     def line(self) -> str:
-        return (f"{self.new_tracks} new tracks: {self.joined} joined known people, {self.new_people} new people"
-                + (f", {self.rebound} re-indexed tracks found in their places" if self.rebound else "")
-                + (f"; {self.held_back} tracks held back by the quality gates (`headsearch people inbox`)" if self.held_back else "")
+        return (f"{counted(self.new_tracks, 'new track')}: {self.joined} joined known people, {counted(self.new_people, 'new person')}"
+                + (f", {counted(self.rebound, 're-indexed track')} found in their places" if self.rebound else "")
+                + (f"; {counted(self.held_back, 'track')} held back by the quality gates (`headsearch people inbox`)" if self.held_back else "")
                 + (f", {self.left} of them taken out of their persons" if self.left else "")
                 + f" (identity threshold {self.threshold:.3f}, {self.source.split(';')[0]})")
 
