@@ -64,7 +64,7 @@ def bench_speed(options: SpeedOptions, report: Report = print, progress: Report 
         from bench.cold_query import cold_query_speed
 
         say(f"cold query: {options.video} indexed into a temporary library, then {options.repeat} fresh `query` processes")
-        run.cold_query = cold_query_speed(options.video, options.query_photo, options.model, repeat=max(options.repeat, 3))
+        run.cold_query = cold_query_speed(options.video, options.query_photo, options.model, repeat=options.repeat)
     return run
 
 

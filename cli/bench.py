@@ -189,7 +189,8 @@ def speed(video: Path | None, only: str | None, photo: Path | None, as_json: boo
     Indexing and search run unless --only names one. Indexing: the video is indexed into a temporary library, each stage
     (decode, shots, detect, track, embed, store) timed next to the decode-only bound. Search: p50/p95 latency, batch
     speed, recall@10 against exact search, memory and build time of each --index at each of --sizes. Cold query (--photo):
-    the median of --repeat (at least 3) fresh `query PHOTO -k 3` processes against the median bare import, with the stages.
+    the median of --repeat fresh `query PHOTO -k 3` processes (5 or more give a steady median) against the median bare import,
+    with the median query's stages.
     """
     from bench.report import speed_text
     from bench.speed import SpeedOptions, bench_speed

@@ -114,8 +114,8 @@ def message(result: dict, folder: Path) -> str:
     if "Traceback (most recent call last)" in result["stderr"]:
         last = [line for line in err if not line.startswith((" ", "[", "\t"))][-1]
         return f"TRACEBACK: {last}"
-    summary = [line for line in result["stdout"].splitlines() if " files (" in line]
-    found = re.search(r"(\d+) frames, \d+ shots, (\d+) tracks", summary[0]) if summary else None
+    summary = [line for line in result["stdout"].splitlines() if re.search(r"\d files? \(", line)]
+    found = re.search(r"([\d,]+) frames?, [\d,]+ shots?, ([\d,]+) tracks?", summary[0]) if summary else None
     indexed = f"indexed: {found[1]} frames, {found[2]} head tracks" if found else ""
     warnings = [line.replace("warning: ", "") for line in err if line.startswith("warning:")]
     text = "; ".join(errors) if errors else "; ".join([indexed, *warnings]) if summary else (err[-1] if err else "")
@@ -155,7 +155,7 @@ def main() -> None:
             cmd = [sys.executable, "-m", "cli.main", "index", str(folder / "in"), *explicit, "--library", str(folder / "lib"), "-q"]
             r = run_measured(cmd, args.source, args.timeout * 3, args.kill_above_gb * 2**30)
             errors = sum(line.startswith("error:") for line in r["stderr"].splitlines())
-            summary = [line for line in r["stdout"].splitlines() if " files (" in line]
+            summary = [line for line in r["stdout"].splitlines() if re.search(r"\d files? \(", line)]
             tb = "TRACEBACK; " if "Traceback" in r["stderr"] else ""
             print(f"| (whole corpus, one run) | all {len(CASES)} cases | {r['code']} | {r['wall']:.1f} | {r['rss'] / 2**20:,.0f} | "
                   f"{r['killed'] or tb + (summary[0].split(' [')[0] if summary else '')}; {errors} error lines |")

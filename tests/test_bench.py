@@ -243,11 +243,11 @@ def test_speed_cold_query_beside_a_bare_import():
     clip = DATA / "face-api.js" / "test" / "media" / "video.mp4"
     photo = FACES / "amy" / "amy2.png"
     assert "--photo" in speed("--only", "query", "--video", clip, ok=False).output
-    out = json.loads(speed("--only", "query", "--video", clip, "--photo", photo, "--repeat", "3", "--json", "-q").stdout)
+    out = json.loads(speed("--only", "query", "--video", clip, "--photo", photo, "--repeat", "2", "--json", "-q").stdout)
     assert set(out) == {"cold_query"}
     record = out["cold_query"]
-    assert len(record["runs"]) == 3 and all(r["bare_s"] > 0 and r["query_s"] > r["bare_s"] for r in record["runs"])
-    assert record["query_median_s"] == sorted(r["query_s"] for r in record["runs"])[1]
+    assert len(record["runs"]) == 2 and all(r["bare_s"] > 0 and r["query_s"] > r["bare_s"] for r in record["runs"])
+    assert record["query_median_s"] == pytest.approx(sum(r["query_s"] for r in record["runs"]) / 2)
     assert record["ratio"] == pytest.approx(record["query_median_s"] / record["bare_median_s"])
     assert list(record["stages"]) == ["start", "imports", "library", "models", "photo", "database", "index", "search", "pictures"]
     from bench.report import format_cold_query
