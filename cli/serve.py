@@ -26,6 +26,7 @@ def serve(ctx: click.Context, library: Path | None, host: str, port: int, token:
 
     from serve.app import create_app
     from serve.guard import checked_token, strong_token
+    from serve.server import server_config
 
     local = host in LOOPBACK
     token = checked_token(token)
@@ -43,4 +44,4 @@ def serve(ctx: click.Context, library: Path | None, host: str, port: int, token:
     click.echo(f"headsearch: {address}  (library {app.state.site.root}; Ctrl+C stops)", err=True)
     # wrong tokens are said whatever the verbosity; -v adds a line per request
     logging.getLogger("serve.guard").setLevel(logging.INFO if ctx.meta.get("verbose") else logging.WARNING)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.Server(server_config(app, host, port)).run()

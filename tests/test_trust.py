@@ -111,6 +111,37 @@ def test_slow_uploads_never_refuse_a_search(library, tmp_path, monkeypatch):
             assert _answer(slow) == 408 and time.monotonic() - started < 10  # under the rate floor: dropped
 
 
+def test_a_header_that_never_ends_is_cut_off(library, tmp_path, monkeypatch):
+    """Slowloris: a client sending its request header a byte at a time, forever, is disconnected at the header
+    deadline, on a new connection and on a kept-alive one; a whole header in time is answered."""
+    monkeypatch.setattr("serve.server.HEADER_DEADLINE_S", 1.5)
+    app = create_app(library, cache_dir=tmp_path)
+    with serving(app) as port:
+        def dribble(conn: socket.socket, seconds: float) -> float:
+            """Send a header that never ends, a byte each 0.2 s; the seconds until the server closed the connection."""
+            started = time.monotonic()
+            conn.settimeout(0.2)
+            for byte in b"GET /people HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 1000:
+                try:
+                    conn.sendall(bytes([byte]))
+                    if conn.recv(1) == b"":
+                        break
+                except TimeoutError:
+                    pass
+                except OSError:  # reset: closed
+                    break
+                if time.monotonic() - started > seconds:
+                    break
+            return time.monotonic() - started
+
+        with socket.create_connection(("127.0.0.1", port)) as slow:
+            assert 1.4 < dribble(slow, 8) < 4
+        with socket.create_connection(("127.0.0.1", port)) as kept:
+            kept.sendall(f"GET /favicon.ico HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+            assert _answer(kept) == 200  # a whole header in time: answered, and the connection kept alive
+            assert dribble(kept, 8) < 4
+
+
 def test_every_response_carries_the_security_headers(library, tmp_path):
     client = TestClient(create_app(library, cache_dir=tmp_path))
     videos = client.get("/api/videos").json()["videos"]
