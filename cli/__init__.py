@@ -12,7 +12,16 @@ import sys
 import time
 from pathlib import Path
 
-STARTED = time.perf_counter()  # the command's clock starts as its code loads (`query -v` shows the stages)
+STARTED = time.perf_counter()  # the first command's clock starts as its code loads (`query -v` shows the stages)
+_started_once = False
+
+
+def command_started() -> float:
+    """When this command started: as its code loaded for the process's first, at its call for each later one (a
+    test's or a caller's CliRunner runs several in one process)."""
+    global _started_once
+    first, _started_once = not _started_once, True
+    return STARTED if first else time.perf_counter()
 
 
 def _interrupted_while_loading(signum, frame) -> None:  # pragma: no cover - timing dependent

@@ -44,7 +44,7 @@ def test_the_program_answers_as_the_command_does_and_says_its_stages(amy_library
     line = next(ln for ln in result.stderr.splitlines() if ln.startswith("cli: seconds: "))
     said = [part.split()[0] for part in line.removeprefix("cli: seconds: ").split(";")[0].split(", ")]
     assert said == list(STAGES), line
-    assert "since the command loaded" in line and "Traceback" not in result.stderr
+    assert "since the command started" in line and "Traceback" not in result.stderr
 
 
 def test_a_built_in_model_and_the_database_need_no_entry_point_scan(amy_library, tmp_path):
