@@ -213,8 +213,9 @@ class _Scanned:
 
 def _scan(stream: VideoStream, s: IndexSettings, clock: StageClock, progress: FrameProgress | None,
           sample_at: Sequence[float] = ()) -> Iterator[_Cut | DecodedFrame | _Scanned]:
-    """Decode every frame and cut shots (HSV histograms); yield each cut and each sampled frame in
-    order, then what the scan ended with. Runs ahead of detection (a thread) when overlapping.
+    """Decode every frame and cut shots (HSV histograms of each frame's small copy); yield each cut and each sampled
+    frame (its pixels converted here) in order, then what the scan ended with. Runs ahead of detection (a thread)
+    when overlapping.
     `sample_at` (sorted) adds the frames within half a frame period of these times to the samples."""
     wanted = list(sample_at)
     half_period = 0.5 / stream.info.fps if stream.info.fps else 0.02
@@ -230,7 +231,7 @@ def _scan(stream: VideoStream, s: IndexSettings, clock: StageClock, progress: Fr
         t0 = clock.add("decode", t0)
         if frame is None:
             break
-        new_shot = cuts.push(hsv_histogram(frame.rgb))  # False for the first frame
+        new_shot = cuts.push(hsv_histogram(frame.small))  # False for the first frame
         clock.add("shots", t0)
         if last is None:  # the first shot starts at the first frame's presentation time
             shot_start = (frame.index, frame.time)
@@ -249,11 +250,19 @@ def _scan(stream: VideoStream, s: IndexSettings, clock: StageClock, progress: Fr
             wanted.pop(0)
         if frame.time + 1e-6 < next_sample:
             if asked:
-                yield frame
+                yield _converted(frame, clock)
             continue
         next_sample = max(frame.time, next_sample) + 1.0 / s.sample_fps if next_sample >= 0 else frame.time + 1.0 / s.sample_fps
-        yield frame
+        yield _converted(frame, clock)
     yield _Scanned(last, shot_start, shots)
+
+
+def _converted(frame: DecodedFrame, clock: StageClock) -> DecodedFrame:
+    """A sampled frame with its pixels converted here, in the scan's thread (counted as decoding), not in detection's."""
+    t0 = time.perf_counter()
+    _ = frame.rgb
+    clock.add("decode", t0)
+    return frame
 
 
 class _DetectScale:

@@ -11,10 +11,12 @@ import logging
 import math
 import os
 import stat
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 from headsearch.basics.errors import MediaError
@@ -40,11 +42,44 @@ class VideoInfo:
     source_size: tuple[int, int] | None = None  # the file's own (width, height), before the long-side bound
 
 
-@dataclass
+SMALL_SIDE = 128  # long side of the copy every frame has for shot detection (its histogram is of a 64 px copy of it)
+
+
 class DecodedFrame:
-    index: int  # 0-based index in decode order
-    time: float  # presentation time in seconds
-    rgb: np.ndarray  # (H, W, 3) uint8
+    """One decoded frame: its index in decode order, its presentation time, a small copy (`small`, long side
+    `SMALL_SIDE`) for shot detection, and its RGB pixels (`rgb`, (H, W, 3) uint8). Decoded by PyAV, the pixels are
+    converted from the decoder's frame only when asked for: shots need only the small copy of every frame, analysis
+    the pixels of the sampled ones (a 720p frame's conversion costs about as much as decoding it)."""
+
+    __slots__ = ("index", "time", "_rgb", "_convert", "_small")
+
+    def __init__(self, index: int, time: float, rgb: np.ndarray | None = None,
+                 convert: Callable[[], np.ndarray] | None = None, small: np.ndarray | None = None):
+        if rgb is None and convert is None:
+            raise ValueError("a frame needs its pixels or a way to convert them")
+        self.index, self.time = index, time
+        self._rgb, self._convert, self._small = rgb, convert, small
+
+    @property
+    def rgb(self) -> np.ndarray:
+        if self._rgb is None:
+            self._rgb, self._convert = self._convert(), None
+        return self._rgb
+
+    @property
+    def small(self) -> np.ndarray:
+        if self._small is None:
+            rgb = self.rgb
+            h, w = rgb.shape[:2]
+            sw, sh = small_size(w, h)
+            self._small = rgb if (sw, sh) == (w, h) else cv2.resize(rgb, (sw, sh), interpolation=cv2.INTER_AREA)
+        return self._small
+
+
+def small_size(width: int, height: int) -> tuple[int, int]:
+    """The size of a frame's small copy: long side `SMALL_SIDE` (never larger than the frame)."""
+    scale = min(1.0, SMALL_SIDE / max(width, height))
+    return max(1, round(width * scale)), max(1, round(height * scale))
 
 
 def _bounded_size(width: int, height: int, max_side: int) -> tuple[int, int]:
@@ -145,9 +180,10 @@ class VideoStream:
     CPU decoders."""
 
     def __init__(self, path: Path, max_side: int = 1280, limits: MediaLimits | None = None,
-                 decoders: tuple[str, ...] | None = None):
+                 decoders: tuple[str, ...] | None = None, small_copies: bool = True):
         self.path = Path(path)
         self.max_side = max_side
+        self.small_copies = small_copies  # PyAV: each frame's small copy made, its pixels converted when asked for
         self.limits = limits or MediaLimits.from_env()
         self.truncated_at: int | None = None  # set when decoding stopped early on a damaged stream
         self._file_size = check_video_header(self.path, self.limits)
@@ -275,9 +311,25 @@ class VideoStream:
         last_time = -1.0
         fps = self.info.fps or 25.0
         width, height = self._pyav_size
-        # One scaler for the stream: `to_ndarray(width=, height=)` sets one up for every frame (the same pixels, at
-        # twice the cost of decoding a 640x360 frame on 2 cores).
-        scaler = VideoReformatter()
+        small_width, small_height = small_size(width, height)
+        # One scaler each for the stream: `to_ndarray(width=, height=)` sets one up for every frame (the same pixels, at
+        # twice the cost of decoding a 640x360 frame on 2 cores). The full-size one converts only the frames whose pixels
+        # are asked for, perhaps from another thread than this one: one conversion at a time.
+        scaler, small_scaler, converting = VideoReformatter(), VideoReformatter(), threading.Lock()
+        turns = self._quarter_turns
+
+        def upright(rgb: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(np.rot90(rgb, turns)) if turns else rgb
+
+        def converter(frame, index: int) -> Callable[[], np.ndarray]:
+            def convert() -> np.ndarray:
+                try:
+                    with converting:
+                        return upright(scaler.reformat(frame, width, height, "rgb24").to_ndarray())
+                except (av.error.FFmpegError, ValueError) as e:
+                    raise MediaError(f"{self.path}: frame {index} cannot be converted to RGB ({e})") from e
+            return convert
+
         try:
             if self._first_error is not None:
                 raise self._first_error
@@ -287,10 +339,11 @@ class VideoStream:
                 if time <= last_time:  # broken timestamps: keep time increasing
                     time = last_time + 1.0 / fps
                 last_time = time
-                rgb = scaler.reformat(frame, width, height, "rgb24").to_ndarray()
-                if self._quarter_turns:
-                    rgb = np.ascontiguousarray(np.rot90(rgb, self._quarter_turns))
-                yield DecodedFrame(i, time, rgb)
+                if not self.small_copies:  # every frame's pixels now (the bench's earlier bound)
+                    yield DecodedFrame(i, time, upright(scaler.reformat(frame, width, height, "rgb24").to_ndarray()))
+                else:  # nearest pixels: the histogram's own first step (`hsv_histogram`), without converting the frame
+                    small = upright(small_scaler.reformat(frame, small_width, small_height, "rgb24", interpolation="POINT").to_ndarray())
+                    yield DecodedFrame(i, time, convert=converter(frame, i), small=small)
                 i += 1
         except (av.error.FFmpegError, ValueError) as e:
             self.truncated_at = i
