@@ -94,7 +94,7 @@ try:
 except Exception as e:  # reported, not fatal
     out["import_error"] = f"{type(e).__name__}: {e}"
 indexing = json.loads((work / "indexing.json").read_text())["indexing"]
-out["indexing"] = {k: indexing.get(k) for k in ("video_seconds", "wall_s", "x_real_time", "decode_only_x_real_time", "ratio",
+out["indexing"] = {k: indexing.get(k) for k in ("video_seconds", "wall_s", "x_real_time", "decode_only_x_real_time", "ratio", "ratio_every_frame_rgb",
                                                  "decoder", "tracks", "sightings")}
 out["indexing"]["stages_s"] = {name: s["seconds"] for name, s in indexing["stages"].items()}
 log = (work / "indexing.log").read_text().splitlines() + (work / "search.log").read_text().splitlines()
