@@ -149,18 +149,22 @@ def _resolve(spec: str | None) -> str:
     return DEFAULT_MODEL if spec in (None, "", "default") else str(spec)
 
 
+def _registered(name: str) -> ModelSpec | None:
+    """The spec registered under `name`: the built-in models first, the plugins' entry points scanned only for a
+    name that is not built in (or for a model file, which a plugin's path loader may recognise)."""
+    _load_modules(plugins=False)
+    if name not in _named:
+        _load_modules()
+    return _named.get(name)
+
+
 def find_spec(model: str | ModelInfo | None) -> ModelSpec | None:
     """The spec of a registered name, of a model file, or of the model a library names (by name, then by its source)."""
-    _load_modules(plugins=False)
     if isinstance(model, ModelInfo):
-        if model.name not in _named:
-            _load_modules()
-        return _named.get(model.name) or find_spec(model.source)
+        return _registered(model.name) or find_spec(model.source)
     key = _resolve(model)
-    if key not in _named:
-        _load_modules()
-    if key in _named:
-        return _named[key]
+    if (spec := _registered(key)) is not None:
+        return spec
     path = Path(key).expanduser()
     return next((loader.spec for loader in _path_loaders if loader.matches(path)), None)
 
@@ -173,14 +177,9 @@ def choices_line() -> str:
 
 def load_embedder(spec: str | None) -> Embedder:
     """An embedder by registered name (`default` names DEFAULT_MODEL) or by a local path, checked against its spec."""
-    _load_modules(plugins=False)
     key = _resolve(spec)
-    if key not in _named:
-        _load_modules()
-    if key in _named:
-        model = _named[key]
-        embedder = _checked(model, model.load())
-        return embedder
+    if (model := _registered(key)) is not None:
+        return _checked(model, model.load())
     path = Path(key).expanduser()
     for loader in _path_loaders:
         if loader.matches(path):
