@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from headsearch.basics.errors import MediaError
@@ -46,8 +45,8 @@ SMALL_SIDE = 128  # long side of the copy every frame has for shot detection (it
 
 
 class DecodedFrame:
-    """One decoded frame: its index in decode order, its presentation time, a small copy (`small`, long side
-    `SMALL_SIDE`) for shot detection, and its RGB pixels (`rgb`, (H, W, 3) uint8). Decoded by PyAV, the pixels are
+    """One decoded frame: its index in decode order, its presentation time, a copy for shot detection (`small`: long
+    side `SMALL_SIDE` where PyAV made it), and its RGB pixels (`rgb`, (H, W, 3) uint8). Decoded by PyAV, the pixels are
     converted from the decoder's frame only when asked for: shots need only the small copy of every frame, analysis
     the pixels of the sampled ones (a 720p frame's conversion costs about as much as decoding it)."""
 
@@ -68,12 +67,9 @@ class DecodedFrame:
 
     @property
     def small(self) -> np.ndarray:
-        if self._small is None:
-            rgb = self.rgb
-            h, w = rgb.shape[:2]
-            sw, sh = small_size(w, h)
-            self._small = rgb if (sw, sh) == (w, h) else cv2.resize(rgb, (sw, sh), interpolation=cv2.INTER_AREA)
-        return self._small
+        """The decoder's small copy, or (decord's frames, or with `small_copies` off) the pixels themselves, which the
+        shots' histogram shrinks on its own as it always did."""
+        return self.rgb if self._small is None else self._small
 
 
 def small_size(width: int, height: int) -> tuple[int, int]:
