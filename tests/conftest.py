@@ -109,6 +109,24 @@ def serving(app) -> Iterator[int]:
         thread.join(timeout=10)
 
 
+def upload_head(port: int, length: int) -> bytes:
+    """The head of a raw `POST /api/query` of a PNG of `length` bytes, for tests that send bodies at their own pace."""
+    return (f"POST /api/query HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: image/png\r\n"
+            f"Content-Length: {length}\r\n\r\n").encode()
+
+
+def http_answer(s, timeout: float = 10.0) -> tuple[int, str]:
+    """The status and head (lower case) of an HTTP answer read from a socket."""
+    s.settimeout(timeout)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        part = s.recv(65536)
+        assert part, "the connection closed without an answer"
+        data += part
+    head = data.split(b"\r\n\r\n")[0].decode("latin-1")
+    return int(head.split()[1]), head.lower()
+
+
 def pixel_copy(photo: Path, folder: Path) -> Path:
     """The same pixels in another file (another fingerprint): a query photo that may find the
     indexed original (the query file itself, by fingerprint, is never a hit)."""

@@ -22,7 +22,7 @@ import av
 import numpy as np
 import pytest
 import upload_memory  # noqa: E402 - tests/upload_memory.py, which runs the issue's 50 uploads on its own
-from conftest import EXAMPLES, HAMILTON, RETALKING, library_db, needs_data, pixel_copy, query_json, run, serving
+from conftest import EXAMPLES, HAMILTON, RETALKING, http_answer, library_db, needs_data, pixel_copy, query_json, run, serving, upload_head
 from starlette.testclient import TestClient
 
 from headsearch.basics.media import fingerprint
@@ -537,45 +537,29 @@ def test_upload_cap_is_said_in_mib_and_holds_without_a_length(library, tmp_path)
         assert r.status_code == 413 and "more than 20 MiB" in r.json()["error"], (kind, r.status_code, r.text[:200])
 
 
-def _answer(s: socket.socket, timeout: float = 10.0) -> tuple[int, str]:
-    """The status and head of an HTTP answer on a socket."""
-    s.settimeout(timeout)
-    data = b""
-    while b"\r\n\r\n" not in data:
-        part = s.recv(65536)
-        assert part, "the connection closed without an answer"
-        data += part
-    head = data.split(b"\r\n\r\n")[0].decode("latin-1")
-    return int(head.split()[1]), head.lower()
-
-
 def test_an_upload_past_the_slots_is_refused_at_once(library, tmp_path, monkeypatch):
     app = create_app(library, cache_dir=tmp_path, upload_slots=1)
     with serving(app) as port:
-        def head(length: int) -> bytes:
-            return (f"POST /api/query HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: image/png\r\n"
-                    f"Content-Length: {length}\r\n\r\n").encode()
-
         with socket.create_connection(("127.0.0.1", port)) as first, socket.create_connection(("127.0.0.1", port)) as second:
-            first.sendall(head(3_000_000) + b"\0" * 1_000_000)  # holds the one slot: two thirds still to come
+            first.sendall(upload_head(port, 3_000_000) + b"\0" * 1_000_000)  # holds the one slot: two thirds still to come
             time.sleep(0.5)
             start = time.monotonic()
-            second.sendall(head(3_000_000) + b"\0" * 65536)
-            status, second_head = _answer(second)
+            second.sendall(upload_head(port, 3_000_000) + b"\0" * 65536)
+            status, second_head = http_answer(second)
             assert status == 503 and "retry-after: 2" in second_head and time.monotonic() - start < 2.0
             first.sendall(b"\0" * 2_000_000)
-            assert _answer(first)[0] == 415  # the first one is read to its end and answered
+            assert http_answer(first)[0] == 415  # the first one is read to its end and answered
         with socket.create_connection(("127.0.0.1", port)) as big:  # over the cap: refused before a byte of the body
-            big.sendall(head(100 * 2**20))
-            status, _ = _answer(big)
+            big.sendall(upload_head(port, 100 * 2**20))
+            status, _ = http_answer(big)
             assert status == 413
         monkeypatch.setattr("serve.uploads.UPLOAD_SECONDS", 1.0)
         with socket.create_connection(("127.0.0.1", port)) as slow:  # too slow: refused, and its slot is free again
-            slow.sendall(head(3_000_000) + b"\0" * 1000)
-            assert _answer(slow)[0] == 408
+            slow.sendall(upload_head(port, 3_000_000) + b"\0" * 1000)
+            assert http_answer(slow)[0] == 408
         with socket.create_connection(("127.0.0.1", port)) as after:
-            after.sendall(head(1000) + b"\0" * 1000)
-            assert _answer(after)[0] == 415
+            after.sendall(upload_head(port, 1000) + b"\0" * 1000)
+            assert http_answer(after)[0] == 415
 
 
 def test_many_large_uploads_keep_the_server_small(library, tmp_path):

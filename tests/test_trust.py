@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, HAMILTON, needs_data, pixel_copy, run, serving
+from conftest import EXAMPLES, HAMILTON, http_answer, needs_data, pixel_copy, run, serving, upload_head
 from starlette.testclient import TestClient
 
 from serve.app import create_app
@@ -76,13 +76,7 @@ def test_serve_off_the_loopback_makes_a_strong_token(library, tmp_path):
 
 
 def _answer(s: socket.socket, timeout: float = 20.0) -> int:
-    s.settimeout(timeout)
-    data = b""
-    while b"\r\n\r\n" not in data:
-        part = s.recv(65536)
-        assert part, "closed without an answer"
-        data += part
-    return int(data.split()[1])
+    return http_answer(s, timeout)[0]
 
 
 def test_slow_uploads_never_refuse_a_search(library, tmp_path, monkeypatch):
@@ -90,25 +84,20 @@ def test_slow_uploads_never_refuse_a_search(library, tmp_path, monkeypatch):
     of an ordinary photo (declared small: no slot) is answered meanwhile."""
     monkeypatch.setattr("serve.uploads.GRACE_S", 1.0)
     app = create_app(library, cache_dir=tmp_path, upload_slots=2)
-    with serving(app) as port:
-        def head(length: int) -> bytes:
-            return (f"POST /api/query HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: image/png\r\n"
-                    f"Content-Length: {length}\r\n\r\n").encode()
-
-        with socket.create_connection(("127.0.0.1", port)) as slow, socket.create_connection(("127.0.0.1", port)) as second:
-            slow.sendall(head(5_000_000) + b"\0" * 20_000)  # a large upload, then a trickle
-            time.sleep(0.3)
-            second.sendall(head(5_000_000) + b"\0" * 20_000)
-            assert _answer(second) == 503  # one client's share of 2 slots is 1
-            photo = MIRANDA.read_bytes()
-            with socket.create_connection(("127.0.0.1", port)) as search:
-                search.sendall(head(len(photo)) + photo)
-                assert _answer(search, timeout=60) == 200  # an ordinary photo takes no slot
-            started = time.monotonic()
-            for _ in range(3):
-                slow.sendall(b"\0" * 1000)
-                time.sleep(0.5)
-            assert _answer(slow) == 408 and time.monotonic() - started < 10  # under the rate floor: dropped
+    with serving(app) as port, socket.create_connection(("127.0.0.1", port)) as slow, socket.create_connection(("127.0.0.1", port)) as second:
+        slow.sendall(upload_head(port, 5_000_000) + b"\0" * 20_000)  # a large upload, then a trickle
+        time.sleep(0.3)
+        second.sendall(upload_head(port, 5_000_000) + b"\0" * 20_000)
+        assert _answer(second) == 503  # one client's share of 2 slots is 1
+        photo = MIRANDA.read_bytes()
+        with socket.create_connection(("127.0.0.1", port)) as search:
+            search.sendall(upload_head(port, len(photo)) + photo)
+            assert _answer(search, timeout=60) == 200  # an ordinary photo takes no slot
+        started = time.monotonic()
+        for _ in range(3):
+            slow.sendall(b"\0" * 1000)
+            time.sleep(0.5)
+        assert _answer(slow) == 408 and time.monotonic() - started < 10  # under the rate floor: dropped
 
 
 def test_a_header_that_never_ends_is_cut_off(library, tmp_path, monkeypatch):
