@@ -5,6 +5,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,6 +54,10 @@ def require_train_extra() -> None:
 
 
 def pytest_sessionstart(session) -> None:
+    # A shell ignores Ctrl-C for the jobs it starts in the background (`... &`, nohup), and an ignored signal stays
+    # ignored in every process started from them: the tests of Ctrl-C need it caught, here and in the CLI processes.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if os.environ.get("CI") and not HAVE_DATA:
         pytest.exit(f"CI is set but the real test media is missing at {DATA}: the behaviour tests cannot run", returncode=3)
     # CI installs every extra (scripts/test.sh): skipping the training tests there would hide their failures.
