@@ -15,7 +15,6 @@ from torch import nn
 
 from headsearch.basics.errors import ModelError
 from headsearch.models.dual_cls import (
-    VARIANTS,
     HeadModelConfig,
     HeadSimilarityModel,
     load_adaface_vit_state_dict,
@@ -23,6 +22,7 @@ from headsearch.models.dual_cls import (
     load_timm_vit_state_dict,
     save_checkpoint,
 )
+from headsearch.models.head_config import VARIANTS
 
 
 def _images(n: int = 4, seed: int = 0, size: int = 112) -> torch.Tensor:

@@ -23,11 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from headsearch.basics.errors import ModelError
-
-STEMS = ("patch", "sface", "efficientnet_lite0")
-# Input side and token grid of each hybrid stem (grid = img_size / stride = 14, as the paper's 196 patches).
-STEM_INPUT = {"sface": 112, "efficientnet_lite0": 224}
-STEM_STRIDE = {"sface": 8, "efficientnet_lite0": 16}
+from headsearch.models.head_config import CNN_STEMS
 
 # (name, in, out, stride) of SFace's stages: each is a depthwise 3x3 (`conv_k_dw`) then a pointwise 1x1 (`conv_k`),
 # except stage 1, a full 3x3 conv.
@@ -216,7 +212,7 @@ def make_stem(name: str) -> nn.Module:
         return SFaceStem()
     if name == "efficientnet_lite0":
         return EfficientNetLite0Stem()
-    raise ValueError(f"unknown stem {name!r}; expected one of {', '.join(s for s in STEMS if s != 'patch')}")
+    raise ValueError(f"unknown stem {name!r}; expected one of {', '.join(CNN_STEMS)}")
 
 
 def load_stem_weights(name: str, stem: nn.Module) -> None:
