@@ -64,7 +64,7 @@ def train(dataset: Path, out: Path, config: str, stem: str | None, freeze_stem: 
     from headsearch.basics.extras import require_train
 
     require_train("headsearch train")
-    from trainer.train import TrainOptions
+    from trainer.options import TrainOptions
     from trainer.train import train as run_training
 
     options = TrainOptions(

@@ -26,8 +26,11 @@ from headsearch.basics.errors import HeadsearchError
 from headsearch.models.dual_cls import HeadModelConfig, HeadSimilarityModel, load_checkpoint
 from trainer.augment import HeadAugment, eval_transform, head_mask
 from trainer.dataset_format import load_dataset
+from trainer.options import TrainOptions
+from trainer.run import lr_factor, param_groups
 from trainer.sampler import MixedBatchSampler, encode_labels, partner_report
-from trainer.train import TrainOptions, lr_factor, param_groups, split_identities, train
+from trainer.samples import split_identities
+from trainer.train import train
 
 TEACHER_DIM = 16
 
@@ -139,13 +142,13 @@ def test_cli_train_writes_checkpoints_and_log(dataset, tmp_path):
 
 def test_loss_decreases_on_a_fixed_batch(dataset):
     from trainer.losses import head_similarity_loss
-    from trainer.train import CropDataset, _collate
+    from trainer.samples import CropDataset, collate
 
     info = load_dataset(dataset)
     idx = np.arange(len(info))
     ds = CropDataset(info, idx, 112, None)
     sampler = MixedBatchSampler(ds.identity_codes, ds.state_codes, 16, seed=0)
-    batch = _collate([ds[i] for i in sampler.batches(0)[0]])
+    batch = collate([ds[i] for i in sampler.batches(0)[0]])
     torch.manual_seed(0)
     model = HeadSimilarityModel(HeadModelConfig.tiny(out_dim=TEACHER_DIM))
     opt = torch.optim.AdamW(param_groups(model, 0.05), lr=1e-3)
