@@ -13,7 +13,7 @@ require_train_extra()  # torch, timm, safetensors below
 import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file
-from test_train import make_dataset
+from test_train import make_dataset, printed_command
 
 from cli.main import main
 from headsearch.models.dual_cls import HeadModelConfig, HeadSimilarityModel, load_checkpoint
@@ -62,6 +62,7 @@ def test_train_hybrid_with_frozen_stem_cache_and_face_token(tmp_path):
             "--batch-size", "12", "--stem-views", "2", "--val-identities", "0", "-q"]
     result = CliRunner().invoke(main, args + ["--max-steps", "2"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
+    resume = printed_command(result.stdout, "continue with: ")
     info = json.loads((out / "stem_cache.json").read_text())
     assert info["shape"] == [24, 2, 768, 14, 14] and info["done"] == 24
     cache = np.load(out / "stem_cache.npy", mmap_mode="r")
@@ -77,9 +78,10 @@ def test_train_hybrid_with_frozen_stem_cache_and_face_token(tmp_path):
     assert model.cfg.stem == "sface" and model.cfg.face_dim == 16
     card = json.loads((out / "last.safetensors.json").read_text())["card"]
     assert card["face_token"] is True and card["stem"] == "sface" and card["freeze_stem"] == "all"
-    # Continue: the cache is reused as it is, training goes on to the end.
-    result = CliRunner().invoke(main, args + ["--resume"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
+    # Continue as the run said (its stem, frozen, its views, the face token): the cache is reused as it is, training
+    # goes on to the end.
+    result = CliRunner().invoke(main, resume, catch_exceptions=False)
+    assert result.exit_code == 0 and "resuming" in result.output and "trained 2/2 epochs" in result.stdout, result.output
     assert json.loads((out / "stem_cache.json").read_text())["done"] == 24
     # Its face token needs the teacher it was trained with to embed: one clear line for this synthetic teacher.
     result = CliRunner().invoke(main, ["index", str(data / "crops" / "0000.jpg"), "--library", str(tmp_path / "lib"),

@@ -5,7 +5,11 @@ generated head-ish images) built in tmp_path in the dataset builder's format.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import cv2
@@ -26,7 +30,7 @@ from headsearch.basics.errors import HeadsearchError
 from headsearch.models.dual_cls import HeadModelConfig, HeadSimilarityModel, load_checkpoint
 from trainer.augment import HeadAugment, eval_transform, head_mask
 from trainer.dataset_format import load_dataset
-from trainer.options import TrainOptions
+from trainer.options import RESUME_KEYS, RESUMED_TOO, TrainOptions
 from trainer.run import lr_factor, param_groups
 from trainer.sampler import MixedBatchSampler, encode_labels, partner_report
 from trainer.samples import split_identities
@@ -290,12 +294,80 @@ def test_ctrl_c_saves_state_and_resume_finishes(dataset, tmp_path, monkeypatch):
             "--val-identities", "0.34", "--device", "cpu", "--seed", "3", "--quiet"]
     r = _run(*args, ok=False)
     assert r.exit_code == 130, r.output
-    assert "resume with:" in r.output and "--resume" in r.output and "Traceback" not in r.output
+    assert "resume with:" in r.output and "Traceback" not in r.output
     state = torch.load(out / "state.pt", weights_only=False)
     assert state["step"] == 3 and state["epoch"] == 1 and state["step_in_epoch"] == 1
     monkeypatch.setattr(tt, "head_similarity_loss", real_loss)
-    r = _run(*args, "--resume")
-    assert "trained 2/2 epochs, 4 steps" in r.stdout
+    r = _run(*printed_command(r.output, "resume with: "))
+    assert f"resuming {out} at epoch 2, step 3" in r.output and "trained 2/2 epochs, 4 steps" in r.stdout
+
+
+def printed_command(output: str, after: str) -> list[str]:
+    """The `headsearch train ...` command printed after `after`, as arguments of the CLI (the program's name cut off)."""
+    argv = shlex.split(output.split(after, 1)[1].splitlines()[0])
+    return argv[argv.index("train"):]
+
+
+def test_printed_resume_command_carries_every_option(tmp_path):
+    """The command printed at --max-steps, run as printed, continues the run with every option it was started with
+    (each set here to other than its default): the saved state's options are the same before and after."""
+    ds = make_dataset(tmp_path / "ds", identities=4, per_state=3, size=48, head_dim=8)
+    out = tmp_path / "run"
+    chosen = {"config": "tiny", "variant": "dual_head_both", "seed": 5, "batch_size": 12, "val_identities": 0.34,
+              "samples_per_state": 3, "freeze_stem": "early", "stem_views": 2, "face_token": True, "head_skip": True,
+              "epochs": 2, "lr": 0.002, "weight_decay": 0.01, "warmup_epochs": 0.5, "grad_clip": 1.5, "lambda_align": 0.5,
+              "lambda_align_head": 0.25, "face_token_drop": 0.5, "device": "cpu", "workers": 1}
+    default = TrainOptions()
+    assert set(chosen) == set(RESUME_KEYS + RESUMED_TOO) - {"stem"}  # --stem: a hybrid run, in test_hybrid
+    assert all(value != getattr(default, name) for name, value in chosen.items())
+    flags = [a for name, value in chosen.items()
+             for a in ([f"--{name.replace('_', '-')}"] if value is True else [f"--{name.replace('_', '-')}", value])]
+    first = _run("train", ds, "--out", out, *flags, "--max-steps", "1", "--quiet")
+    assert "stopped at --max-steps, continue with:" in first.stdout
+    saved = torch.load(out / "state.pt", weights_only=False)["options"]
+    assert {name: saved[name] for name in chosen} == chosen
+    again = _run(*printed_command(first.stdout, "continue with: "))
+    assert f"resuming {out} at epoch 2, step 1" in again.output and "trained 2/2 epochs, 2 steps" in again.stdout
+    resumed = torch.load(out / "state.pt", weights_only=False)["options"]
+    assert {name: resumed[name] for name in chosen} == chosen and resumed["resume"] and resumed["max_steps"] is None
+
+
+def test_every_train_option_is_resumed_or_said_not_to_be():
+    """Each option of `headsearch train` but --out (always in the resume command, beside DATASET) and --quiet is a
+    TrainOptions field that the printed resume command carries (RESUME_KEYS, which a resume must share, or
+    RESUMED_TOO), or one it leaves out on purpose (--resume itself, --max-steps)."""
+    from cli.train import train as command
+
+    names = {p.name for p in command.params if p.param_type_name == "option"} - {"out", "quiet"}
+    assert names == set(RESUME_KEYS + RESUMED_TOO) | {"resume", "max_steps"}
+    assert names <= {f.name for f in dataclasses.fields(TrainOptions)}
+
+
+NO_TORCH = """
+import sys
+class NotInstalled:  # imports of these fail as when they are not installed
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "torchvision", "timm", "safetensors"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, NotInstalled())
+from cli.main import main
+main(sys.argv[1:])
+"""
+
+
+def test_train_help_needs_no_torch():
+    """`headsearch train --help` offers the presets, variants, stems and devices where they are defined, on an install
+    without torch; `headsearch --help` lists train there too."""
+    from headsearch.models.head_config import CNN_STEMS, CONFIGS, VARIANTS
+    from trainer.options import DEVICES, FREEZE
+
+    r = subprocess.run([sys.executable, "-c", NO_TORCH, "train", "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    for names in (CONFIGS, CNN_STEMS, FREEZE, VARIANTS, DEVICES):
+        assert f"[{'|'.join(names)}]" in text
+    r = subprocess.run([sys.executable, "-c", NO_TORCH, "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and " train " in r.stdout, r.stderr
 
 
 # --- bad inputs -----------------------------------------------------------------------------------------

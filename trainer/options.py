@@ -1,9 +1,10 @@
 """What `headsearch train` is asked to do, without torch (the command line offers these names on a lean install):
-`TrainOptions`, the names of its choices, the model it asks for (`model_config`) and the options a resumed run must
-share with the saved one (`RESUME_KEYS`)."""
+`TrainOptions`, the names of its choices, the model it asks for (`model_config`), the options a resumed run must
+share with the saved one (`RESUME_KEYS`) and the arguments that resume a run (`resume_args`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from headsearch.basics.errors import HeadsearchError
@@ -14,6 +15,10 @@ DEVICES = ("auto", "cpu", "cuda")
 # Options a resumed run must share with the saved one (they decide the batches and the split).
 RESUME_KEYS = ("config", "variant", "seed", "batch_size", "val_identities", "samples_per_state", "stem", "freeze_stem", "stem_views",
                "face_token", "head_skip")
+# The other options of `headsearch train` that a resumed run takes again to go on as it started: the schedule, the losses,
+# where it runs. --max-steps is not one: a resumed run goes on to the end.
+RESUMED_TOO = ("epochs", "lr", "weight_decay", "warmup_epochs", "grad_clip", "lambda_align", "lambda_align_head", "face_token_drop",
+               "device", "workers")
 
 
 class TrainingError(HeadsearchError):
@@ -93,3 +98,20 @@ def model_config(options: TrainOptions, out_dim: int | None, head_dim: int = 0) 
     except ValueError as e:
         raise TrainingError(str(e)) from None
 
+
+def flag(name: str) -> str:
+    """The command-line flag of a TrainOptions field."""
+    return "--" + name.replace("_", "-")
+
+
+def resume_args(dataset: Path, out: Path, options: TrainOptions) -> list[str]:
+    """The arguments of `headsearch train` that resume this run: DATASET, --out, the options of RESUME_KEYS and
+    RESUMED_TOO as `options` has them (a flag for True, nothing for False or None: the default), and --resume."""
+    args = [str(dataset), "--out", str(out)]
+    for name in RESUME_KEYS + RESUMED_TOO:
+        value = getattr(options, name)
+        if isinstance(value, bool):
+            args += [flag(name)] if value else []
+        elif value is not None:
+            args += [flag(name), str(value)]
+    return [*args, "--resume"]
