@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from cli.options import EXIT_INTERRUPTED, EXIT_PARTIAL, FiniteFloat, model_option, show_progress
-from trainer.dataset import (
+from trainer.dataset_format import layout_help
+from trainer.dataset_segments import (
     DEFAULT_BEST_FACE_RATIO,
     DEFAULT_FPS,
     DEFAULT_MIN_FRAMES,
@@ -15,7 +16,6 @@ from trainer.dataset import (
     DEFAULT_MIN_VISIBLE,
     DatasetOptions,
 )
-from trainer.dataset_format import layout_help
 
 _share = FiniteFloat(min=0.0, max=1.0)
 

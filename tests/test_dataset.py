@@ -15,8 +15,9 @@ from click.testing import CliRunner
 from cli.main import main
 from headsearch.evaluation.metrics import relation_counts
 from schemas.records import Box, FaceDetection, Observation
-from trainer.dataset import DatasetOptions, cluster_with_cannot_link, select_segment
 from trainer.dataset_format import contact_sheet_name
+from trainer.dataset_identities import cluster_with_cannot_link
+from trainer.dataset_segments import DatasetOptions, select_segment
 
 pytestmark = pytest.mark.slow  # media-heavy: left out of the fast tier (`-m "not slow"`)
 

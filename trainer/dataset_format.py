@@ -12,7 +12,7 @@ Layout of a dataset folder::
     faces/<sample_id>.jpg the ArcFace-aligned 112 px face, for samples with a visible face
     contact/<identity>.png one contact sheet per identity (`contact_sheet_name`)
     videos.json           per analysed input: part, kind, duration, fps, size, track count, shots
-    summary.json          the builder's counts (`trainer.dataset.BuildSummary`)
+    summary.json          the builder's counts (`trainer.dataset_summary.BuildSummary`)
     parts/<key>/          the builder's resumable analysis of one input file (see PART_* below)
 
 The trainer needs only the manifest's REQUIRED_COLUMNS, the crops and, when any sample has a
