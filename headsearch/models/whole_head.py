@@ -23,8 +23,9 @@ import numpy as np
 
 from headsearch.basics.errors import ModelError
 from headsearch.detection.crops import HeadCrop
-from headsearch.models.base import Embedder, l2_normalise
-from headsearch.models.registry import WEIGHTS_DIR, ModelSpec, register_model
+from headsearch.models.base import WEIGHTS_DIR, Embedder, ModelSpec, l2_normalise
+from headsearch.models.registry import register_model
+from headsearch.models.sface import SPEC as SFACE_SPEC
 from headsearch.models.sface import SFaceEmbedder, sha256_file
 from schemas.records import VectorKind
 
@@ -32,7 +33,7 @@ LITE0_FILE = "efficientnet_lite0_head_regions.onnx"
 LITE0_SHA256 = "414882ffbb12b4474fca995727f88e5c649ad8112e674dde1b62af9fa51a4ae9"
 LITE0_DIM = 960  # three bands of 320
 LITE0_SIDE = 256  # the graph's input: the indexer's head crop
-SFACE_DIM = 128
+SFACE_DIM = SFACE_SPEC.dims[0]
 APPEARANCE_WEIGHT = 0.5  # w: chosen on permissive ../shared/data rows only (docs/lite0-fusion.md)
 
 
@@ -68,24 +69,25 @@ def _at_side(image: np.ndarray) -> np.ndarray:
     return cv2.resize(image, (LITE0_SIDE, LITE0_SIDE), interpolation=interp)
 
 
+SPEC = ModelSpec(
+    name="sface+lite0", summary="SFace identity + whole-head vectors (SFace fused with EfficientNet-Lite0 of the head)",
+    kinds=(VectorKind.ID, VectorKind.HEAD), dims=(SFACE_DIM, SFACE_DIM + LITE0_DIM), sees_whole_head=True,
+    input="SFace: the aligned face (112x112 RGB); Lite0: the 256-px head crop at 224 px and its mirror, blocks.6 pooled in 3 bands of the head ellipse",
+    licence="Apache-2.0 (SFace, OpenCV Zoo; EfficientNet-Lite0 ImageNet weights)", thresholds="sface+lite0.thresholds.json",
+    cluster_threshold=0.45, appearance_dims=LITE0_DIM,
+    fusion=f"head cosine = (cos_SFace + {APPEARANCE_WEIGHT:g} cos_bands) / {1 + APPEARANCE_WEIGHT:g}; without a face on either side, cos_bands")
+
+
+@register_model(SPEC)
 class WholeHeadEmbedder(Embedder):
     """SFace identity vectors for sightings with a face; fused SFace + Lite0 head vectors for every sighting."""
 
-    name = "sface+lite0"
-    kinds = (VectorKind.ID, VectorKind.HEAD)
-    sees_whole_head = True
-    dim = SFACE_DIM
-
-    def __init__(self, weight: float = APPEARANCE_WEIGHT):
+    def __init__(self, spec: ModelSpec = SPEC, weight: float = APPEARANCE_WEIGHT):
+        super().__init__(spec)
         self.sface = SFaceEmbedder()
         self.appearance = Lite0Appearance()
         self.weight = weight
         self.version = f"{self.sface.version}+lite0-{self.appearance.version}-w{weight:g}"
-        self.source = self.name
-
-    @property
-    def dims(self) -> dict[VectorKind, int]:
-        return {VectorKind.ID: SFACE_DIM, VectorKind.HEAD: SFACE_DIM + LITE0_DIM}
 
     def embed(self, crops: Sequence[HeadCrop]) -> dict[VectorKind, np.ndarray]:
         """ID rows of sightings without a face are zero (no identity vector is stored for them)."""
@@ -98,17 +100,3 @@ class WholeHeadEmbedder(Embedder):
         looks = self.appearance.embed(crops)
         head = np.concatenate([np.sqrt(1.0 / (1.0 + self.weight)) * ids, np.sqrt(self.weight / (1.0 + self.weight)) * looks], axis=1)
         return {VectorKind.ID: ids, VectorKind.HEAD: l2_normalise(head)}
-
-
-SPEC = ModelSpec(
-    name="sface+lite0", summary="SFace identity + whole-head vectors (SFace fused with EfficientNet-Lite0 of the head)",
-    kinds=(VectorKind.ID, VectorKind.HEAD), dims=(SFACE_DIM, SFACE_DIM + LITE0_DIM), sees_whole_head=True,
-    input="SFace: the aligned face (112x112 RGB); Lite0: the 256-px head crop at 224 px and its mirror, blocks.6 pooled in 3 bands of the head ellipse",
-    licence="Apache-2.0 (SFace, OpenCV Zoo; EfficientNet-Lite0 ImageNet weights)", thresholds="sface+lite0.thresholds.json",
-    cluster_threshold=0.45, appearance_dims=LITE0_DIM,
-    fusion=f"head cosine = (cos_SFace + {APPEARANCE_WEIGHT:g} cos_bands) / {1 + APPEARANCE_WEIGHT:g}; without a face on either side, cos_bands")
-
-
-@register_model(SPEC)
-def sface_lite0() -> Embedder:
-    return WholeHeadEmbedder()
