@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
+import fake_model  # noqa: F401 - registers the tests' fake embedder (`--model fake-pixels`) through the real registry
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -169,8 +170,9 @@ def miranda_compared(tmp_path_factory) -> tuple[str, Path]:
     return text, report
 
 
-def make_arcface_like_onnx(path: Path, dim: int = 512, seed: int = 0) -> Path:
-    """A small ONNX model with insightface ArcFace's interface: (N, 3, 112, 112) -> (N, dim)."""
+def make_arcface_like_onnx(path: Path, dim: int = 512, seed: int = 0, declared: int | str | None = None) -> Path:
+    """A small ONNX model with insightface ArcFace's interface: (N, 3, 112, 112) -> (N, dim), its output declared
+    (N, dim), or (N, `declared`): another width, or a symbolic one."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -185,7 +187,7 @@ def make_arcface_like_onnx(path: Path, dim: int = 512, seed: int = 0) -> Path:
     graph = helper.make_graph(
         nodes, "arcface_like",
         [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, ["None", 3, 112, 112])],
-        [helper.make_tensor_value_info("683", TensorProto.FLOAT, ["None", dim])],
+        [helper.make_tensor_value_info("683", TensorProto.FLOAT, ["None", dim if declared is None else declared])],
         initializer=[weight],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
