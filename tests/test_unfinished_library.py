@@ -7,6 +7,7 @@ import json
 import duckdb
 import pytest
 from conftest import AMY_DIR, needs_data, run
+from fake_model import FAKE_MODEL
 
 import headsearch.store.library as library_module
 from headsearch.models import load_embedder
@@ -16,6 +17,7 @@ from headsearch.store.library import Library
 pytestmark = needs_data
 PHOTO = AMY_DIR / "amy1.png"
 REFUSED = "folder exists, is not empty, and holds no headsearch library"
+FAKE = ("--model", FAKE_MODEL)  # the model is incidental here: the tests' fake, registered as a real one is
 
 
 def indexed_paths(lib) -> list[str]:
@@ -27,7 +29,7 @@ def test_a_folder_holding_only_thumbnails_is_made_into_a_library(tmp_path):
     lib = tmp_path / "lib"
     (lib / "thumbnails").mkdir(parents=True)
     (lib / "thumbnails" / "3.jpg").write_bytes(b"\xff\xd8 a thumbnail cut short")
-    run("index", PHOTO, "--library", lib, "-q")
+    run("index", PHOTO, "--library", lib, *FAKE, "-q")
     assert indexed_paths(lib) == [str(PHOTO)]
     assert not (lib / UNFINISHED).exists()
     assert not (lib / "thumbnails" / "3.jpg").exists()
@@ -42,12 +44,12 @@ def test_a_creation_killed_before_the_manifest_is_cleared_and_made_again(tmp_pat
     with monkeypatch.context() as m:
         m.setattr(library_module, "write_json_atomic", killed)
         with pytest.raises(KeyboardInterrupt):
-            Library.create(lib, load_embedder(None).describe())
+            Library.create(lib, load_embedder(FAKE_MODEL).describe())
     assert (lib / UNFINISHED).exists() and (lib / "library.duckdb").exists() and not (lib / "manifest.json").exists()
     (lib / "vectors_id.faiss").write_bytes(b"half a cache")
     (lib / "vectors_head.segments").mkdir()
     (lib / "vectors_head.segments" / "seg-0123456789ab.f32").write_bytes(b"half a segment")
-    run("index", PHOTO, "--library", lib, "-q")
+    run("index", PHOTO, "--library", lib, *FAKE, "-q")
     assert indexed_paths(lib) == [str(PHOTO)]
     assert not (lib / UNFINISHED).exists() and not (lib / "vectors_head.segments" / "seg-0123456789ab.f32").exists()
 
@@ -56,7 +58,7 @@ def test_an_unfinished_database_without_marker_is_cleared(tmp_path):
     lib = tmp_path / "lib"
     (lib / "thumbnails").mkdir(parents=True)
     (lib / "library.duckdb").write_bytes(b"DUCK" * 100)  # cut short while its tables were being made
-    run("index", PHOTO, "--library", lib, "-q")
+    run("index", PHOTO, "--library", lib, *FAKE, "-q")
     assert indexed_paths(lib) == [str(PHOTO)]
 
 
@@ -67,7 +69,7 @@ def test_a_run_that_indexes_nothing_removes_the_folder_a_killed_run_made(tmp_pat
     (lib / "thumbnails").mkdir()
     bad = tmp_path / "bad.jpg"
     bad.write_text("not a photo")
-    run("index", bad, "--library", lib, "-q", ok=False)
+    run("index", bad, "--library", lib, *FAKE, "-q", ok=False)
     assert not lib.exists()
 
 
@@ -87,7 +89,7 @@ def test_a_folder_holding_the_users_files_is_refused_untouched(tmp_path, case):
         (lib / UNFINISHED).write_text("{}")
         (lib / "holiday.mp4").write_bytes(b"mine")
     before = sorted((p.relative_to(lib), p.read_bytes() if p.is_file() else None) for p in lib.rglob("*"))
-    result = run("index", PHOTO, "--library", lib, "-q", ok=False)
+    result = run("index", PHOTO, "--library", lib, *FAKE, "-q", ok=False)
     assert REFUSED in result.stderr and "Traceback" not in result.output
     assert len([line for line in result.stderr.splitlines() if line.strip()]) == 1, result.stderr
     after = sorted((p.relative_to(lib), p.read_bytes() if p.is_file() else None) for p in lib.rglob("*"))

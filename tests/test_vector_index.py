@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import FACES, library_db, needs_data, pixel_copy, query_json, run
+from fake_model import FAKE_MODEL
 
 from bench.search import exact_top_k, recall_at_k, synthetic_vectors
 from headsearch.store import vector_index
@@ -132,7 +133,7 @@ def test_a_library_with_a_0_1_0_ivf_index_answers_from_its_database(tmp_path):
 
     lib = tmp_path / "lib"
     amy, raj = FACES / "amy" / "amy1.png", FACES / "raj" / "raj1.png"
-    run("index", amy, raj, "--library", lib, "-q")
+    run("index", amy, raj, "--library", lib, "--model", FAKE_MODEL, "-q")  # the model is incidental: the tests' fake
     with library_db(lib) as con:
         rows = con.execute("select id, embedding from vectors where kind = 'id' order by id").fetchall()
     ids = np.array([r[0] for r in rows], np.int64)
