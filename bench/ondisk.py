@@ -13,7 +13,7 @@ With a work folder every stage is kept and a rerun resumes after the last finish
 ground truth, training, each shard, the merge).
 
 `--index library` measures the library's own store past memory on the same vectors, queries and ground
-truth: its on-disk segments (`headsearch.store.segments`, the same codec recipe: `segment_files.train_codec`) built as a
+truth: its on-disk segments (`headsearch.vectors.segments`, the same codec recipe: `segment_files.train_codec`) built as a
 library builds them and searched, in a fresh process, as the query engine searches them.
 """
 from __future__ import annotations
@@ -34,9 +34,9 @@ from bench.search import OnDiskRecipe, SearchPlan, SearchSpeed, Synthetic, recal
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.files import atomic_write, write_json_atomic
 from headsearch.basics.quiet import native_stdout_silenced
-from headsearch.store.segment_files import CODES_SUFFIX, RAW_SUFFIX, RawVectors, SegmentRecipe, pq_size, train_codec
-from headsearch.store.segments import STATE, SegmentedIndex
-from headsearch.store.vector_index import VectorIndex
+from headsearch.vectors.segment_files import CODES_SUFFIX, RAW_SUFFIX, RawVectors, SegmentRecipe, pq_size, train_codec
+from headsearch.vectors.segments import STATE, SegmentedIndex
+from headsearch.vectors.vector_index import VectorIndex
 
 
 def _progress(total: int, desc: str, unit: str, show: bool):
@@ -345,7 +345,7 @@ SAME_AS_EXACT_UP_TO = 1_000_000  # sizes whose answers are compared one by one w
 
 
 def build_library_store(folder: Path, vectors: Path, n: int, dim: int, seed: int) -> dict:
-    """The library's own vector store (`headsearch.store.segments.SegmentedIndex`, ids = row numbers) in
+    """The library's own vector store (`headsearch.vectors.segments.SegmentedIndex`, ids = row numbers) in
     `folder`, built as a library builds it: created from all but the last n/100 vectors, as when a kind moves
     past the memory budget to segments (lists and codebooks trained on a sample, every vector encoded, nprobe
     tuned), then the last ones added in 10 saves as index runs add them (each save writes the tail as a

@@ -13,7 +13,7 @@ import numpy as np
 
 from headsearch.basics.errors import HeadsearchError
 from headsearch.models import l2_normalise
-from headsearch.store.vector_index import build_approximate, float32_dot_error, ivf_nlist, search_threads
+from headsearch.vectors.vector_index import build_approximate, float32_dot_error, ivf_nlist, search_threads
 
 SYNTHETIC_PER_CLUSTER = 100  # vectors per synthetic person
 # Noise norm relative to the centre: same-cluster pairs at cosine ~ 1/(1+1^2) = 0.5 and other pairs at
@@ -213,7 +213,7 @@ class SearchPlan:
 
 def search_speed(n: int, plan: SearchPlan) -> list[SearchSpeed]:
     """The plan's in-memory indexes over n synthetic clustered vectors: exact (IndexFlatIP), the library's
-    approximate recipe (`headsearch.store.vector_index.build_approximate`), HNSW (not used by the library:
+    approximate recipe (`headsearch.vectors.vector_index.build_approximate`), HNSW (not used by the library:
     it cannot remove vectors)."""
     import faiss
 

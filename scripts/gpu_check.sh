@@ -103,7 +103,7 @@ searches = json.loads((work / "search.json").read_text())["search"]
 out["search_library"] = [{k: r.get(k) for k in ("vectors", "device", "p50_ms", "p95_ms", "recall_at_10", "rss_mb", "build_s", "params")}
                          for r in searches]
 if out.get("faiss_gpus"):
-    from headsearch.store.segments import RawVectors
+    from headsearch.vectors.segment_files import RawVectors
     from bench.search import recall_at_k, single_query_latencies
 
     for r in searches:

@@ -21,9 +21,9 @@ import pytest
 from conftest import AMY_DIR, EXAMPLES, HAMILTON, RETALKING, needs_data, pixel_copy, run
 
 from bench.search import exact_top_k, recall_at_k, synthetic_vectors
-from headsearch.store.segment_files import SegmentRecipe, pq_size
-from headsearch.store.segments import STATE, SegmentedIndex
-from headsearch.store.vector_index import VectorIndex
+from headsearch.vectors.segment_files import SegmentRecipe, pq_size
+from headsearch.vectors.segments import STATE, SegmentedIndex
+from headsearch.vectors.vector_index import VectorIndex
 
 pytestmark = pytest.mark.slow  # media-heavy: left out of the fast tier (`-m "not slow"`)
 
@@ -137,9 +137,9 @@ KILL_CHILD = textwrap.dedent('''
         return np.array(sorted(live))
 
     def child(folder):
-        from headsearch.store import segment_files
-        from headsearch.store.segment_files import SegmentRecipe
-        from headsearch.store.segments import SegmentedIndex
+        from headsearch.vectors import segment_files
+        from headsearch.vectors.segment_files import SegmentRecipe
+        from headsearch.vectors.segments import SegmentedIndex
         original = segment_files.write_lists
 
         def signalled(*args, **kwargs):  # tells the parent a merge (or a flush) is writing its codes

@@ -12,9 +12,9 @@ from conftest import FACES, library_db, needs_data, pixel_copy, query_json, run
 from fake_model import FAKE_MODEL
 
 from bench.search import exact_top_k, recall_at_k, synthetic_vectors
-from headsearch.store import vector_index
 from headsearch.store.library import Library
-from headsearch.store.vector_index import TARGET_RECALL, VectorIndex, float32_dot_error, ivf_nlist
+from headsearch.vectors import vector_index
+from headsearch.vectors.vector_index import TARGET_RECALL, VectorIndex, float32_dot_error, ivf_nlist
 from schemas.records import VectorKind
 
 
@@ -160,7 +160,7 @@ def test_gpu_copy_failures_fall_back_to_the_cpu(monkeypatch, caplog):
     index.make_approximate_if_large(approximate_from=1_000)
     expected = index.search(queries, 10)
     monkeypatch.setattr(vector_index, "gpu_count", lambda: 1)
-    with caplog.at_level(logging.WARNING, logger="headsearch.store.vector_index"):
+    with caplog.at_level(logging.WARNING, logger="headsearch.vectors.vector_index"):
         got = index.search(queries, 10)  # faiss-cpu's index_cpu_to_all_gpus raises
     assert "GPU search unavailable, using the CPU" in caplog.text
     assert np.array_equal(got[1], expected[1]) and np.array_equal(got[0], expected[0])
@@ -168,7 +168,7 @@ def test_gpu_copy_failures_fall_back_to_the_cpu(monkeypatch, caplog):
     # A copy that is made but fails when searched (here: a faiss index of another dimension).
     index.add(np.array([1], np.int64), db[:1])  # any change drops the copy
     monkeypatch.setattr(faiss, "index_cpu_to_all_gpus", lambda cpu: faiss.IndexFlatIP(8), raising=False)
-    with caplog.at_level(logging.WARNING, logger="headsearch.store.vector_index"):
+    with caplog.at_level(logging.WARNING, logger="headsearch.vectors.vector_index"):
         scores, found = index.search(queries[:1], 3)
         again = index.search(queries[:1], 3)
     assert caplog.text.count("GPU search failed, using the CPU") == 1  # then the CPU for good
@@ -188,7 +188,7 @@ def test_tiny_ivf(n):
 def test_single_queries_search_on_one_thread():
     import faiss
 
-    from headsearch.store.vector_index import SINGLE_THREAD_BELOW, search_threads
+    from headsearch.vectors.vector_index import SINGLE_THREAD_BELOW, search_threads
 
     before = faiss.omp_get_max_threads()
     with search_threads(1):

@@ -25,10 +25,10 @@ import sqlalchemy as sa
 
 from headsearch.basics.settings import vector_memory_budget
 from headsearch.store.layout import vector_index_file, vector_segments_folder
-from headsearch.store.segment_files import MIN_VECTORS
-from headsearch.store.segments import STATE, SegmentedIndex
 from headsearch.store.table_rows import generation
-from headsearch.store.vector_index import VectorIndex
+from headsearch.vectors.segment_files import MIN_VECTORS
+from headsearch.vectors.segments import STATE, SegmentedIndex
+from headsearch.vectors.vector_index import VectorIndex
 from schemas import tables as t
 from schemas.records import VectorKind
 

@@ -1,4 +1,4 @@
-"""nprobe for `headsearch.store.segments.SegmentedIndex`: every list while its codes are small, else the smallest
+"""nprobe for `headsearch.vectors.segments.SegmentedIndex`: every list while its codes are small, else the smallest
 nprobe whose recall@10 on the store's own vectors against exact search reaches the recipe's target."""
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from headsearch.store.segment_files import member
-from headsearch.store.vector_index import float32_dot_error
+from headsearch.vectors.segment_files import member
+from headsearch.vectors.vector_index import float32_dot_error
 
 
 class SegmentedIndex(Protocol):
-    """What the tuner reads and sets of `headsearch.store.segments.SegmentedIndex` (named, not imported: the index
+    """What the tuner reads and sets of `headsearch.vectors.segments.SegmentedIndex` (named, not imported: the index
     imports the tuner)."""
 
     recipe: Any
@@ -35,7 +35,7 @@ class SegmentedIndex(Protocol):
 
     def _live_chunks(self, segments: list, with_tail: bool = True) -> Iterator[tuple[np.ndarray, np.ndarray]]: ...
 
-log = logging.getLogger("headsearch.store.segments")  # the segments' messages keep the name they had before the split
+log = logging.getLogger("headsearch.vectors.segments")  # the segments' messages keep the name they had before the split
 
 # nprobe values tried when tuning: 16 x 2^(i/4), finer than the in-memory IVF's ladder where a step costs
 # most (at 1e7 the stand-alone index took 41 ms a query at nprobe 2048 and 71 ms at 4096 on 2 cores)

@@ -1,7 +1,7 @@
 """A library's vectors of one kind past memory: immutable on-disk IVF-PQ segments, an in-memory tail of
 new vectors and a set of removed ids (`SegmentedIndex`), searched as one index with exact re-ranking.
 
-A library keeps a vector kind in memory (`headsearch.store.vector_index.VectorIndex`) while the memory its
+A library keeps a vector kind in memory (`headsearch.vectors.vector_index.VectorIndex`) while the memory its
 indexes measure fits its budget, and here past it (`headsearch.store.index_cache` decides). The folder
 `vectors_<kind>.segments/` holds:
 
@@ -25,8 +25,8 @@ memory passes the cap they are given, merge segments past `SegmentRecipe.max_seg
 ids into new files, and train new lists and codebooks (encoding every vector again) when the store has
 grown `retrain_growth` times since its lists were trained.
 
-A segment's files are written and read by `headsearch.store.segment_files`; nprobe is tuned by
-`headsearch.store.segment_tuning`.
+A segment's files are written and read by `headsearch.vectors.segment_files`; nprobe is tuned by
+`headsearch.vectors.segment_tuning`.
 """
 from __future__ import annotations
 
@@ -43,9 +43,9 @@ import numpy as np
 
 from headsearch.basics.errors import LibraryError, is_disk_full
 from headsearch.basics.files import fsync_folder, write_json_atomic
-from headsearch.store.segment_files import MIN_VECTORS, Segment, SegmentInfo, SegmentRecipe, member, new_tag, pq_size, write_segment
-from headsearch.store.segment_tuning import tune
-from headsearch.store.vector_index import VectorIndex, gpu_count, search_threads
+from headsearch.vectors.segment_files import MIN_VECTORS, Segment, SegmentInfo, SegmentRecipe, member, new_tag, pq_size, write_segment
+from headsearch.vectors.segment_tuning import tune
+from headsearch.vectors.vector_index import VectorIndex, gpu_count, search_threads
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The file formats of one segment of `headsearch.store.segments.SegmentedIndex` and the recipe it is built by:
+"""The file formats of one segment of `headsearch.vectors.segments.SegmentedIndex` and the recipe it is built by:
 raw vectors (float32 rows read with pread), inverted lists on disk (faiss OnDiskInvertedLists: the table and
 the codes with their ids) and codecs (a trained, empty IVF-PQ index shared by the segments); a segment written
 (`write_segment`) and opened (`Segment`)."""
@@ -17,9 +17,9 @@ import numpy as np
 from headsearch.basics.errors import LibraryError
 from headsearch.basics.files import fsync_folder
 from headsearch.basics.quiet import native_stderr_silenced, native_stdout_silenced
-from headsearch.store.vector_index import gpu_count, ivf_nlist
+from headsearch.vectors.vector_index import gpu_count, ivf_nlist
 
-log = logging.getLogger("headsearch.store.segments")  # the segments' messages keep the name they had before the split
+log = logging.getLogger("headsearch.vectors.segments")  # the segments' messages keep the name they had before the split
 
 MIN_VECTORS = 32  # fewer cannot train codebooks of 5 bits: a smaller kind stays in memory
 RAW_SUFFIX, IDS_SUFFIX, LISTS_SUFFIX, CODES_SUFFIX = ".f32", ".ids.npy", ".lists", ".ivfdata"
