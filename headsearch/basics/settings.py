@@ -93,7 +93,7 @@ def _numbers_from_env(cls) -> dict:
 
 
 # The in-memory vector indexes of one library may hold this share of the machine's memory together before
-# the largest moves to on-disk segments (headsearch.store.index_cache): an eighth leaves room for the
+# the largest moves to on-disk segments (headsearch.vectors.index_cache): an eighth leaves room for the
 # models, the decoder and other programs beside an index run or a web app.
 VECTOR_MEMORY_SHARE = 1 / 8
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}

@@ -1,4 +1,4 @@
-"""What a library folder holds, by name."""
+"""What a library folder holds, by name (its vector indexes' files: `headsearch.vectors.index_cache`)."""
 from __future__ import annotations
 
 import json
@@ -11,18 +11,9 @@ DATABASE = "library.duckdb"  # the source of truth, vectors included
 THUMBNAILS = "thumbnails"  # one JPEG per track, `thumbnails/<track id>.jpg`
 PICTURES = "pictures"  # hits' pictures, `pictures/<sighting id>.jpg`, made on demand
 PERSON_PHOTOS = "person-photos"  # reference photos of persons (their head crops), `person-photos/<photo id>.jpg`
-VECTOR_INDEX_GLOB = "vectors_*"  # the FAISS caches, one per vector kind: a file in memory, a folder in segments
 WRITER_LOCK = ".writer.lock"
 UNFINISHED = ".unfinished"  # written first when a library is made or discarded, removed when that is done
 PEOPLE_LOCK = ".people.lock"
-
-
-def vector_index_file(kind: str) -> str:
-    return f"vectors_{kind}.faiss"
-
-
-def vector_segments_folder(kind: str) -> str:
-    return f"vectors_{kind}.segments"
 
 
 def existing_model(root: Path) -> ModelInfo | None:

@@ -1,7 +1,7 @@
 """A library folder: DuckDB metadata, FAISS vectors, thumbnails and a manifest naming the model.
 
 The DuckDB file is the source of truth, vectors included. FAISS files are a saved cache that
-records the library generation it reflects (`headsearch.store.index_cache`), so a run killed at any
+records the library generation it reflects (`headsearch.vectors.index_cache`), so a run killed at any
 moment leaves a library that opens and answers, and vector ids and metadata rows always commit
 together. DuckDB lets one process write at a time: writers hold the file only while they commit.
 
@@ -31,13 +31,14 @@ from sqlalchemy.pool import NullPool
 from headsearch.basics.errors import LibraryDamaged, LibraryError, ModelMismatch, is_disk_full, is_interruption
 from headsearch.basics.files import write_bytes_atomic, write_json_atomic
 from headsearch.store import migrations
-from headsearch.store.index_cache import Index, IndexCache
-from headsearch.store.layout import DATABASE, MANIFEST, PEOPLE_LOCK, PICTURES, THUMBNAILS, UNFINISHED, VECTOR_INDEX_GLOB, WRITER_LOCK
+from headsearch.store.layout import DATABASE, MANIFEST, PEOPLE_LOCK, PICTURES, THUMBNAILS, UNFINISHED, WRITER_LOCK
 from headsearch.store.people_store import PeopleStore
 from headsearch.store.readers import BrowseReader, LibraryReader
 from headsearch.store.rows import FailedFile, LibraryStats, ListedFile, StoredFile
 from headsearch.store.table_rows import ID_TABLES, FileRows, generation, next_free_ids, save_next_ids
 from headsearch.store.unfinished import clear_unfinished, mark_finished, mark_unfinished, refuse_foreign
+from headsearch.store.vector_source import DatabaseVectors
+from headsearch.vectors.index_cache import VECTOR_INDEX_GLOB, Index, IndexCache
 from schemas import tables as t
 from schemas.records import FileResult, MediaKind, ModelInfo, VectorKind
 
@@ -102,7 +103,7 @@ class Library:
         self._read_checked = False  # whether a read connection checked that the file is whole (`_check_intact`)
         self._held = threading.local()  # this thread's session connection (`session`)
         self.made_folder = False  # whether `create` made the folder (a run that indexes nothing removes it again)
-        self._index_cache = IndexCache(root, self.reader, writable=not read_only)
+        self._index_cache = IndexCache(root, DatabaseVectors(self.reader), writable=not read_only)
 
     # ----- opening -------------------------------------------------------------------------
     @classmethod

@@ -2,7 +2,7 @@
 new vectors and a set of removed ids (`SegmentedIndex`), searched as one index with exact re-ranking.
 
 A library keeps a vector kind in memory (`headsearch.vectors.vector_index.VectorIndex`) while the memory its
-indexes measure fits its budget, and here past it (`headsearch.store.index_cache` decides). The folder
+indexes measure fits its budget, and here past it (`headsearch.vectors.index_cache` decides). The folder
 `vectors_<kind>.segments/` holds:
 
   state.json          the current set: the library generation it reflects, the codec, the segments, the

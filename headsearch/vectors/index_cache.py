@@ -1,4 +1,5 @@
-"""The library's vector indexes, one per vector kind: a cache of the `vectors` table.
+"""The library's vector indexes, one per vector kind: a cache of the vectors its database keeps (`VectorSource`:
+`headsearch.store.vector_source` reads them from the `vectors` table).
 
 A kind lives in memory (`VectorIndex`: exact, then IVF; `vectors_<kind>.faiss`) while the memory the
 library's loaded indexes measure together fits the budget (`vector_memory_budget`: $HEADSEARCH_VECTOR_MEMORY,
@@ -7,7 +8,7 @@ else an eighth of the machine's memory), else in on-disk segments (`SegmentedInd
 budget is exceeded, and a segmented kind back to memory once it would fit in half the budget.
 
 Each index is saved with the library generation it reflects. Loading one brings it up to date from the
-database when the generations differ: vectors newer than the index are added, and when the count and
+database (the source) when the generations differ: vectors newer than the index are added, and when the count and
 sum of the ids it holds differ from the database's, orphans are removed and missing vectors added. So a
 run killed between a commit and a save costs a little work, never a wrong answer; this process's own
 commits update the loaded indexes as they happen. A damaged index is rebuilt from the database.
@@ -16,36 +17,59 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
-import sqlalchemy as sa
 
 from headsearch.basics.settings import vector_memory_budget
-from headsearch.store.layout import vector_index_file, vector_segments_folder
-from headsearch.store.table_rows import generation
 from headsearch.vectors.segment_files import MIN_VECTORS
 from headsearch.vectors.segments import STATE, SegmentedIndex
 from headsearch.vectors.vector_index import VectorIndex
-from schemas import tables as t
 from schemas.records import VectorKind
 
 log = logging.getLogger(__name__)
 
-SYNC_CHUNK = 50_000  # vectors read from the database at once when an index is brought up to date
+SYNC_CHUNK = 50_000  # vectors read from the source, or moved to segments, at once
 TAIL_CAP = 256 * 2**20  # a segmented kind's in-memory tail is written as a segment past this (or an eighth of the budget)
+VECTOR_INDEX_GLOB = "vectors_*"  # the library folder's FAISS caches, one per vector kind: a file in memory, a folder in segments
 
 Index = VectorIndex | SegmentedIndex
+
+
+def vector_index_file(kind: str) -> str:
+    return f"vectors_{kind}.faiss"
+
+
+def vector_segments_folder(kind: str) -> str:
+    return f"vectors_{kind}.segments"
+
+
+class VectorSource(Protocol):
+    """Where a library keeps its vectors for good (its database), by id and kind, with the generation of
+    what it holds: the indexes are a cache of it."""
+
+    def generation(self) -> int:
+        """The generation of what the source holds now."""
+
+    def count(self, kind: VectorKind) -> int:
+        """How many vectors of a kind the source holds."""
+
+    def chunks(self, kind: VectorKind) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(ids, vectors) of one kind, ids ascending, SYNC_CHUNK at a time."""
+
+    def catch_up(self, indexes: dict[VectorKind, tuple[Index, int | None]]) -> int:
+        """Make each index whose generation (the second of its pair) is not the source's hold exactly the
+        source's vectors of its kind, in one read; returns the source's generation."""
 
 
 class IndexCache:
     """The loaded vector indexes of one library, kept in step with its database."""
 
-    def __init__(self, root: Path, reader: Callable[[], AbstractContextManager[sa.Connection]], writable: bool = False):
+    def __init__(self, root: Path, source: VectorSource, writable: bool = False):
         self.root = root
-        self._reader = reader  # a short read connection to the library's database
+        self._source = source  # the library's database
         self.writable = writable  # a damaged segment set is rebuilt on disk only by a writer
         self._indexes: dict[VectorKind, Index] = {}
         self._generations: dict[VectorKind, int] = {}  # the generation each loaded index reflects
@@ -61,11 +85,7 @@ class IndexCache:
         if kind in self._indexes:
             return self._indexes[kind]
         index, saved_generation = self._open(kind, dim)
-        with self._reader() as conn:
-            current = generation(conn)
-            if saved_generation != current:
-                _sync(conn, index, kind)
-        self._generations[kind] = current
+        self._generations[kind] = self._source.catch_up({kind: (index, saved_generation)})
         self._indexes[kind] = index
         return index
 
@@ -92,12 +112,10 @@ class IndexCache:
 
     def _rebuild_segments(self, kind: VectorKind, dim: int) -> tuple[SegmentedIndex, int] | None:
         """Segments written again from the database, read in one pass (None: too few vectors for segments)."""
-        with self._reader() as conn:
-            current = generation(conn)
-            count = conn.execute(sa.select(sa.func.count()).select_from(t.vectors).where(t.vectors.c.kind == str(kind))).scalar_one()
-        if count < MIN_VECTORS:
+        current = self._source.generation()
+        if self._source.count(kind) < MIN_VECTORS:
             return None
-        store = SegmentedIndex.create(self.segments_folder(kind), dim, _database_chunks(self._reader, kind, dim), current)
+        store = SegmentedIndex.create(self.segments_folder(kind), dim, self._source.chunks(kind), current)
         log.info("vector segments of %s rebuilt from the database: %d vectors", kind, len(store))
         return store, current
 
@@ -111,12 +129,8 @@ class IndexCache:
                 if isinstance(index, SegmentedIndex):
                     index.close()
                 self._indexes[kind], self._generations[kind] = self._open(kind, index.dim)
-        with self._reader() as conn:
-            current = generation(conn)
-            for kind, index in self._indexes.items():
-                if self._generations.get(kind) != current:
-                    _sync(conn, index, kind)
-                    self._generations[kind] = current
+        current = self._source.catch_up({kind: (index, self._generations.get(kind)) for kind, index in self._indexes.items()})
+        self._generations.update(dict.fromkeys(self._indexes, current))
 
     def _saved_elsewhere(self, kind: VectorKind, index: Index) -> bool:
         """Whether a writer saved this kind in another form since it was loaded here."""
@@ -129,8 +143,7 @@ class IndexCache:
         budget says (the writer's, under the library's writer lock)."""
         if not self._indexes:
             return
-        with self._reader() as conn:
-            current = generation(conn)
+        current = self._source.generation()
         budget = vector_memory_budget()
         self._place(budget, current)
         tail_cap = min(TAIL_CAP, budget // 8)
@@ -191,42 +204,3 @@ class IndexCache:
         self._indexes.clear()
         self._generations.clear()
 
-
-def _embeddings(rows) -> tuple[np.ndarray, np.ndarray]:
-    return np.array([r[0] for r in rows], np.int64), np.stack([np.frombuffer(r[1], dtype="<f4") for r in rows])
-
-
-def _database_chunks(reader: Callable[[], AbstractContextManager[sa.Connection]], kind: VectorKind,
-                     dim: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(ids, vectors) of one kind from the database, ids ascending, SYNC_CHUNK at a time (one connection,
-    closed when the last chunk has been read)."""
-    with reader() as conn:
-        result = conn.execute(sa.select(t.vectors.c.id, t.vectors.c.embedding).where(t.vectors.c.kind == str(kind)).order_by(t.vectors.c.id))
-        while rows := result.fetchmany(SYNC_CHUNK):
-            yield _embeddings(rows)
-
-
-def _sync(conn: sa.Connection, index: Index, kind: VectorKind) -> None:
-    """Make the index hold exactly the database's vectors of its kind. Ids are never reused, so the vectors
-    newer than the index's largest id are the ones added since; the others changed only when the count and
-    sum of its ids differ from the database's (a removal), and are then compared one by one."""
-    of_kind = t.vectors.c.kind == str(kind)
-    top = index.max_id()
-    count, total = conn.execute(sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(t.vectors.c.id), 0))
-                                .where(of_kind, t.vectors.c.id <= top)).one()
-    removed = added = 0
-    if (int(count), int(total)) != index.id_checksum():
-        db_ids = np.array([r[0] for r in conn.execute(sa.select(t.vectors.c.id).where(of_kind, t.vectors.c.id <= top))], dtype=np.int64)
-        have = index.ids()
-        extra, missing = np.setdiff1d(have, db_ids), np.setdiff1d(db_ids, have)
-        removed = index.remove(extra) if len(extra) else 0
-        for start in range(0, len(missing), SYNC_CHUNK):
-            chunk = [int(i) for i in missing[start:start + SYNC_CHUNK]]
-            index.add(*_embeddings(conn.execute(sa.select(t.vectors.c.id, t.vectors.c.embedding).where(t.vectors.c.id.in_(chunk))).fetchall()))
-            added += len(chunk)
-    result = conn.execute(sa.select(t.vectors.c.id, t.vectors.c.embedding).where(of_kind, t.vectors.c.id > top).order_by(t.vectors.c.id))
-    while rows := result.fetchmany(SYNC_CHUNK):
-        index.add(*_embeddings(rows))
-        added += len(rows)
-    if removed or added:
-        log.info("vector index %s brought up to date: %d added, %d removed", kind, added, removed)
