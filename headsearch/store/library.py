@@ -3,7 +3,8 @@
 The DuckDB file is the source of truth, vectors included. FAISS files are a saved cache that
 records the library generation it reflects (`headsearch.vectors.index_cache`), so a run killed at any
 moment leaves a library that opens and answers, and vector ids and metadata rows always commit
-together. DuckDB lets one process write at a time: writers hold the file only while they commit.
+together. DuckDB lets one process write at a time: writers hold the file only while they commit
+(`headsearch.store.database`).
 
 `headsearch.store` is the only package that reads or writes the tables: analysed files come in as
 `FileResult` records (`Library.store`, through `headsearch.store.table_rows`), reads go through
@@ -16,21 +17,18 @@ import contextlib
 import fcntl
 import json
 import logging
-import re
 import shutil
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import duckdb_engine  # noqa: F401 - the dialect, loaded with this module (a query loads it while its models load)
 import numpy as np
 import sqlalchemy as sa
-from sqlalchemy.pool import NullPool
 
-from headsearch.basics.errors import LibraryDamaged, LibraryError, ModelMismatch, is_disk_full, is_interruption
+from headsearch.basics.errors import LibraryError, ModelMismatch
 from headsearch.basics.files import write_bytes_atomic, write_json_atomic
 from headsearch.store import migrations
+from headsearch.store.database import Database
 from headsearch.store.layout import DATABASE, MANIFEST, PEOPLE_LOCK, PICTURES, THUMBNAILS, UNFINISHED, WRITER_LOCK
 from headsearch.store.people_store import PeopleStore
 from headsearch.store.readers import BrowseReader, LibraryReader
@@ -43,33 +41,6 @@ from schemas import tables as t
 from schemas.records import FileResult, MediaKind, ModelInfo, VectorKind
 
 log = logging.getLogger(__name__)
-# Named here, SQLAlchemy need not look for the dialect among every installed package's entry points.
-sa.dialects.registry.register("duckdb", "duckdb_engine", "Dialect")
-
-
-def _is_lock_error(e: Exception) -> bool:
-    """DuckDB's words for a file another process holds ("Could not set lock on file ...: Conflicting
-    lock is held"), or this process holds with the other mode ("different configuration")."""
-    return bool(re.search(r"set lock|conflicting lock|different configuration", str(e), re.IGNORECASE))
-
-
-_DAMAGE_WORDS = re.compile(r"could not read enough bytes|not a valid duckdb database|corrupt|checksum|"
-                           r"table with name \w+ does not exist|failed to read|invalidated", re.IGNORECASE)
-DATABASE_HEADER_BYTES = 3 * 4096  # DuckDB's file headers; table data lives in blocks after them
-
-
-def damage_reason(e: BaseException) -> str | None:
-    """The first line of a DuckDB error that says the database file is damaged (cut short, checksums
-    that do not match, structures that cannot be read); None for any other error."""
-    import duckdb
-
-    orig = getattr(e, "orig", None) or e
-    text = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
-    if is_disk_full(orig) or _is_lock_error(orig):
-        return None
-    if isinstance(orig, duckdb.InternalException | duckdb.SerializationException | duckdb.FatalException) or _DAMAGE_WORDS.search(text):
-        return text
-    return None
 
 
 @contextlib.contextmanager
@@ -99,11 +70,9 @@ class Library:
         self.root = root
         self.manifest = manifest
         self.read_only = read_only
-        self._sa_engine: sa.Engine | None = None
-        self._read_checked = False  # whether a read connection checked that the file is whole (`_check_intact`)
-        self._held = threading.local()  # this thread's session connection (`session`)
+        self.database = Database(root, read_only)
         self.made_folder = False  # whether `create` made the folder (a run that indexes nothing removes it again)
-        self._index_cache = IndexCache(root, DatabaseVectors(self.reader), writable=not read_only)
+        self._index_cache = IndexCache(root, DatabaseVectors(self.database.reader), writable=not read_only)
 
     # ----- opening -------------------------------------------------------------------------
     @classmethod
@@ -177,9 +146,8 @@ class Library:
 
     def _upgrade(self, version: int) -> None:
         """Bring a library of an older format to this one (see `headsearch.store.migrations`)."""
-        writable = Library(self.root, self.manifest, read_only=False)
-        with writable.writer_lock(purpose="upgrade"):
-            with writable.transaction() as conn:
+        with self.writer_lock(purpose="upgrade"):
+            with Database(self.root, read_only=False).transaction() as conn:
                 stored = migrations.database_format(conn)
                 done = migrations.upgrade(conn, stored or version) if (stored or version) < migrations.FORMAT_VERSION else []
             self.manifest = {**self.manifest, "format": migrations.FORMAT_VERSION}
@@ -235,132 +203,18 @@ class Library:
                 self.root.rmdir()
         return True
 
-    # ----- database access -----------------------------------------------------------------
-    def _engine(self) -> sa.Engine:
-        if self._sa_engine is None:  # made once: creating an engine costs about as much as a query
-            args = {"read_only": True} if self.read_only else {}
-            self._sa_engine = sa.create_engine(f"duckdb:///{self.root / DATABASE}", poolclass=NullPool, connect_args=args)
-        return self._sa_engine
+    # ----- database access (`headsearch.store.database`) ---------------------------------
+    def session(self) -> contextlib.AbstractContextManager[None]:
+        """Every read of this thread inside the block goes through one connection (`Database.session`)."""
+        return self.database.session()
 
-    def damaged(self, reason: str) -> LibraryDamaged:
-        return LibraryDamaged(f"{self.root}: the library database {DATABASE} is damaged ({reason}); nothing more is written "
-                              f"to it: put back a copy of {DATABASE} from a backup, or index into a new --library")
-
-    def _connect(self) -> sa.Connection:
-        """A connection to the library's database; waits a little while another process commits."""
-        path = self.root / DATABASE
-        with contextlib.suppress(OSError):
-            if path.stat().st_size < DATABASE_HEADER_BYTES:  # cut short: DuckDB must not write a new file over it
-                raise self.damaged(f"{path.stat().st_size} bytes, less than a database's headers")
-        engine = self._engine()
-        delay = 0.05
-        for attempt in range(40):  # writers hold the file only while committing: wait a little
-            try:
-                return engine.connect()
-            except sa.exc.DBAPIError as e:
-                reason = damage_reason(e)
-                if reason is not None:
-                    raise self.damaged(reason) from e
-                if not _is_lock_error(e) or attempt == 39:
-                    raise LibraryError(
-                        f"{self.root}: library database is busy (another headsearch process is writing it); try again"
-                        if _is_lock_error(e) else f"{self.root}: cannot open library database ({e.orig})"
-                    ) from e
-                time.sleep(delay)
-                delay = min(delay * 1.5, 1.0)
-        raise AssertionError("unreachable")
-
-    def _check_intact(self, conn: sa.Connection) -> None:
-        """The file must hold every block that the tables' stored data lies in (a file cut short does
-        not, though DuckDB notices only when it reads a missing block, and may write into the file
-        meanwhile)."""
-        tables = [name for (name,) in conn.exec_driver_sql(
-            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()") if name.isidentifier()]
-        if not tables:
-            return
-        blocks = " UNION ALL ".join(f"SELECT block_id AS b, additional_block_ids AS more FROM pragma_storage_info('{name}') "
-                                    "WHERE persistent" for name in tables)
-        highest = conn.exec_driver_sql(f"SELECT greatest(max(b), max(list_max(more))) FROM ({blocks})").scalar()
-        if highest is None:
-            return
-        block_size = conn.exec_driver_sql("SELECT block_size FROM pragma_database_size()").scalar()
-        need = DATABASE_HEADER_BYTES + (int(highest) + 1) * int(block_size)
-        size = (self.root / DATABASE).stat().st_size
-        if size < need:
-            raise self.damaged(f"cut short: {size:,} bytes, its tables lie in the first {need:,}")
-
-    @contextlib.contextmanager
-    def _errors_said(self) -> Iterator[None]:
-        """A Ctrl-C while DuckDB ran a query is an interruption (the query was rolled back); an error
-        that says the file is damaged is `LibraryDamaged` (a write transaction rolled back with it)."""
-        try:
-            yield
-        except Exception as e:
-            if is_interruption(e):
-                raise KeyboardInterrupt from e
-            reason = damage_reason(e) if isinstance(e, sa.exc.DBAPIError) else None
-            if reason is not None:
-                raise self.damaged(reason) from e
-            raise
-
-    @contextlib.contextmanager
-    def _connection(self, begin: bool) -> Iterator[sa.Connection]:
-        held = getattr(self._held, "conn", None)
-        if held is not None and not begin:  # inside a session: its connection
-            with self._errors_said():
-                yield held
-            return
-        conn = self._connect()
-        try:
-            with self._errors_said():
-                if begin:
-                    with conn.begin():
-                        self._check_intact(conn)  # never a write into a damaged file
-                        yield conn
-                else:
-                    if not self._read_checked:  # once for reads: a damaged block read later says so itself
-                        self._check_intact(conn)
-                        conn.rollback()  # the check's own transaction
-                        self._read_checked = True
-                    yield conn
-        finally:
-            conn.close()
-
-    @contextlib.contextmanager
-    def session(self) -> Iterator[None]:
-        """Every read of this thread inside the block goes through one connection (a query's several
-        look-ups: one open of the database instead of one each). Keep it short: another process
-        that writes the library waits while a reader holds the file."""
-        if getattr(self._held, "conn", None) is not None:
-            yield
-            return
-        with self._connection(begin=False) as conn:
-            self._held.conn = conn
-            try:
-                yield
-            finally:
-                self._held.conn = None
-
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[sa.Connection]:
+    def transaction(self) -> contextlib.AbstractContextManager[sa.Connection]:
         """A write transaction that bumps the library generation on commit."""
-        if self.read_only:
-            raise LibraryError(f"{self.root}: opened read-only")
-        try:
-            with self._connection(begin=True) as conn:
-                yield conn
-                if sa.inspect(conn).has_table("library_state"):
-                    conn.execute(sa.text("UPDATE library_state SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) "
-                                         "WHERE key = 'generation'"))
-        except sa.exc.DBAPIError as e:  # disk full, I/O error...: the transaction was rolled back
-            reason = str(getattr(e, "orig", e)).splitlines()[0]
-            raise LibraryError(f"{self.root}: could not commit ({reason}); the library keeps its last committed state") from e
+        return self.database.transaction()
 
-    @contextlib.contextmanager
-    def reader(self) -> Iterator[sa.Connection]:
+    def reader(self) -> contextlib.AbstractContextManager[sa.Connection]:
         """A connection for reading (for `headsearch.store`'s own use)."""
-        with self._connection(begin=False) as conn:
-            yield conn
+        return self.database.reader()
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[LibraryReader]:
@@ -388,8 +242,7 @@ class Library:
         with open(path, "a+") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
-                writable = Library(self.root, self.manifest, read_only=False)
-                with writable._connection(begin=True) as conn:
+                with Database(self.root, read_only=False).connection(begin=True) as conn:
                     yield PeopleStore(conn)
             except sa.exc.DBAPIError as e:
                 reason = str(getattr(e, "orig", e)).splitlines()[0]

@@ -1,0 +1,188 @@
+"""A library's DuckDB file (`library.duckdb`): its connections and transactions, and the errors they meet.
+
+DuckDB lets one process write at a time, and a process writing the file locks every other one out, readers
+too: writers hold the file only while they commit, and a connection waits a little for them (`Database`).
+A file cut short or with blocks that cannot be read is said to be damaged (`LibraryDamaged`), and nothing
+more is written to it.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb_engine  # noqa: F401 - the dialect, loaded with this module (a query loads it while its models load)
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
+
+from headsearch.basics.errors import LibraryDamaged, LibraryError, is_disk_full, is_interruption
+from headsearch.store.layout import DATABASE
+
+# Named here, SQLAlchemy need not look for the dialect among every installed package's entry points.
+sa.dialects.registry.register("duckdb", "duckdb_engine", "Dialect")
+
+
+def _is_lock_error(e: Exception) -> bool:
+    """DuckDB's words for a file another process holds ("Could not set lock on file ...: Conflicting
+    lock is held"), or this process holds with the other mode ("different configuration")."""
+    return bool(re.search(r"set lock|conflicting lock|different configuration", str(e), re.IGNORECASE))
+
+
+_DAMAGE_WORDS = re.compile(r"could not read enough bytes|not a valid duckdb database|corrupt|checksum|"
+                           r"table with name \w+ does not exist|failed to read|invalidated", re.IGNORECASE)
+DATABASE_HEADER_BYTES = 3 * 4096  # DuckDB's file headers; table data lives in blocks after them
+
+
+def damage_reason(e: BaseException) -> str | None:
+    """The first line of a DuckDB error that says the database file is damaged (cut short, checksums
+    that do not match, structures that cannot be read); None for any other error."""
+    import duckdb
+
+    orig = getattr(e, "orig", None) or e
+    text = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    if is_disk_full(orig) or _is_lock_error(orig):
+        return None
+    if isinstance(orig, duckdb.InternalException | duckdb.SerializationException | duckdb.FatalException) or _DAMAGE_WORDS.search(text):
+        return text
+    return None
+
+
+class Database:
+    """The database of the library folder `root`, opened read-only or for writing: one short connection per
+    use, or one per thread for a block (`session`)."""
+
+    def __init__(self, root: Path, read_only: bool):
+        self.root = root
+        self.read_only = read_only
+        self._sa_engine: sa.Engine | None = None
+        self._read_checked = False  # whether a read connection checked that the file is whole (`_check_intact`)
+        self._held = threading.local()  # this thread's session connection (`session`)
+
+    def _engine(self) -> sa.Engine:
+        if self._sa_engine is None:  # made once: creating an engine costs about as much as a query
+            args = {"read_only": True} if self.read_only else {}
+            self._sa_engine = sa.create_engine(f"duckdb:///{self.root / DATABASE}", poolclass=NullPool, connect_args=args)
+        return self._sa_engine
+
+    def damaged(self, reason: str) -> LibraryDamaged:
+        return LibraryDamaged(f"{self.root}: the library database {DATABASE} is damaged ({reason}); nothing more is written "
+                              f"to it: put back a copy of {DATABASE} from a backup, or index into a new --library")
+
+    def _connect(self) -> sa.Connection:
+        """A connection to the library's database; waits a little while another process commits."""
+        path = self.root / DATABASE
+        with contextlib.suppress(OSError):
+            if path.stat().st_size < DATABASE_HEADER_BYTES:  # cut short: DuckDB must not write a new file over it
+                raise self.damaged(f"{path.stat().st_size} bytes, less than a database's headers")
+        engine = self._engine()
+        delay = 0.05
+        for attempt in range(40):  # writers hold the file only while committing: wait a little
+            try:
+                return engine.connect()
+            except sa.exc.DBAPIError as e:
+                reason = damage_reason(e)
+                if reason is not None:
+                    raise self.damaged(reason) from e
+                if not _is_lock_error(e) or attempt == 39:
+                    raise LibraryError(
+                        f"{self.root}: library database is busy (another headsearch process is writing it); try again"
+                        if _is_lock_error(e) else f"{self.root}: cannot open library database ({e.orig})"
+                    ) from e
+                time.sleep(delay)
+                delay = min(delay * 1.5, 1.0)
+        raise AssertionError("unreachable")
+
+    def _check_intact(self, conn: sa.Connection) -> None:
+        """The file must hold every block that the tables' stored data lies in (a file cut short does
+        not, though DuckDB notices only when it reads a missing block, and may write into the file
+        meanwhile)."""
+        tables = [name for (name,) in conn.exec_driver_sql(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()") if name.isidentifier()]
+        if not tables:
+            return
+        blocks = " UNION ALL ".join(f"SELECT block_id AS b, additional_block_ids AS more FROM pragma_storage_info('{name}') "
+                                    "WHERE persistent" for name in tables)
+        highest = conn.exec_driver_sql(f"SELECT greatest(max(b), max(list_max(more))) FROM ({blocks})").scalar()
+        if highest is None:
+            return
+        block_size = conn.exec_driver_sql("SELECT block_size FROM pragma_database_size()").scalar()
+        need = DATABASE_HEADER_BYTES + (int(highest) + 1) * int(block_size)
+        size = (self.root / DATABASE).stat().st_size
+        if size < need:
+            raise self.damaged(f"cut short: {size:,} bytes, its tables lie in the first {need:,}")
+
+    @contextlib.contextmanager
+    def _errors_said(self) -> Iterator[None]:
+        """A Ctrl-C while DuckDB ran a query is an interruption (the query was rolled back); an error
+        that says the file is damaged is `LibraryDamaged` (a write transaction rolled back with it)."""
+        try:
+            yield
+        except Exception as e:
+            if is_interruption(e):
+                raise KeyboardInterrupt from e
+            reason = damage_reason(e) if isinstance(e, sa.exc.DBAPIError) else None
+            if reason is not None:
+                raise self.damaged(reason) from e
+            raise
+
+    @contextlib.contextmanager
+    def connection(self, begin: bool) -> Iterator[sa.Connection]:
+        held = getattr(self._held, "conn", None)
+        if held is not None and not begin:  # inside a session: its connection
+            with self._errors_said():
+                yield held
+            return
+        conn = self._connect()
+        try:
+            with self._errors_said():
+                if begin:
+                    with conn.begin():
+                        self._check_intact(conn)  # never a write into a damaged file
+                        yield conn
+                else:
+                    if not self._read_checked:  # once for reads: a damaged block read later says so itself
+                        self._check_intact(conn)
+                        conn.rollback()  # the check's own transaction
+                        self._read_checked = True
+                    yield conn
+        finally:
+            conn.close()
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        """Every read of this thread inside the block goes through one connection (a query's several
+        look-ups: one open of the database instead of one each). Keep it short: another process
+        that writes the library waits while a reader holds the file."""
+        if getattr(self._held, "conn", None) is not None:
+            yield
+            return
+        with self.connection(begin=False) as conn:
+            self._held.conn = conn
+            try:
+                yield
+            finally:
+                self._held.conn = None
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sa.Connection]:
+        """A write transaction that bumps the library generation on commit."""
+        if self.read_only:
+            raise LibraryError(f"{self.root}: opened read-only")
+        try:
+            with self.connection(begin=True) as conn:
+                yield conn
+                if sa.inspect(conn).has_table("library_state"):
+                    conn.execute(sa.text("UPDATE library_state SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) "
+                                         "WHERE key = 'generation'"))
+        except sa.exc.DBAPIError as e:  # disk full, I/O error...: the transaction was rolled back
+            reason = str(getattr(e, "orig", e)).splitlines()[0]
+            raise LibraryError(f"{self.root}: could not commit ({reason}); the library keeps its last committed state") from e
+
+    @contextlib.contextmanager
+    def reader(self) -> Iterator[sa.Connection]:
+        """A connection for reading (for `headsearch.store`'s own use)."""
+        with self.connection(begin=False) as conn:
+            yield conn
