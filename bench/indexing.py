@@ -75,7 +75,7 @@ def _index_once(video: Path, settings: IndexSettings, embedder: Embedder, detect
         start = time.perf_counter()
         result = analyse_file(video, settings, detector, embedder)
         stored = time.perf_counter()
-        library.store(result)
+        library.files.store(result)
         library.save_indexes()
         end = time.perf_counter()
     wall = end - start

@@ -164,15 +164,15 @@ class Indexer:
         summary.failed.extend(problems)
         summary.files = len(files)
         with self.library.writer_lock():
-            self.library.collect_orphan_thumbnails()
+            self.library.files.collect_orphan_thumbnails()
             self.library.load_indexes()
-            stored = self.library.stored_files()
+            stored = self.library.files.stored_files()
             for path_str in stored:
                 if any(Path(path_str).is_relative_to(f) for f in folders) and not Path(path_str).exists():
-                    self.library.remove(path_str)
+                    self.library.files.remove(path_str)
                     summary.removed += 1
-            self._failed = self.library.failed_files()
-            self.library.forget_failures([p for p in self._failed if any(Path(p).is_relative_to(f) for f in folders) and not Path(p).exists()])
+            self._failed = self.library.files.failed_files()
+            self.library.files.forget_failures([p for p in self._failed if any(Path(p).is_relative_to(f) for f in folders) and not Path(p).exists()])
             overall = tqdm(total=len(files), desc="files", unit="file", disable=not self.progress, position=0)
             frame_bar = tqdm(desc="frames", unit="frame", disable=not self.progress or self.workers > 1 or self.engine != "local",
                              position=1, leave=False)
@@ -232,7 +232,7 @@ class Indexer:
             return
         t0 = time.perf_counter()
         try:
-            self.library.store_many(results)
+            self.library.files.store_many(results)
         except LibraryError:
             raise  # the library cannot take more (disk full, I/O error): stop, nothing is lost
         except OSError as e:
@@ -292,7 +292,7 @@ class Indexer:
             digest = fingerprint(path, stat.st_size)
         except OSError:
             return  # cannot even be read: tried again next time
-        self.library.record_failure(str(path), stat.st_size, stat.st_mtime, digest, error)
+        self.library.files.record_failure(str(path), stat.st_size, stat.st_mtime, digest, error)
 
     def _failed_before(self, path: Path, stat: os.stat_result) -> FailedFile | None:
         """The earlier failure of this very version of the file, if any (and not asked to retry)."""

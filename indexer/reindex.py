@@ -118,14 +118,14 @@ class Reindexer:
                             "finish it (`headsearch reindex --model` that model) or delete it")
             return s
         with old.writer_lock(purpose="re-index"):
-            stored = sorted(old.stored_files().values(), key=lambda f: f.id)  # in the order they were indexed
+            stored = sorted(old.files.stored_files().values(), key=lambda f: f.id)  # in the order they were indexed
             s.files = len(stored)
             present = [Path(f.path) for f in stored if Path(f.path).is_file()]
             s.gone = [f.path for f in stored if not Path(f.path).is_file()]
             for path in s.gone:
                 self.report(f"gone: {path} (not on disk; left out of the new library)")
             new = open_staging(old, target)
-            done = new.stored_files()
+            done = new.files.stored_files()
             s.resumed = sum(1 for p in present if str(p) in done)
             self.report(f"re-embedding {len(present)} files of {self.root} ({old.model.label()}) with {target.label()} "
                         f"into {new.root}" + (f"; {s.resumed} re-embedded by an earlier run are kept" if s.resumed else ""))
@@ -137,7 +137,7 @@ class Reindexer:
                             f"with {old.model.label()}. Run the same command again to try them again, or add "
                             "--leave-out-failed to swap without them (they stay recorded as failed)")
                 return s
-            s.tracks = sum(f.tracks for f in new.listing())
+            s.tracks = sum(f.tracks for f in new.files.listing())
             with people_writers_waiting(old):
                 s.carried = carry_over(old, new)
                 s.people = update_people(new, fresh_vectors=True)

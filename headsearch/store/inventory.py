@@ -48,11 +48,11 @@ def _on_disk(path: str, size: int, mtime: float, digest: str) -> str:
 def file_states(library: Library) -> list[FileState]:
     """Every indexed or failed file with its state, by path."""
     states = []
-    for f in library.listing():
+    for f in library.files.listing():
         disk = _on_disk(f.path, f.size, f.mtime, f.fingerprint)
         state = {"same": INDEXED, "changed": CHANGED, "missing": MISSING}[disk]
         states.append(FileState(f.path, state, f.kind, f.player_duration, f.tracks))
-    for f in library.failed_files().values():
+    for f in library.files.failed_files().values():
         disk = _on_disk(f.path, f.size, f.mtime, f.fingerprint)
         if disk == "missing":
             state = MISSING

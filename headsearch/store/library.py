@@ -7,7 +7,7 @@ together. DuckDB lets one process write at a time: writers hold the file only wh
 (`headsearch.store.database`).
 
 `headsearch.store` is the only package that reads or writes the tables: analysed files come in as
-`FileResult` records (`Library.store`, through `headsearch.store.table_rows`), reads go through
+`FileResult` records (`Library.files`: `headsearch.store.library_files`, through `headsearch.store.table_rows`), reads go through
 the readers of `headsearch.store.readers` and `headsearch.store.people_store`, and return the rows
 of `headsearch.store.rows`.
 """
@@ -22,23 +22,23 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import sqlalchemy as sa
 
 from headsearch.basics.errors import LibraryError, ModelMismatch
-from headsearch.basics.files import write_bytes_atomic, write_json_atomic
+from headsearch.basics.files import write_json_atomic
 from headsearch.store import migrations
 from headsearch.store.database import Database
 from headsearch.store.layout import DATABASE, MANIFEST, PEOPLE_LOCK, PICTURES, THUMBNAILS, UNFINISHED, WRITER_LOCK
+from headsearch.store.library_files import LibraryFiles
 from headsearch.store.people_store import PeopleStore
 from headsearch.store.readers import BrowseReader, LibraryReader
-from headsearch.store.rows import FailedFile, LibraryStats, ListedFile, StoredFile
-from headsearch.store.table_rows import ID_TABLES, FileRows, generation, next_free_ids, save_next_ids
+from headsearch.store.rows import LibraryStats
+from headsearch.store.table_rows import ID_TABLES, generation
 from headsearch.store.unfinished import clear_unfinished, mark_finished, mark_unfinished, refuse_foreign
 from headsearch.store.vector_source import DatabaseVectors
 from headsearch.vectors.index_cache import VECTOR_INDEX_GLOB, Index, IndexCache
 from schemas import tables as t
-from schemas.records import FileResult, MediaKind, ModelInfo, VectorKind
+from schemas.records import MediaKind, ModelInfo, VectorKind
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,11 @@ def _writer_lock(root: Path, busy: str | None) -> Iterator[bool]:
 
 
 class Library:
-    """One library folder. Open with `Library.create(...)` for indexing or `Library.open(...)` to read."""
+    """One library folder. Open with `Library.create(...)` for indexing or `Library.open(...)` to read.
+
+    It makes, opens, upgrades and discards the folder and names its model; it holds the folder's database
+    (`database`: connections and transactions), its files (`files`: stored, replaced, removed, failed) and
+    its vector indexes (`vector_index`: a cache of the database's vectors), and gives out readers."""
 
     def __init__(self, root: Path, manifest: dict, read_only: bool):
         self.root = root
@@ -73,6 +77,7 @@ class Library:
         self.database = Database(root, read_only)
         self.made_folder = False  # whether `create` made the folder (a run that indexes nothing removes it again)
         self._index_cache = IndexCache(root, DatabaseVectors(self.database.reader), writable=not read_only)
+        self.files = LibraryFiles(root, self.database, self._index_cache)
 
     # ----- opening -------------------------------------------------------------------------
     @classmethod
@@ -256,121 +261,23 @@ class Library:
         return _writer_lock(self.root, "another headsearch run is indexing this library"
                             + ("" if purpose == "index" else f"; {purpose} it when that run is finished"))
 
-    # ----- files ---------------------------------------------------------------------------
-    def stored_files(self) -> dict[str, StoredFile]:
-        """Indexed files by path."""
-        with self.reader() as conn:
-            rows = conn.execute(sa.select(t.videos.c.id, t.videos.c.path, t.videos.c.fingerprint, t.videos.c.size,
-                                          t.videos.c.mtime)).fetchall()
-        return {r.path: StoredFile(r.id, r.path, r.fingerprint, r.size, r.mtime) for r in rows}
-
-    def _delete_file(self, conn: sa.Connection, file_id: int) -> tuple[dict[VectorKind, np.ndarray], list[str]]:
-        """Delete one file's rows; returns its vector ids by kind and its thumbnails, to drop after the commit."""
-        removed: dict[VectorKind, list[int]] = {}
-        for kind, i in conn.execute(sa.select(t.vectors.c.kind, t.vectors.c.id).where(t.vectors.c.video_id == file_id)):
-            removed.setdefault(VectorKind(kind), []).append(int(i))
-        thumbs = [r.thumbnail for r in conn.execute(sa.select(t.tracks.c.thumbnail).where(t.tracks.c.video_id == file_id))]
-        for table in (t.vectors, t.observations, t.tracks, t.shots):
-            conn.execute(sa.delete(table).where(table.c.video_id == file_id))
-        conn.execute(sa.delete(t.videos).where(t.videos.c.id == file_id))
-        return {k: np.array(v, np.int64) for k, v in removed.items()}, thumbs
-
-    def store(self, result: FileResult) -> int:
-        """Commit one analysed file's rows and vectors in one transaction, replacing an older version
-        of the same path; returns its id. Thumbnails are written before the commit (an orphan
-        thumbnail is harmless and cleaned up later)."""
-        return self.store_many([result])[0]
-
-    def store_many(self, results: list[FileResult]) -> list[int]:
-        """Commit several analysed files in one transaction (all of them or none), each replacing an
-        older version of its path; returns their ids. One commit per batch of small files (photos)
-        instead of one per file: opening, committing and checkpointing the database is most of what
-        storing a photo costs."""
-        removed: dict[VectorKind, list[np.ndarray]] = {}
-        old_thumbs: list[str] = []
-        added: list[dict[VectorKind, tuple[np.ndarray, np.ndarray]]] = []
-        ids = []
-        with self.transaction() as conn:
-            next_ids = next_free_ids(conn)
-            for result in results:
-                old = conn.execute(sa.select(t.videos.c.id).where(t.videos.c.path == result.path)).scalar()
-                if old is not None:
-                    gone, thumbs = self._delete_file(conn, old)
-                    for kind, vector_ids in gone.items():
-                        removed.setdefault(kind, []).append(vector_ids)
-                    old_thumbs.extend(thumbs)
-                rows = FileRows(result, next_ids)
-                next_ids = rows.next_ids
-                for track_id, jpeg in rows.thumbnails.items():
-                    write_bytes_atomic(self.root / THUMBNAILS / f"{track_id}.jpg", jpeg, fsync=False)
-                conn.execute(sa.delete(t.failed_files).where(t.failed_files.c.path == result.path))
-                rows.insert(conn)
-                added.append(rows.vectors)
-                ids.append(rows.video.id)
-            save_next_ids(conn, next_ids)
-        self._after_commit({k: np.concatenate(v) for k, v in removed.items()}, {}, old_thumbs)
-        for vectors in added:
-            self._after_commit({}, vectors, [])
-        return ids
-
-    # ----- failed files ----------------------------------------------------------------------
-    def failed_files(self) -> dict[str, FailedFile]:
-        """Files that failed to index, by path, with the version that failed."""
-        with self.reader() as conn:
-            rows = conn.execute(sa.select(t.failed_files)).fetchall()
-        return {r.path: FailedFile(r.path, r.fingerprint, r.size, r.mtime, r.error, r.failed_at) for r in rows}
-
-    def record_failure(self, path: str, size: int, mtime: float, fingerprint: str, error: str) -> None:
-        """Remember that this version of a file failed (the next runs skip it until it changes)."""
-        with self.transaction() as conn:
-            conn.execute(sa.delete(t.failed_files).where(t.failed_files.c.path == path))
-            conn.execute(sa.insert(t.failed_files).values(path=path, fingerprint=fingerprint, size=size, mtime=mtime,
-                                                          error=error, failed_at=time.time()))
-
-    def forget_failures(self, paths: list[str]) -> None:
-        if not paths:
-            return
-        with self.transaction() as conn:
-            conn.execute(sa.delete(t.failed_files).where(t.failed_files.c.path.in_(paths)))
-
-    def listing(self) -> list[ListedFile]:
-        """Every indexed file with its track count, by path."""
-        with self.browsing() as b:
-            return b.videos()
-
-    def remove(self, path: str) -> bool:
-        """Delete a file's rows, vectors and thumbnails; False when it was not indexed."""
-        with self.transaction() as conn:
-            old = conn.execute(sa.select(t.videos.c.id).where(t.videos.c.path == path)).scalar()
-            if old is None:
-                return False
-            removed, thumbs = self._delete_file(conn, old)
-        self._after_commit(removed, {}, thumbs)
-        return True
-
+    # ----- files (`Library.files`: `headsearch.store.library_files`) ----------------------------
     def remove_paths(self, targets: list[Path]) -> tuple[list[str], list[Path]]:
         """Remove indexed files that are, or lie under, the targets (one writing run); returns the
         removed paths and the targets that matched nothing."""
         removed, unmatched = [], []
         with self.writer_lock(purpose="remove from"):
             self.load_indexes()
-            stored = self.stored_files()
+            stored = self.files.stored_files()
             for target in targets:
                 matched = [s for s in stored if Path(s) == target or Path(s).is_relative_to(target)]
                 if not matched:
                     unmatched.append(target)
                 for s in matched:
-                    if self.remove(s):
+                    if self.files.remove(s):
                         removed.append(s)
             self.save_indexes()
         return removed, unmatched
-
-    def _after_commit(self, removed: dict[VectorKind, np.ndarray], added: dict[VectorKind, tuple[np.ndarray, np.ndarray]],
-                      thumbnails: list[str]) -> None:
-        self._index_cache.apply(removed, added)
-        for rel in thumbnails:
-            with contextlib.suppress(OSError):
-                (self.root / rel).unlink()
 
     # ----- vectors -------------------------------------------------------------------------
     def index_path(self, kind: VectorKind) -> Path:
@@ -395,33 +302,6 @@ class Library:
     def save_indexes(self) -> None:
         """Save every loaded FAISS index with the current generation."""
         self._index_cache.save()
-
-    def collect_orphan_thumbnails(self) -> int:
-        """Delete thumbnails whose track is not in the database (left by a killed run)."""
-        with self.reader() as conn:
-            keep = {r.thumbnail for r in conn.execute(sa.select(t.tracks.c.thumbnail))}
-        removed = 0
-        for p in (self.root / THUMBNAILS).glob("*"):
-            if f"{THUMBNAILS}/{p.name}" not in keep:
-                with contextlib.suppress(OSError):
-                    p.unlink()
-                    removed += 1
-        return removed + self._collect_orphan_pictures()
-
-    def _collect_orphan_pictures(self) -> int:
-        """Delete hit pictures (`pictures/<sighting id>.jpg`) of sightings that are gone."""
-        folder = self.root / PICTURES
-        if not folder.is_dir():
-            return 0
-        with self.reader() as conn:
-            keep = {str(r[0]) for r in conn.execute(sa.select(t.observations.c.id))}
-        removed = 0
-        for p in folder.glob("*.jpg"):
-            if p.stem not in keep:
-                with contextlib.suppress(OSError):
-                    p.unlink()
-                    removed += 1
-        return removed
 
     # ----- reading -------------------------------------------------------------------------
     def stats(self) -> LibraryStats:

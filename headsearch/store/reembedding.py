@@ -118,10 +118,10 @@ def carry_over(old: Library, new: Library) -> CarriedOver:
         shutil.copytree(old.root / PERSON_PHOTOS, new.root / PERSON_PHOTOS, dirs_exist_ok=True)
     with new.people_writing() as dst:
         dst.replace_people(persons, members, feedback, next_ids, pairs, photos)
-    known = new.stored_files().keys() | new.failed_files().keys()
-    failed = [f for path, f in old.failed_files().items() if path not in known]
+    known = new.files.stored_files().keys() | new.files.failed_files().keys()
+    failed = [f for path, f in old.files.failed_files().items() if path not in known]
     for f in failed:
-        new.record_failure(f.path, f.size, f.mtime, f.fingerprint, f.error)
+        new.files.record_failure(f.path, f.size, f.mtime, f.fingerprint, f.error)
     return CarriedOver(people=len(persons), named=sum(1 for p in persons if p.name), verdicts=len(feedback), failed_files=len(failed))
 
 
