@@ -130,6 +130,9 @@ class Database:
 
     @contextlib.contextmanager
     def connection(self, begin: bool) -> Iterator[sa.Connection]:
+        """A connection for the block: for reading (`begin` False) this thread's session's when it is in one;
+        for writing (`begin` True, on a database opened writable) a new one in a transaction committed when the
+        block ends, with no generation bumped (the people tables' writes; `transaction` bumps it)."""
         held = getattr(self._held, "conn", None)
         if held is not None and not begin:  # inside a session: its connection
             with self._errors_said():
