@@ -164,7 +164,7 @@ class FileStamp:
 
 @dataclass
 class FileResult:
-    """One media file, decoded and analysed, not yet stored: what `Library.store` commits."""
+    """One media file, decoded and analysed, not yet stored: what `Library.files.store` commits."""
 
     stamp: FileStamp
     kind: MediaKind

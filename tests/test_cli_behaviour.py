@@ -121,7 +121,7 @@ def test_ctrl_c_inside_a_database_query_is_an_interruption(tmp_path, monkeypatch
     row = types.SimpleNamespace(**{c.name: 0 for c in tables.shots.columns})
     try:
         with library.transaction() as conn:
-            conn.execute(sa.delete(tables.failed_files).where(tables.failed_files.c.path == "-"))  # as `Library.store` does first
+            conn.execute(sa.delete(tables.failed_files).where(tables.failed_files.c.path == "-"))  # as `Library.files.store` does first
             table_rows.bulk_insert(conn, tables.shots, [row])
     except KeyboardInterrupt as e:
         assert "failed: KeyboardInterrupt" in str(e.__cause__)
