@@ -34,6 +34,11 @@ def _is_lock_error(e: Exception) -> bool:
 _DAMAGE_WORDS = re.compile(r"could not read enough bytes|not a valid duckdb database|corrupt|checksum|"
                            r"table with name \w+ does not exist|failed to read|invalidated", re.IGNORECASE)
 DATABASE_HEADER_BYTES = 3 * 4096  # DuckDB's file headers; table data lives in blocks after them
+# DuckDB shares one database instance between a process's connections to a file and shuts it down when the last
+# one closes; a connect that meets that shutdown waits in a busy loop (duckdb/duckdb-java#277, duckdb#25965), and
+# here it once never ended: two web-app threads, one opening the file while the other closed it, spun for 10 minutes.
+# Opening and closing one at a time in the process (the queries between them still run side by side) avoids it.
+_OPEN_OR_CLOSE = threading.Lock()
 
 
 def damage_reason(e: BaseException) -> str | None:
@@ -81,7 +86,8 @@ class Database:
         delay = 0.05
         for attempt in range(40):  # writers hold the file only while committing: wait a little
             try:
-                return engine.connect()
+                with _OPEN_OR_CLOSE:
+                    return engine.connect()
             except sa.exc.DBAPIError as e:
                 reason = damage_reason(e)
                 if reason is not None:
@@ -152,7 +158,8 @@ class Database:
                         self._read_checked = True
                     yield conn
         finally:
-            conn.close()
+            with _OPEN_OR_CLOSE:
+                conn.close()
 
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:
