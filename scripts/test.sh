@@ -80,4 +80,8 @@ unset PYTHONDONTWRITEBYTECODE
 # Habits first: lint and layering fail the run before the (slower) tests start.
 "$venv/bin/ruff" check --quiet .
 "$venv/bin/lint-imports" --no-cache >/dev/null || "$venv/bin/lint-imports" --no-cache
-exec "$venv/bin/python" -m pytest -q "$@"
+# One test process per core, up to four (HEADSEARCH_TEST_WORKERS to choose; 0 runs them in this process), each test
+# file in one process so its module fixtures (the libraries it indexes) are built once.
+workers="${HEADSEARCH_TEST_WORKERS:-$(nproc)}"
+[ "$workers" -gt 4 ] && workers=4
+exec "$venv/bin/python" -m pytest -q -n "$workers" --dist loadfile "$@"
