@@ -9,8 +9,10 @@ import pytest
 from conftest import DATA, EXAMPLES, HAMILTON, library_db, needs_data, needs_train, pixel_copy, query_json, run
 
 from headsearch.models import DEFAULT_MODEL
+from headsearch.models.registry import find_spec
+from headsearch.search.service import QueryOptions, SearchService
 from headsearch.store.library import Library
-from schemas.records import VectorKind
+from schemas.records import Tier, VectorKind
 
 pytestmark = [needs_data, pytest.mark.slow]
 
@@ -103,6 +105,48 @@ def test_top_k_are_distinct_tracks(hamilton_library):
         else:
             assert h["score"] == h["head_score"]
     assert {h["track_id"] for h in ranked} <= {h["track_id"] for h in query_json(hamilton_library, LIN, "-k", "64", "--rank", "identity", "--show-weak")}
+
+
+def sightings_vectors(library, track_id: int) -> dict[str, list[tuple[int, bool, np.ndarray]]]:
+    """A track's stored vectors by kind, as (sighting, whether it showed a face, vector), read from the database."""
+    out: dict[str, list] = {}
+    with library_db(library) as con:
+        for kind, obs, face, blob in con.execute("select x.kind, x.observation_id, o.face_visible, x.embedding from vectors x join observations o "
+                                                 "on o.id = x.observation_id where x.track_id = ? order by x.id", [track_id]).fetchall():
+            out.setdefault(kind, []).append((obs, bool(face), np.frombuffer(blob, "<f4")))
+    return out
+
+
+def test_each_hit_is_its_sightings_scored_against_the_photo(hamilton_library):
+    """The scorer search shares with people (`headsearch.evaluation.track_scores`), checked against the vectors in
+    the database: identity, the best sighting's; head, the best sighting with a face; the look alone, the best sighting
+    without one; the tier, "matched without a face" and the sighting shown follow from them (the score a hit is ranked
+    by is the ranking's, `headsearch.search.ranking`)."""
+    service = SearchService(Library.open(hamilton_library))
+    hits = [h.hit for h in service.search_photo(LIN, QueryOptions(k=12, show_weak=True, pictures=False)).shown]
+    query = service.photos.heads(LIN)[0].vectors
+    q_id, q_head = query[VectorKind.ID], query[VectorKind.HEAD]
+    dims = find_spec(service.library.model).appearance_dims
+    thresholds = service.thresholds()
+
+    def look(v: np.ndarray) -> np.ndarray:
+        return v[-dims:] / np.linalg.norm(v[-dims:])
+
+    assert len(hits) == 12 and dims and any(h.appearance_score is not None for h in hits)  # tracks with sightings without a face
+    for h in hits:
+        stored = sightings_vectors(hamilton_library, h.track_id)
+        by_id = max((float(v @ q_id), obs) for obs, _, v in stored["id"])
+        by_head = max(((float(v @ q_head), obs) for obs, face, v in stored["head"] if face), default=(None, None))
+        by_look = max(((float(look(v) @ look(q_head)), obs) for obs, face, v in stored["head"] if not face), default=(None, None))
+        assert h.id_score == pytest.approx(by_id[0], abs=1e-5)
+        assert (h.head_score is None) == (by_head[0] is None) and (h.head_score is None or h.head_score == pytest.approx(by_head[0], abs=1e-5))
+        assert (h.appearance_score is None) == (by_look[0] is None)
+        assert h.appearance_score is None or h.appearance_score == pytest.approx(by_look[0], abs=1e-5)
+        assert h.tier == thresholds.tier(h.id_score, h.head_score, h.appearance_score)
+        by_face = thresholds.tier(h.id_score, h.head_score) != Tier.OTHER_PERSON
+        assert h.matched_without_face == (h.tier != Tier.OTHER_PERSON and not by_face)
+        look_says_same = by_look[0] is not None and thresholds.tier(None, None, by_look[0]) != Tier.OTHER_PERSON
+        assert h.observation_id == (by_look[1] if look_says_same and not by_face else by_id[1])
 
 
 def test_table_output_and_stats(hamilton_library):

@@ -6,13 +6,13 @@ import logging
 import numpy as np
 
 from headsearch.evaluation.thresholds import Thresholds
+from headsearch.evaluation.track_scores import PhotoQuery, TrackScore, score_track
 from headsearch.models.registry import find_spec
-from headsearch.models.scoring import head_scores
 from headsearch.search.ranking import rank_hits
 from headsearch.store.library import Library
 from headsearch.store.readers import LibraryReader
-from headsearch.store.rows import HitRow, TrackVectors
-from schemas.records import SearchHit, Tier, VectorKind
+from headsearch.store.rows import HitRow
+from schemas.records import SearchHit, VectorKind
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +81,11 @@ class QueryEngine:
 
 class WholeHeadSearch:
     """A search with a model that sees whole heads: tracks are found by their identity vectors (sightings with a
-    face) and by their head vectors (every sighting), then each candidate track is scored on all its vectors:
-    its best identity score, its best head score where both sides show a face, and its best appearance score
-    where either side does not (`headsearch.models.scoring`). A track can then be the person by its face, or,
-    above a strict bar of its own, by the look of the head alone (`Thresholds.tier`)."""
+    face) and by their head vectors (every sighting), then each candidate track is scored on all its sightings'
+    vectors against the photo by the scorer people's moments use too (`headsearch.evaluation.track_scores`): its
+    best identity score, its best head score where both sides show a face, and its best appearance score where
+    either side does not. A track can then be the person by its face, or, above a strict bar of its own, by the
+    look of the head alone (`Thresholds.tier`)."""
 
     def __init__(self, engine: QueryEngine, appearance_dims: int):
         self.engine = engine
@@ -103,10 +104,14 @@ class WholeHeadSearch:
             if not candidates:
                 return []
             stored = reader.tracks_vectors(candidates)
-            scored = [self._score(tr, stored[tr], q_id if face else None, query[VectorKind.HEAD]) for tr in candidates if tr in stored]
-            rows = reader.hits([(s[0], s[-1]) for s in scored])
-            hits = [self._hit(rows[s[0], s[-1]], *s) for s in scored]
+            photo = PhotoQuery(q_id if face else None, query[VectorKind.HEAD], self.appearance_dims)
+            scored = {tr: score_track(stored[tr].kinds, photo, self.engine.thresholds) for tr in candidates if tr in stored}
+            rows = reader.hits([(tr, s.sighting) for tr, s in scored.items()])
+            hits = [self._hit(rows[tr, s.sighting], tr, s) for tr, s in scored.items()]
         return rank_hits(hits, self.engine.ranking)[:k]
+
+    def _hit(self, row: HitRow, track_id: int, scored: TrackScore) -> SearchHit:
+        return scored.hit(track_id, row.path, row.start, row.end, row.time, str((self.library.root / row.thumbnail).resolve()), scored.sighting)
 
     def _tracks_by(self, reader: LibraryReader, kind: VectorKind, vector: np.ndarray, wanted: int) -> list[int]:
         """The `wanted` tracks whose vectors of one kind are nearest, nearest first."""
@@ -121,39 +126,3 @@ class WholeHeadSearch:
                 break
             fetch = min(total, fetch * 4)
         return [tr for tr, _ in sorted(best.items(), key=lambda kv: -kv[1][0])[:wanted]]
-
-    def _score(self, track_id: int, vectors: TrackVectors, q_id: np.ndarray | None, q_head: np.ndarray) -> tuple:
-        """(track, identity score, head score, appearance score, the sighting that matched best)."""
-        id_score = head_score = appearance_score = None
-        best_obs = None
-        if q_id is not None and VectorKind.ID in vectors.kinds:
-            obs, _, v = vectors.kinds[VectorKind.ID]
-            scores = v @ q_id
-            id_score, best_obs = float(scores.max()), int(obs[int(scores.argmax())])
-        if VectorKind.HEAD in vectors.kinds:
-            obs, faces, v = vectors.kinds[VectorKind.HEAD]
-            if q_id is not None and faces.any():
-                scores = v[faces] @ q_head
-                head_score = float(scores.max())
-                best_obs = best_obs if best_obs is not None else int(obs[faces][int(scores.argmax())])
-            alone = ~faces if q_id is not None else np.ones(len(obs), bool)
-            if self.appearance_dims and alone.any():
-                scores = head_scores(q_head, False, v[alone], faces[alone], self.appearance_dims)
-                appearance_score = float(scores.max())
-                appearance_obs = int(obs[alone][int(scores.argmax())])
-                thresholds = self.engine.thresholds
-                if best_obs is None or (thresholds is not None and thresholds.tier(id_score, head_score) == Tier.OTHER_PERSON
-                                        and thresholds.tier(None, None, appearance_score) != Tier.OTHER_PERSON):
-                    best_obs = appearance_obs
-        return track_id, id_score, head_score, appearance_score, best_obs
-
-    def _hit(self, row: HitRow, track_id: int, id_score: float | None, head_score: float | None,
-             appearance_score: float | None, obs_id: int) -> SearchHit:
-        thresholds = self.engine.thresholds
-        tier = thresholds.tier(id_score, head_score, appearance_score) if thresholds else None
-        by_face = thresholds is not None and thresholds.tier(id_score, head_score) != Tier.OTHER_PERSON
-        without_face = tier is not None and tier != Tier.OTHER_PERSON and not by_face
-        score = id_score if id_score is not None else (appearance_score if appearance_score is not None else 0.0)
-        return SearchHit(track_id=track_id, video=row.path, start=row.start, end=row.end, time=row.time, score=score,
-                         thumbnail=str((self.library.root / row.thumbnail).resolve()), tier=tier, head_score=head_score,
-                         observation_id=obs_id, id_score=id_score, appearance_score=appearance_score, matched_without_face=without_face)

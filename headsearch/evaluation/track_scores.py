@@ -1,0 +1,139 @@
+"""One scorer of a track against a query (`PhotoQuery`: a photo's vectors).
+
+A track comes as rows per vector kind: (keys, whether each row shows a face, the vectors as rows); search gives one row
+per embedded sighting (keys: sighting ids). The
+query says whether it shows a face and how a row compares with it (`PhotoQuery`); the scorer
+decides, once for both, which rows count for which score and what the scores mean:
+
+* identity: every identity row against the query's identity (only when the query shows a face);
+* head: the head rows that show a face, where the query shows one too (the head vectors' cosine);
+* appearance: the look of the head alone (`headsearch.models.scoring.appearance_part`) of the rows without a face
+  (every row when the query shows none), for models whose head vector ends in an appearance part;
+* each score is the best row's; the sighting shown is the best identity row's, else the best face row's, else the
+  best appearance row's, which also wins where the face says another person and the look alone says the same;
+* the tier by the thresholds (`Thresholds.tier`); matched without a face when that tier holds by the look alone;
+  the score the hit is ranked by: identity where there is one, else appearance.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from headsearch.evaluation.thresholds import Thresholds
+from headsearch.models.scoring import appearance_part
+from schemas.records import SearchHit, Tier, VectorKind
+
+# kind -> (keys: sighting or track ids, whether each row shows a face, the vectors as rows)
+TrackRows = Mapping[VectorKind, tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+class Query(Protocol):
+    """What a track is scored against: whether it shows a face, and each row's similarity to it, by kind (None: the
+    query has nothing to compare those rows with)."""
+
+    face: bool  # the query shows a face: identity and head scores count; only rows without a face are compared by look
+    appearance_dims: int  # the width of the head vectors' appearance part (0: no appearance score)
+
+    def identity(self, keys: np.ndarray, rows: np.ndarray) -> np.ndarray | None: ...
+
+    def head(self, keys: np.ndarray, rows: np.ndarray) -> np.ndarray | None: ...
+
+    def appearance(self, keys: np.ndarray, rows: np.ndarray) -> np.ndarray | None: ...
+
+
+class PhotoQuery:
+    """A photo's head: its identity vector (None without a face) and its head vector; a row's score is its cosine."""
+
+    def __init__(self, identity: np.ndarray | None, head: np.ndarray, appearance_dims: int):
+        self.face = identity is not None
+        self._identity, self._head, self.appearance_dims = identity, head, appearance_dims
+
+    def identity(self, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return rows @ self._identity
+
+    def head(self, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return rows @ self._head
+
+    def appearance(self, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return appearance_part(rows, self.appearance_dims) @ appearance_part(self._head, self.appearance_dims)[0]
+
+
+@dataclass(frozen=True)
+class TrackScore:
+    """A track's scores against a query, the sighting (row key) that matched best, and what they mean."""
+
+    id_score: float | None
+    head_score: float | None
+    appearance_score: float | None
+    sighting: int | None  # the key of the row that matched best (None: no row was scored)
+    tier: Tier | None  # None: uncalibrated
+    matched_without_face: bool  # the tier holds by the look of the head alone, no face vouching for it
+
+    @property
+    def score(self) -> float:
+        """What the hit is ranked by: its identity score, else its appearance score."""
+        if self.id_score is not None:
+            return self.id_score
+        return self.appearance_score if self.appearance_score is not None else 0.0
+
+    def hit(self, track_id: int, video: str, start: float, end: float, time: float, thumbnail: str,
+            observation_id: int | None) -> SearchHit:
+        """The track as a hit, shown at `observation_id`."""
+        return SearchHit(track_id=track_id, video=video, start=start, end=end, time=time, score=float(self.score), thumbnail=thumbnail,
+                         tier=self.tier, head_score=self.head_score, observation_id=observation_id, id_score=self.id_score,
+                         appearance_score=self.appearance_score, matched_without_face=self.matched_without_face)
+
+
+def _best(scores: np.ndarray | None, keys: np.ndarray) -> tuple[float | None, int | None]:
+    """The best score of the rows and its row's key (None where the query could not score them)."""
+    if scores is None:
+        return None, None
+    i = int(scores.argmax())
+    return float(scores[i]), int(keys[i])
+
+
+def score_track(rows: TrackRows, query: Query, thresholds: Thresholds | None) -> TrackScore:
+    """A track's rows against a query: its identity, head and appearance scores, the sighting shown, tier and all."""
+    id_score, head_score, sighting = _by_face(rows, query)
+    appearance_score, look_key = _by_look(rows, query)
+    if look_key is not None and (sighting is None or _look_alone_says_same(thresholds, id_score, head_score, appearance_score)):
+        sighting = look_key
+    tier = thresholds.tier(id_score, head_score, appearance_score) if thresholds else None
+    by_face = thresholds is not None and thresholds.tier(id_score, head_score) != Tier.OTHER_PERSON
+    return TrackScore(id_score, head_score, appearance_score, sighting, tier, tier is not None and tier != Tier.OTHER_PERSON and not by_face)
+
+
+def _by_face(rows: TrackRows, query: Query) -> tuple[float | None, float | None, int | None]:
+    """(identity score, head score of the rows showing a face, the key of the best identity row, else of the best such
+    head row): none where the query shows no face."""
+    id_score = head_score = sighting = None
+    if not query.face:
+        return id_score, head_score, sighting
+    if VectorKind.ID in rows:
+        keys, _, v = rows[VectorKind.ID]
+        id_score, sighting = _best(query.identity(keys, v), keys)
+    if VectorKind.HEAD in rows and rows[VectorKind.HEAD][1].any():
+        keys, faces, v = rows[VectorKind.HEAD]
+        head_score, face_key = _best(query.head(keys[faces], v[faces]), keys[faces])
+        sighting = sighting if sighting is not None else face_key
+    return id_score, head_score, sighting
+
+
+def _by_look(rows: TrackRows, query: Query) -> tuple[float | None, int | None]:
+    """(appearance score, the key of its row): the look of the head alone of the rows without a face (every row when the
+    query shows none), for models whose head vectors have an appearance part."""
+    if not query.appearance_dims or VectorKind.HEAD not in rows:
+        return None, None
+    keys, faces, v = rows[VectorKind.HEAD]
+    alone = ~faces if query.face else np.ones(len(keys), bool)
+    return _best(query.appearance(keys[alone], v[alone]), keys[alone]) if alone.any() else (None, None)
+
+
+def _look_alone_says_same(thresholds: Thresholds | None, id_score: float | None, head_score: float | None,
+                          appearance_score: float | None) -> bool:
+    """The face says another person and the look of the head alone says the same one."""
+    return (thresholds is not None and thresholds.tier(id_score, head_score) == Tier.OTHER_PERSON
+            and thresholds.tier(None, None, appearance_score) != Tier.OTHER_PERSON)
