@@ -4,6 +4,7 @@ found again from a photo of the back of the head."""
 from __future__ import annotations
 
 import json
+import shutil
 from fractions import Fraction
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from conftest import DATA, HAMILTON, needs_data, query_json, run
 from starlette.testclient import TestClient
 
 from headsearch.basics.frames import frame_at
+from headsearch.evaluation.thresholds import thresholds_for
+from headsearch.store.library import Library
 from serve.app import create_app
 
 pytestmark = [needs_data, pytest.mark.slow]
@@ -133,6 +136,32 @@ def test_back_of_head_photo_finds_nobody_among_other_people(hamilton_library, tm
     # against a bar of 0.773 at this library's size (all of ../shared/data but the crowd, 452 tracks: at most 0.504
     # against 0.838).
     assert weak and all(h["tier"] == "other_person" for h in weak) and max(h["appearance_score"] for h in weak) < 0.6
+
+
+def test_heads_without_a_face_moved_into_a_person_are_its_moments_by_their_look(crowd_library, tmp_path):
+    """Tracks that never show a face, moved into a person by hand, are scored as search scores them
+    (`headsearch.evaluation.track_scores`): no identity, no head score (a face part left empty is no face to compare),
+    the look of the head alone against the person's main look; "matched without a face" and a tier other than
+    other_person only when that look clears the appearance bar, in a person of one track too."""
+    library = tmp_path / "library"
+    shutil.copytree(crowd_library[0], library)
+    faceless = [t["id"] for t in json.loads(run("list", "--tracks", "--json", "--library", library).stdout) if t["faces"] == 0]
+    people = json.loads(run("people", "--library", library, "--json", "--unlisted").stdout)
+    largest, single = people[0], next(p for p in people if len(p["tracks"]) == 1)
+    assert len(faceless) >= 3 and len(largest["tracks"]) >= 2
+    run("people", "move", *faceless[:2], "--to", largest["id"], "--library", library)
+    run("people", "move", faceless[2], "--to", single["id"], "--library", library)
+    bar = thresholds_for(library, Library.open(library).model).appearance
+    for person, moved in ((largest, faceless[:2]), (single, faceless[2:3])):
+        hits = {h["track_id"]: h for h in json.loads(run("query", "--person", person["id"], "--library", library, "--json", "--no-pictures").stdout)}
+        for tr in moved:
+            h = hits[tr]
+            assert h["id_score"] is None and h["head_score"] is None and h["score"] == h["appearance_score"] is not None
+            assert h["tier"] == ("same_look" if h["appearance_score"] > bar else "other_person")
+            assert h["matched_without_face"] == (h["tier"] == "same_look")
+        assert all(hits[tr]["id_score"] is not None and not hits[tr]["matched_without_face"] for tr in person["tracks"])
+    (own,) = single["tracks"]
+    assert {hits[own][k] for k in ("id_score", "head_score")} == {1.0} and hits[own]["tier"] == "same_look"
 
 
 def test_web_pages_show_how_faceless_sightings_were_found(crowd_library, tmp_path):

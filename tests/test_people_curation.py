@@ -8,11 +8,14 @@ import shutil
 from pathlib import Path
 
 import cv2
+import numpy as np
 import pytest
 from conftest import AMY_DIR, FACES, HAMILTON, library_db, needs_data, run
 from starlette.testclient import TestClient
 
+from headsearch.evaluation.thresholds import thresholds_for
 from headsearch.people.quality import QualityGates
+from headsearch.store.library import Library
 from headsearch.store.rows import TrackQualityRow
 from serve.app import create_app
 from serve.guard import CSRF_HEADER
@@ -158,6 +161,57 @@ def test_query_person_is_ranked_by_score_with_tiers(library):
     assert all(h["tier"] in ("same_look", "other_look", "other_person") for h in hits)
     text = run("query", "--person", str(amy["id"]), "--library", library, "--no-pictures").stdout
     assert "same_look" in text or "other_look" in text
+
+
+def track_means(library: Path, tracks: list[int]) -> dict[str, dict[int, np.ndarray]]:
+    """Each track's vector of each kind as people read it: the mean of its sightings with a face (all where none), unit."""
+    rows: dict[str, dict[int, tuple[list, list]]] = {}
+    with library_db(library) as con:
+        for kind, track, face, blob in con.execute("select x.kind, x.track_id, o.face_visible, x.embedding from vectors x join observations o "
+                                                   "on o.id = x.observation_id order by x.id").fetchall():
+            if track in tracks:
+                rows.setdefault(kind, {}).setdefault(track, ([], []))[0 if face else 1].append(np.frombuffer(blob, "<f4"))
+    out: dict[str, dict[int, np.ndarray]] = {}
+    for kind, by_track in rows.items():
+        for track, (faces, others) in by_track.items():
+            m = np.mean(faces or others, axis=0)
+            out.setdefault(kind, {})[track] = m / np.linalg.norm(m)
+    return out
+
+
+def test_moments_are_each_track_scored_against_the_rest_of_the_person(library):
+    """A person's moments come from the scorer search uses (`headsearch.evaluation.track_scores`), the person as the
+    query: checked against the vectors in the database, each track's identity score is its mean similarity to the
+    person's other tracks (and reference photos), its head score the mean to the main look's other tracks (else the
+    photos'); a person of one track is that track, score 1, same look."""
+    everyone = people_json(library, "--unlisted")
+    amy = owner(everyone, tracks_of(library, AMY[0])[0])
+    thresholds = thresholds_for(library, Library.open(library).model)
+
+    def moments(person: dict) -> dict[int, dict]:
+        hits = json.loads(run("query", "--person", str(person["id"]), "--library", library, "--json", "--no-pictures").stdout)
+        for h in hits:
+            assert h["tier"] == str(thresholds.tier(h["id_score"], h["head_score"], h["appearance_score"]))
+        return {h["track_id"]: h for h in hits}
+
+    means = track_means(library, amy["tracks"])
+    ids, heads = means["id"], means["head"]
+    main = [tr for tr in amy["looks"][0] if tr in heads]
+    assert len(ids) == len(amy["tracks"]) >= 3
+    for tr, h in moments(amy).items():
+        others = [t for t in main if t != tr]
+        assert h["id_score"] == pytest.approx(np.mean([ids[t] @ ids[tr] for t in ids if t != tr]), abs=1e-4)
+        assert h["head_score"] == pytest.approx(np.mean([heads[t] @ heads[tr] for t in others]) if others else 0.0, abs=1e-4)
+        assert h["appearance_score"] is None and not h["matched_without_face"]  # every track of hers shows her face
+    run("people", "add-photo", amy["id"], AMY_DIR / "amy4.png", "--library", library)
+    with library_db(library) as con:
+        ref_id, ref_head = (np.frombuffer(b, "<f4") for b in con.execute("select id_vector, head_vector from person_photos").fetchone())
+    for tr, h in moments(amy).items():
+        assert h["id_score"] == pytest.approx(np.mean([ids[t] @ ids[tr] for t in ids if t != tr] + [ref_id @ ids[tr]]), abs=1e-4)
+        assert h["head_score"] == pytest.approx(float(ref_head @ heads[tr]), abs=1e-4)
+    alone = next(p for p in everyone if not p["listed"] and len(p["tracks"]) == 1)
+    (h,) = moments(alone).values()
+    assert (h["score"], h["id_score"], h["head_score"], h["tier"]) == (1.0, 1.0, 1.0, "same_look")
 
 
 def _client(library: Path, tmp_path: Path) -> TestClient:

@@ -1,8 +1,8 @@
-"""One scorer of a track against a query (`PhotoQuery`: a photo's vectors).
+"""One scorer of a track against a query, used by search (a photo's vectors) and by people (a person's template).
 
 A track comes as rows per vector kind: (keys, whether each row shows a face, the vectors as rows); search gives one row
-per embedded sighting (keys: sighting ids). The
-query says whether it shows a face and how a row compares with it (`PhotoQuery`); the scorer
+per embedded sighting (keys: sighting ids), people one row per track, its mean vector (keys: the track id). The
+query says whether it shows a face and how a row compares with it (`PhotoQuery`, `PersonTemplate`); the scorer
 decides, once for both, which rows count for which score and what the scores mean:
 
 * identity: every identity row against the query's identity (only when the query shows a face);
@@ -59,6 +59,66 @@ class PhotoQuery:
 
     def appearance(self, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
         return appearance_part(rows, self.appearance_dims) @ appearance_part(self._head, self.appearance_dims)[0]
+
+
+class PersonTemplate:
+    """A person of the library as a query, each of its tracks scored against the rest of it: identity, the mean similarity
+    to the person's other tracks (`ids`: track -> mean identity vector) and its reference photos (`reference`: kind ->
+    rows); head, the mean similarity to the reference photos where there are some, else to the person's main look (`main`:
+    its tracks; the track itself left out); the look alone, the mean against the main look (every track of `heads` where
+    there is no main look). A person whose identity rests on one track (no other track with a face, no reference photo)
+    has nothing to compare it with: that track scores 1."""
+
+    def __init__(self, ids: dict[int, np.ndarray], heads: dict[int, np.ndarray], main: list[int],
+                 reference: dict[VectorKind, np.ndarray], appearance_dims: int):
+        self.ids, self.heads, self.main, self.appearance_dims = ids, heads, main, appearance_dims
+        ref_id, ref_head = reference.get(VectorKind.ID), reference.get(VectorKind.HEAD)
+        self.face = bool(ids) or ref_id is not None
+        self.alone = len(ids) == 1 and ref_id is None
+        self._identity = dict(zip(ids, _leave_one_out(np.stack(list(ids.values())), ref_id).tolist(), strict=True)) if ids else {}
+        self._reference = ref_head if ref_head is not None and len(ref_head) else None
+        self._main = np.stack([heads[tr] for tr in main]) if main else None
+        looks = main or list(heads)
+        self._look = appearance_part(np.stack([heads[tr] for tr in looks]), appearance_dims) if appearance_dims and looks else None
+
+    def rows(self, track_id: int) -> dict[VectorKind, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """A track of the person as the template scores it: its mean vectors, one row per kind (showing a face where it
+        has an identity vector)."""
+        key, face = np.array([track_id], np.int64), np.array([track_id in self.ids])
+        return {kind: (key, face, vectors[track_id][None]) for kind, vectors in ((VectorKind.ID, self.ids), (VectorKind.HEAD, self.heads))
+                if track_id in vectors}
+
+    def identity(self, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return np.array([1.0 if self.alone else self._identity[int(k)] for k in keys])
+
+    def head(self, keys: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
+        if self.alone:
+            return np.ones(len(rows))
+        if self._reference is not None:
+            return np.array([float(np.mean(self._reference @ v)) for v in rows])
+        if self._main is None:
+            return None
+        return np.array([self._main_look(int(k) in self.main, v) for k, v in zip(keys, rows, strict=True)])
+
+    def _main_look(self, mine: bool, v: np.ndarray) -> float:
+        """A head's mean similarity to the main look's other tracks (its own, 1, taken out where it is one of them)."""
+        return float(((self._main @ v).sum() - (1.0 if mine else 0.0)) / max(len(self.main) - mine, 1))
+
+    def appearance(self, keys: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
+        if self._look is None:
+            return None
+        return np.array([float(np.mean(self._look @ appearance_part(v, self.appearance_dims)[0])) for v in rows])
+
+
+def _leave_one_out(vectors: np.ndarray, reference: np.ndarray | None = None) -> np.ndarray:
+    """Each row's mean similarity to the other rows (and to every row of `reference`)."""
+    n = len(vectors)
+    total = vectors @ vectors.sum(axis=0) - np.einsum("ij,ij->i", vectors, vectors)
+    count = n - 1
+    if reference is not None and len(reference):
+        total = total + vectors @ reference.sum(axis=0)
+        count += len(reference)
+    return total / max(count, 1)
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,15 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from headsearch.evaluation.thresholds import thresholds_for
+from headsearch.evaluation.track_scores import PersonTemplate, TrackScore, score_track
 from headsearch.models.registry import find_spec
-from headsearch.models.scoring import appearance_part
 from headsearch.people.clustering import average_linkage
 from headsearch.people.persons import PersonNotFound, people_thresholds
 from headsearch.people.quality import DEFAULT_GATES, MIN_TRACKS, REASONS, QualityGates
 from headsearch.store.library import Library
 from headsearch.store.people_store import PeopleStore
-from headsearch.store.rows import PersonRow, TrackRow
-from schemas.records import MediaKind, SearchHit, Tier, VectorKind
+from headsearch.store.rows import PersonRow, SightingRow, TrackRow
+from schemas.records import MediaKind, SearchHit, VectorKind
 
 SUGGEST_FAR = 1e-2  # persons whose tracks are this alike on average may be suggested for a merge...
 # ...and no more wrong suggestions than this are expected in a whole library: with N listed persons, N(N-1)/2 pairs are
@@ -131,73 +131,36 @@ def find_person(library: Library, key: str | int) -> Person:
 
 
 # ----- a person's moments ---------------------------------------------------------------------------
-def _leave_one_out(vectors: np.ndarray, reference: np.ndarray | None = None) -> np.ndarray:
-    """Each row's mean similarity to the other rows (and to every row of `reference`)."""
-    n = len(vectors)
-    total = vectors @ vectors.sum(axis=0) - np.einsum("ij,ij->i", vectors, vectors)
-    count = n - 1
-    if reference is not None and len(reference):
-        total = total + vectors @ reference.sum(axis=0)
-        count += len(reference)
-    return total / max(count, 1)
-
-
-def _head_scores(heads: dict[int, np.ndarray], main: list[int], reference: dict[VectorKind, np.ndarray]) -> dict[int, float]:
-    """Each track's mean head similarity to the reference photos where there are some, else to the person's main look
-    (itself left out)."""
-    if VectorKind.HEAD in reference and len(reference[VectorKind.HEAD]):
-        target = reference[VectorKind.HEAD]
-        return {tr: float(np.mean(target @ v)) for tr, v in heads.items()}
-    if not main:
-        return {}
-    target = np.stack([heads[tr] for tr in main])
-    return {tr: float(((target @ v).sum() - (1.0 if tr in main else 0.0)) / max(len(main) - (tr in main), 1)) for tr, v in heads.items()}
-
-
-def _appearance_scores(heads: dict[int, np.ndarray], main: list[int], faced: set[int], appearance_dims: int) -> dict[int, float]:
-    """Each track without a face: the mean look of its head (alone) against the person's main look."""
-    if not appearance_dims or not heads:
-        return {}
-    target = appearance_part(np.stack([heads[tr] for tr in (main or list(heads))]), appearance_dims)
-    return {tr: float(np.mean(target @ appearance_part(v, appearance_dims)[0])) for tr, v in heads.items() if tr not in faced}
-
-
 def person_moments(library: Library, person: Person, reference: dict[VectorKind, np.ndarray] | None = None) -> list[SearchHit]:
-    """Every track of a person as a hit, best first: its score is its mean identity similarity to the person's other
-    tracks (and reference photos, `reference`: kind -> rows), its head score the mean similarity of its head to the
-    person's main look (the reference photos when there are some); its tier by the library's thresholds: same look,
-    other look, or below the identity threshold (a track a user put there, or a weak one)."""
+    """Every track of a person as a hit, best first, scored by the one scorer of search (`headsearch.evaluation.track_scores`)
+    against the rest of the person (`PersonTemplate`: its other tracks and reference photos, `reference`: kind -> rows,
+    and its main look); its tier by the library's thresholds: same look, other look, or below the identity threshold (a
+    track a user put there, or a weak one); shown at its best sighting (its thumbnail's)."""
     if not person.tracks:
         return []
-    reference = reference or {}
-    looks = person.looks or [person.tracks]
     with library.people_reading() as store:
         rows = {r.id: r for r in store.tracks(track_ids=person.tracks)}
         ids = store.track_vectors(VectorKind.ID, person.tracks)
         heads = store.track_vectors(VectorKind.HEAD, person.tracks) if VectorKind.HEAD in library.model.kinds else {}
         best = {tr: store.best_sighting(tr) for tr in rows}
+    template = _template(library, person, ids, heads, reference or {})
     thresholds = thresholds_for(library.root, library.model)
-    spec = find_spec(library.model)
-    with_id = [tr for tr in person.tracks if tr in ids]
-    id_score = dict(zip(with_id, _leave_one_out(np.stack([ids[tr] for tr in with_id]), reference.get(VectorKind.ID)).tolist(),
-                        strict=True)) if with_id else {}
-    main = [tr for tr in looks[0] if tr in heads]
-    head_score = _head_scores(heads, main, reference) if heads else {}
-    appearance = _appearance_scores(heads, main, set(ids), spec.appearance_dims if spec is not None else 0)
-    alone = len(with_id) == 1 and VectorKind.ID not in reference
-    hits = []
-    for tr in (t for t in person.tracks if t in rows):
-        r: TrackRow = rows[tr]
-        ident = 1.0 if alone and tr in ids else id_score.get(tr)
-        head = 1.0 if alone and tr in heads else head_score.get(tr)
-        app = appearance.get(tr)
-        tier = None if thresholds is None else (Tier.SAME_LOOK if alone else thresholds.tier(ident, head, app))
-        score = ident if ident is not None else (app if app is not None else 0.0)
-        hits.append(SearchHit(track_id=tr, video=r.video, start=r.start_time, end=r.end_time, time=r.best_time, score=float(score),
-                              thumbnail=str((library.root / r.thumbnail).resolve()), tier=tier, head_score=head,
-                              observation_id=best[tr].id if best[tr] else None, id_score=ident, appearance_score=app,
-                              matched_without_face=ident is None and app is not None))
+    hits = [_moment(library, rows[tr], best[tr], score_track(template.rows(tr), template, thresholds)) for tr in person.tracks if tr in rows]
     return sorted(hits, key=lambda h: (-h.score, h.track_id))
+
+
+def _template(library: Library, person: Person, ids: dict[int, np.ndarray], heads: dict[int, np.ndarray],
+              reference: dict[VectorKind, np.ndarray]) -> PersonTemplate:
+    """The person as the query its tracks are scored against: its tracks' identity vectors, its main look (the largest)."""
+    main = (person.looks or [person.tracks])[0]
+    spec = find_spec(library.model)
+    return PersonTemplate({tr: ids[tr] for tr in person.tracks if tr in ids}, heads, [tr for tr in main if tr in heads], reference,
+                          spec.appearance_dims if spec is not None else 0)
+
+
+def _moment(library: Library, row: TrackRow, sighting: SightingRow | None, scored: TrackScore) -> SearchHit:
+    return scored.hit(row.id, row.video, row.start_time, row.end_time, row.best_time, str((library.root / row.thumbnail).resolve()),
+                      sighting.id if sighting else None)
 
 
 # ----- the inbox ------------------------------------------------------------------------------------
