@@ -50,6 +50,7 @@ class PhotoQuery:
     def __init__(self, identity: np.ndarray | None, head: np.ndarray, appearance_dims: int):
         self.face = identity is not None
         self._identity, self._head, self.appearance_dims = identity, head, appearance_dims
+        self._look = appearance_part(head, appearance_dims)[0] if appearance_dims else None  # once, not per track
 
     def identity(self, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
         return rows @ self._identity
@@ -58,7 +59,7 @@ class PhotoQuery:
         return rows @ self._head
 
     def appearance(self, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        return appearance_part(rows, self.appearance_dims) @ appearance_part(self._head, self.appearance_dims)[0]
+        return appearance_part(rows, self.appearance_dims) @ self._look
 
 
 class PersonTemplate:
