@@ -35,9 +35,7 @@ class DatabaseVectors:
         """(ids, vectors) of one kind from the database, ids ascending, SYNC_CHUNK at a time (one connection,
         closed when the last chunk has been read)."""
         with self._reader() as conn:
-            result = conn.execute(sa.select(t.vectors.c.id, t.vectors.c.embedding).where(t.vectors.c.kind == str(kind)).order_by(t.vectors.c.id))
-            while rows := result.fetchmany(SYNC_CHUNK):
-                yield _embeddings(rows)
+            yield from _vectors_in_order(conn, t.vectors.c.kind == str(kind))
 
     def catch_up(self, indexes: dict[VectorKind, tuple[Index, int | None]]) -> int:
         """Bring every index whose generation is not the database's up to date, on one connection; returns
@@ -52,6 +50,13 @@ class DatabaseVectors:
 
 def _embeddings(rows) -> tuple[np.ndarray, np.ndarray]:
     return np.array([r[0] for r in rows], np.int64), np.stack([np.frombuffer(r[1], dtype="<f4") for r in rows])
+
+
+def _vectors_in_order(conn: sa.Connection, *where) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(ids, vectors) of the rows of `vectors` that `where` picks, ids ascending, SYNC_CHUNK at a time."""
+    result = conn.execute(sa.select(t.vectors.c.id, t.vectors.c.embedding).where(*where).order_by(t.vectors.c.id))
+    while rows := result.fetchmany(SYNC_CHUNK):
+        yield _embeddings(rows)
 
 
 def _sync(conn: sa.Connection, index: Index, kind: VectorKind) -> None:
@@ -72,9 +77,8 @@ def _sync(conn: sa.Connection, index: Index, kind: VectorKind) -> None:
             chunk = [int(i) for i in missing[start:start + SYNC_CHUNK]]
             index.add(*_embeddings(conn.execute(sa.select(t.vectors.c.id, t.vectors.c.embedding).where(t.vectors.c.id.in_(chunk))).fetchall()))
             added += len(chunk)
-    result = conn.execute(sa.select(t.vectors.c.id, t.vectors.c.embedding).where(of_kind, t.vectors.c.id > top).order_by(t.vectors.c.id))
-    while rows := result.fetchmany(SYNC_CHUNK):
-        index.add(*_embeddings(rows))
-        added += len(rows)
+    for ids, vectors in _vectors_in_order(conn, of_kind, t.vectors.c.id > top):
+        index.add(ids, vectors)
+        added += len(ids)
     if removed or added:
         log.info("vector index %s brought up to date: %d added, %d removed", kind, added, removed)
