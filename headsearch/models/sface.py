@@ -96,14 +96,6 @@ def fix_graph_inputs(model) -> None:
             dims[0].dim_param = "N"
 
 
-def convert(source: Path, target: Path) -> None:
-    """Write the onnxruntime-loadable SFace graph to `target` (atomically)."""
-    model = _load_onnx(source)
-    fix_graph_inputs(model)
-    data = model.SerializeToString()
-    atomic_write(target, lambda tmp: tmp.write_bytes(data))
-
-
 def _cached(name: str, conversion: str, make: Callable[[], bytes], folder: Path | None) -> Path:
     """A file made from the shipped SFace by `make`, cached with its SHA-256 and the source's: made
     again when missing, damaged, or made from another source or by another conversion."""
