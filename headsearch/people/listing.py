@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,9 +21,11 @@ from headsearch.people.clustering import average_linkage
 from headsearch.people.persons import PersonNotFound, people_thresholds
 from headsearch.people.quality import DEFAULT_GATES, MIN_TRACKS, REASONS, QualityGates
 from headsearch.store.library import Library
-from headsearch.store.people_store import PeopleStore
 from headsearch.store.rows import PersonRow, SightingRow, TrackRow
 from schemas.records import MediaKind, SearchHit, VectorKind
+
+if TYPE_CHECKING:  # a query reads no people table: no SQLAlchemy on its path
+    from headsearch.store.people_store import PeopleStore
 
 SUGGEST_FAR = 1e-2  # persons whose tracks are this alike on average may be suggested for a merge...
 # ...and no more wrong suggestions than this are expected in a whole library: with N listed persons, N(N-1)/2 pairs are

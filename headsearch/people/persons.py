@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,9 +31,11 @@ from headsearch.models.registry import find_spec
 from headsearch.people.clustering import average_linkage
 from headsearch.people.quality import DEFAULT_GATES, QualityGates, measure
 from headsearch.store.library import Library
-from headsearch.store.people_store import PeopleStore
 from headsearch.store.rows import FeedbackRow, PersonPairRow, PersonRow, Place, TrackQualityRow
 from schemas.records import VectorKind
+
+if TYPE_CHECKING:  # a query reads no people table: no SQLAlchemy on its path
+    from headsearch.store.people_store import PeopleStore
 
 # Used only when a library's model has no calibrated thresholds (`headsearch bench --calibrate`) and its spec
 # names no `people_threshold` (dlib's 0.93: best F1 at precision >= 0.99 on ../shared/data, `headsearch bench people --sweep`).

@@ -10,7 +10,7 @@ from headsearch.evaluation.track_scores import PhotoQuery, TrackScore, score_tra
 from headsearch.models.registry import find_spec
 from headsearch.search.ranking import rank_hits
 from headsearch.store.library import Library
-from headsearch.store.readers import LibraryReader
+from headsearch.store.query_reader import LibraryReader
 from headsearch.store.rows import HitRow
 from schemas.records import SearchHit, VectorKind
 

@@ -4,6 +4,10 @@ DuckDB lets one process write at a time, and a process writing the file locks ev
 too: writers hold the file only while they commit, and a connection waits a little for them (`Database`).
 A file cut short or with blocks that cannot be read is said to be damaged (`LibraryDamaged`), and nothing
 more is written to it.
+
+Two kinds of connection, opened the same way (`Database._open`): DuckDB's own, for a query's reads
+(`Database.plain`: plain SQL, and no SQLAlchemy to import, which is most of a cold query's start-up), and
+SQLAlchemy's on top of it for writes and for what pages show (`Database.connection`, `transaction`).
 """
 from __future__ import annotations
 
@@ -13,16 +17,18 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb_engine  # noqa: F401 - the dialect, loaded with this module (a query loads it while its models load)
-import sqlalchemy as sa
-from sqlalchemy.pool import NullPool
+try:  # DuckDB's compiled module itself (duckdb >= 1.4), the very objects the `duckdb` package re-exports: the package
+    import _duckdb as duckdb  # around it (its relation API, its version read from package metadata) costs a cold query ~0.08 s
+except ImportError:  # pragma: no cover - an older duckdb
+    import duckdb
 
 from headsearch.basics.errors import LibraryDamaged, LibraryError, is_disk_full, is_interruption
 from headsearch.store.layout import DATABASE
 
-# Named here, SQLAlchemy need not look for the dialect among every installed package's entry points.
-sa.dialects.registry.register("duckdb", "duckdb_engine", "Dialect")
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 
 def _is_lock_error(e: Exception) -> bool:
@@ -33,19 +39,19 @@ def _is_lock_error(e: Exception) -> bool:
 
 _DAMAGE_WORDS = re.compile(r"could not read enough bytes|not a valid duckdb database|corrupt|checksum|"
                            r"table with name \w+ does not exist|failed to read|invalidated", re.IGNORECASE)
-DATABASE_HEADER_BYTES = 3 * 4096  # DuckDB's file headers; table data lives in blocks after them
+DATABASE_HEADER_BYTES = 3 * 4096  # DuckDB's file headers; table data lies in blocks after them
 # DuckDB shares one database instance between a process's connections to a file and shuts it down when the last
 # one closes; a connect that meets that shutdown waits in a busy loop (duckdb/duckdb-java#277, duckdb#25965), and
 # here it once never ended: two web-app threads, one opening the file while the other closed it, spun for 10 minutes.
 # Opening and closing one at a time in the process (the queries between them still run side by side) avoids it.
 _OPEN_OR_CLOSE = threading.Lock()
+# The library's generation: it grows with every committed change (`Database.transaction`; saved FAISS files record theirs).
+GENERATION_SQL = "SELECT CAST(value AS BIGINT) FROM library_state WHERE key = 'generation'"
 
 
 def damage_reason(e: BaseException) -> str | None:
     """The first line of a DuckDB error that says the database file is damaged (cut short, checksums
     that do not match, structures that cannot be read); None for any other error."""
-    import duckdb
-
     orig = getattr(e, "orig", None) or e
     text = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
     if is_disk_full(orig) or _is_lock_error(orig):
@@ -55,9 +61,13 @@ def damage_reason(e: BaseException) -> str | None:
     return None
 
 
+def _first_line(e: BaseException) -> str:
+    return str(getattr(e, "orig", None) or e).splitlines()[0]
+
+
 class Database:
     """The database of the library folder `root`, opened read-only or for writing: one short connection per
-    use, or one per thread for a block (`session`)."""
+    use, or one per thread for a block of reads (`session`)."""
 
     def __init__(self, root: Path, read_only: bool):
         self.root = root
@@ -66,59 +76,64 @@ class Database:
         self._read_checked = False  # whether a read connection checked that the file is whole (`_check_intact`)
         self._held = threading.local()  # this thread's session connection (`session`)
 
-    def _engine(self) -> sa.Engine:
-        if self._sa_engine is None:  # made once: creating an engine costs about as much as a query
-            args = {"read_only": True} if self.read_only else {}
-            self._sa_engine = sa.create_engine(f"duckdb:///{self.root / DATABASE}", poolclass=NullPool, connect_args=args)
-        return self._sa_engine
-
     def damaged(self, reason: str) -> LibraryDamaged:
         return LibraryDamaged(f"{self.root}: the library database {DATABASE} is damaged ({reason}); nothing more is written "
                               f"to it: put back a copy of {DATABASE} from a backup, or index into a new --library")
 
-    def _connect(self) -> sa.Connection:
-        """A connection to the library's database; waits a little while another process commits."""
+    # ----- opening ------------------------------------------------------------------------
+    def _open(self) -> duckdb.DuckDBPyConnection:
+        """A DuckDB connection to the library's database; waits a little while another process commits."""
         path = self.root / DATABASE
         with contextlib.suppress(OSError):
             if path.stat().st_size < DATABASE_HEADER_BYTES:  # cut short: DuckDB must not write a new file over it
                 raise self.damaged(f"{path.stat().st_size} bytes, less than a database's headers")
-        engine = self._engine()
         delay = 0.05
         for attempt in range(40):  # writers hold the file only while committing: wait a little
             try:
                 with _OPEN_OR_CLOSE:
-                    return engine.connect()
-            except sa.exc.DBAPIError as e:
+                    return duckdb.connect(str(path), read_only=self.read_only)
+            except duckdb.Error as e:
                 reason = damage_reason(e)
                 if reason is not None:
                     raise self.damaged(reason) from e
                 if not _is_lock_error(e) or attempt == 39:
                     raise LibraryError(
                         f"{self.root}: library database is busy (another headsearch process is writing it); try again"
-                        if _is_lock_error(e) else f"{self.root}: cannot open library database ({e.orig})"
+                        if _is_lock_error(e) else f"{self.root}: cannot open library database ({_first_line(e)})"
                     ) from e
                 time.sleep(delay)
                 delay = min(delay * 1.5, 1.0)
         raise AssertionError("unreachable")
 
-    def _check_intact(self, conn: sa.Connection) -> None:
+    @staticmethod
+    def _close(conn) -> None:
+        with _OPEN_OR_CLOSE:
+            conn.close()
+
+    def _check_intact(self, conn: duckdb.DuckDBPyConnection) -> None:
         """The file must hold every block that the tables' stored data lies in (a file cut short does
         not, though DuckDB notices only when it reads a missing block, and may write into the file
         meanwhile)."""
-        tables = [name for (name,) in conn.exec_driver_sql(
-            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()") if name.isidentifier()]
+        tables = [name for (name,) in conn.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall() if name.isidentifier()]
         if not tables:
             return
         blocks = " UNION ALL ".join(f"SELECT block_id AS b, additional_block_ids AS more FROM pragma_storage_info('{name}') "
                                     "WHERE persistent" for name in tables)
-        highest = conn.exec_driver_sql(f"SELECT greatest(max(b), max(list_max(more))) FROM ({blocks})").scalar()
+        (highest,) = conn.execute(f"SELECT greatest(max(b), max(list_max(more))) FROM ({blocks})").fetchone()
         if highest is None:
             return
-        block_size = conn.exec_driver_sql("SELECT block_size FROM pragma_database_size()").scalar()
+        (block_size,) = conn.execute("SELECT block_size FROM pragma_database_size()").fetchone()
         need = DATABASE_HEADER_BYTES + (int(highest) + 1) * int(block_size)
         size = (self.root / DATABASE).stat().st_size
         if size < need:
             raise self.damaged(f"cut short: {size:,} bytes, its tables lie in the first {need:,}")
+
+    def _check_first_read(self, conn: duckdb.DuckDBPyConnection) -> None:
+        """Reads check the file once (a damaged block read later says so itself)."""
+        if not self._read_checked:
+            self._check_intact(conn)
+            self._read_checked = True
 
     @contextlib.contextmanager
     def _errors_said(self) -> Iterator[None]:
@@ -126,59 +141,85 @@ class Database:
         that says the file is damaged is `LibraryDamaged` (a write transaction rolled back with it)."""
         try:
             yield
+        except LibraryError:
+            raise
         except Exception as e:
             if is_interruption(e):
                 raise KeyboardInterrupt from e
-            reason = damage_reason(e) if isinstance(e, sa.exc.DBAPIError) else None
+            reason = damage_reason(e) if isinstance(e, duckdb.Error) or hasattr(e, "orig") else None
             if reason is not None:
                 raise self.damaged(reason) from e
             raise
 
+    # ----- DuckDB's own connections: a query's reads ----------------------------------------
     @contextlib.contextmanager
-    def connection(self, begin: bool) -> Iterator[sa.Connection]:
-        """A connection for the block: for reading (`begin` False) this thread's session's when it is in one;
-        for writing (`begin` True, on a database opened writable) a new one in a transaction committed when the
-        block ends, with no generation bumped (the people tables' writes; `transaction` bumps it)."""
+    def plain(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A DuckDB connection for reading plain SQL: this thread's session's when it is in one."""
         held = getattr(self._held, "conn", None)
-        if held is not None and not begin:  # inside a session: its connection
+        if held is not None:
             with self._errors_said():
                 yield held
             return
-        conn = self._connect()
+        conn = self._open()
         try:
             with self._errors_said():
-                if begin:
-                    with conn.begin():
-                        self._check_intact(conn)  # never a write into a damaged file
-                        yield conn
-                else:
-                    if not self._read_checked:  # once for reads: a damaged block read later says so itself
-                        self._check_intact(conn)
-                        conn.rollback()  # the check's own transaction
-                        self._read_checked = True
-                    yield conn
+                self._check_first_read(conn)
+                yield conn
         finally:
-            with _OPEN_OR_CLOSE:
-                conn.close()
+            self._close(conn)
 
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:
-        """Every read of this thread inside the block goes through one connection (a query's several
+        """Every plain read of this thread inside the block goes through one connection (a query's several
         look-ups: one open of the database instead of one each). Keep it short: another process
         that writes the library waits while a reader holds the file."""
         if getattr(self._held, "conn", None) is not None:
             yield
             return
-        with self.connection(begin=False) as conn:
+        with self.plain() as conn:
             self._held.conn = conn
             try:
                 yield
             finally:
                 self._held.conn = None
 
+    # ----- SQLAlchemy's connections: writes, and what pages read ------------------------------
+    def _engine(self) -> sa.Engine:
+        if self._sa_engine is None:  # made once: creating an engine costs about as much as a query
+            import duckdb_engine
+            import sqlalchemy as sa
+            from sqlalchemy.pool import NullPool
+
+            # Named here, SQLAlchemy need not look for the dialect among every installed package's entry points.
+            sa.dialects.registry.register("duckdb", "duckdb_engine", "Dialect")
+            self._sa_engine = sa.create_engine("duckdb://", poolclass=NullPool,
+                                               creator=lambda: duckdb_engine.ConnectionWrapper(self._open()))
+        return self._sa_engine
+
+    @contextlib.contextmanager
+    def connection(self, begin: bool) -> Iterator[sa.Connection]:
+        """A SQLAlchemy connection for the block: for reading (`begin` False), or for writing (`begin` True, on a
+        database opened writable) in a transaction committed when the block ends, with no generation bumped
+        (the people tables' writes; `transaction` bumps it)."""
+        conn = self._engine().connect()
+        duck = conn.connection.driver_connection  # DuckDB's own, under SQLAlchemy's
+        try:
+            with self._errors_said():
+                if begin:
+                    with conn.begin():
+                        self._check_intact(duck)  # never a write into a damaged file
+                        yield conn
+                else:
+                    self._check_first_read(duck)
+                    yield conn
+        finally:
+            self._close(conn)
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sa.Connection]:
         """A write transaction that bumps the library generation on commit."""
+        import sqlalchemy as sa
+
         if self.read_only:
             raise LibraryError(f"{self.root}: opened read-only")
         try:
@@ -188,11 +229,10 @@ class Database:
                     conn.execute(sa.text("UPDATE library_state SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) "
                                          "WHERE key = 'generation'"))
         except sa.exc.DBAPIError as e:  # disk full, I/O error...: the transaction was rolled back
-            reason = str(getattr(e, "orig", e)).splitlines()[0]
-            raise LibraryError(f"{self.root}: could not commit ({reason}); the library keeps its last committed state") from e
+            raise LibraryError(f"{self.root}: could not commit ({_first_line(e)}); the library keeps its last committed state") from e
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[sa.Connection]:
-        """A connection for reading (for `headsearch.store`'s own use)."""
+        """A SQLAlchemy connection for reading (for `headsearch.store`'s own use)."""
         with self.connection(begin=False) as conn:
             yield conn

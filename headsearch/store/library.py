@@ -15,30 +15,35 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING
 
 from headsearch.basics.errors import LibraryError, ModelMismatch
 from headsearch.basics.files import write_json_atomic
-from headsearch.store import migrations
 from headsearch.store.database import Database
-from headsearch.store.layout import DATABASE, MANIFEST, PEOPLE_LOCK, PICTURES, THUMBNAILS, UNFINISHED, WRITER_LOCK
-from headsearch.store.library_files import LibraryFiles
-from headsearch.store.people_store import PeopleStore
-from headsearch.store.readers import BrowseReader, LibraryReader
+from headsearch.store.layout import DATABASE, FORMAT_VERSION, MANIFEST, PEOPLE_LOCK, PICTURES, THUMBNAILS, UNFINISHED, WRITER_LOCK
+from headsearch.store.query_reader import LibraryReader
 from headsearch.store.rows import LibraryStats
-from headsearch.store.table_rows import ID_TABLES, generation
 from headsearch.store.unfinished import clear_unfinished, mark_finished, mark_unfinished, refuse_foreign
 from headsearch.store.vector_source import DatabaseVectors
 from headsearch.vectors.index_cache import VECTOR_INDEX_GLOB, Index, IndexCache
-from schemas import tables as t
 from schemas.records import MediaKind, ModelInfo, VectorKind
+
+# What writes, browses or reads the people tables goes through SQLAlchemy and is imported where it is used:
+# a query opens a library and reads it without SQLAlchemy (`headsearch.store.query_reader`), most of a cold
+# query's start-up otherwise.
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from headsearch.store.library_files import LibraryFiles
+    from headsearch.store.people_store import PeopleStore
+    from headsearch.store.readers import BrowseReader
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +81,14 @@ class Library:
         self.read_only = read_only
         self.database = Database(root, read_only)
         self.made_folder = False  # whether `create` made the folder (a run that indexes nothing removes it again)
-        self._index_cache = IndexCache(root, DatabaseVectors(self.database.reader), writable=not read_only)
-        self.files = LibraryFiles(root, self.database, self._index_cache)
+        self._index_cache = IndexCache(root, DatabaseVectors(self.database.plain), writable=not read_only)
+
+    @functools.cached_property
+    def files(self) -> LibraryFiles:
+        """The library's files: stored, replaced, removed, failed (`headsearch.store.library_files`)."""
+        from headsearch.store.library_files import LibraryFiles
+
+        return LibraryFiles(self.root, self.database, self._index_cache)
 
     # ----- opening -------------------------------------------------------------------------
     @classmethod
@@ -105,16 +116,24 @@ class Library:
                 (root / THUMBNAILS).mkdir(exist_ok=True)
             except OSError as e:
                 raise LibraryError(f"{root}: cannot create library folder ({e.strerror})") from e
-            manifest = {"format": migrations.FORMAT_VERSION, "model": model.to_dict(), "created_at": time.time()}
+            manifest = {"format": FORMAT_VERSION, "model": model.to_dict(), "created_at": time.time()}
             lib = cls(root, manifest, read_only=False)
-            with lib.transaction() as conn:
-                t.metadata.create_all(conn)
-                conn.execute(sa.insert(t.library_state).values(key="generation", value="0"))
-                migrations.set_database_format(conn, migrations.FORMAT_VERSION)
+            lib._make_tables()
             write_json_atomic(root / MANIFEST, manifest)  # a folder with a manifest is complete
             mark_finished(root)
         lib.made_folder = made_folder
         return lib
+
+    def _make_tables(self) -> None:
+        import sqlalchemy as sa
+
+        from headsearch.store import migrations
+        from schemas import tables as t
+
+        with self.transaction() as conn:
+            t.metadata.create_all(conn)
+            conn.execute(sa.insert(t.library_state).values(key="generation", value="0"))
+            migrations.set_database_format(conn, FORMAT_VERSION)
 
     @classmethod
     def _open_for(cls, root: Path, model: ModelInfo) -> Library:
@@ -139,23 +158,25 @@ class Library:
             ModelInfo.from_dict(manifest["model"])
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise LibraryError(f"{manifest_path}: unreadable manifest ({e})") from e
-        if version > migrations.FORMAT_VERSION:
+        if version > FORMAT_VERSION:
             raise LibraryError(f"{root}: library format {version} was made by a newer headsearch; this version reads "
-                               f"formats up to {migrations.FORMAT_VERSION} (upgrade headsearch to use it)")
+                               f"formats up to {FORMAT_VERSION} (upgrade headsearch to use it)")
         if not (root / DATABASE).is_file():
             raise LibraryError(f"{root}: library database {DATABASE} is missing")
         lib = cls(root, manifest, read_only)
-        if version < migrations.FORMAT_VERSION:
+        if version < FORMAT_VERSION:
             lib._upgrade(version)
         return lib
 
     def _upgrade(self, version: int) -> None:
         """Bring a library of an older format to this one (see `headsearch.store.migrations`)."""
+        from headsearch.store import migrations
+
         with self.writer_lock(purpose="upgrade"):
             with Database(self.root, read_only=False).transaction() as conn:
                 stored = migrations.database_format(conn)
-                done = migrations.upgrade(conn, stored or version) if (stored or version) < migrations.FORMAT_VERSION else []
-            self.manifest = {**self.manifest, "format": migrations.FORMAT_VERSION}
+                done = migrations.upgrade(conn, stored or version) if (stored or version) < FORMAT_VERSION else []
+            self.manifest = {**self.manifest, "format": FORMAT_VERSION}
             write_json_atomic(self.root / MANIFEST, self.manifest)
         for line in done:
             log.info("%s: upgraded, %s", self.root, line)
@@ -181,8 +202,8 @@ class Library:
         with _writer_lock(self.root, None) as held:
             if not held:
                 return False  # another run is writing it: not ours to discard
-            with self.reader() as conn:
-                if conn.execute(sa.select(sa.func.count()).select_from(t.videos)).scalar_one():
+            with self.database.plain() as conn:
+                if conn.execute("SELECT count(*) FROM videos").fetchone()[0]:
                     return False
             self._index_cache.clear()
             mark_unfinished(self.root, remove_folder)
@@ -224,17 +245,21 @@ class Library:
     @contextlib.contextmanager
     def reading(self) -> Iterator[LibraryReader]:
         """Reads on one connection, for a query's several look-ups."""
-        with self.reader() as conn:
+        with self.database.plain() as conn:
             yield LibraryReader(conn)
 
     @contextlib.contextmanager
     def browsing(self) -> Iterator[BrowseReader]:
         """Reads for pages that show the library (files, shots, tracks, sightings) on one short connection."""
+        from headsearch.store.readers import BrowseReader
+
         with self.reader() as conn:
             yield BrowseReader(conn)
 
     @contextlib.contextmanager
     def people_reading(self) -> Iterator[PeopleStore]:
+        from headsearch.store.people_store import PeopleStore
+
         with self.reader() as conn:
             yield PeopleStore(conn)
 
@@ -243,6 +268,10 @@ class Library:
         """One short transaction on the people tables. Allowed on a library opened read-only (a web
         page's "not this person"): it touches neither vectors nor the generation, and waits for an
         indexer only while that indexer commits. People writers take turns through their own lock."""
+        import sqlalchemy as sa
+
+        from headsearch.store.people_store import PeopleStore
+
         path = self.root / PEOPLE_LOCK
         with open(path, "a+") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
@@ -306,6 +335,11 @@ class Library:
     # ----- reading -------------------------------------------------------------------------
     def stats(self) -> LibraryStats:
         """Counts and totals of what the library holds."""
+        import sqlalchemy as sa
+
+        from headsearch.store.table_rows import ID_TABLES, generation
+        from schemas import tables as t
+
         with self.reader() as conn:
             counts = {table.name: int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()) for table in ID_TABLES}
             duration = conn.execute(sa.select(sa.func.coalesce(sa.func.sum(t.videos.c.duration), 0.0))).scalar_one()

@@ -7,7 +7,7 @@ format bump, then the manifest is rewritten; a crash between the two leaves a da
 already says the new format, and the next open only rewrites the manifest. A library made by a
 newer release is refused.
 
-To change the tables: declare the new shape in `schemas/tables.py`, raise FORMAT_VERSION, and add
+To change the tables: declare the new shape in `schemas/tables.py`, raise FORMAT_VERSION (in `headsearch.store.layout`), and add
 the step from the previous version here (SQL on the connection it is given; no data is lost).
 """
 from __future__ import annotations
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from headsearch.store.layout import FORMAT_VERSION
 from schemas import tables as t
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 6
 FORMAT_KEY = "format"  # library_state key holding the database's format
 
 

@@ -9,6 +9,7 @@ from dataclasses import asdict
 import numpy as np
 import sqlalchemy as sa
 
+from headsearch.store.database import GENERATION_SQL
 from headsearch.store.layout import THUMBNAILS
 from headsearch.store.rows import ShotRow, SightingRow, TrackRow, VectorRow, VideoRow
 from schemas import tables as t
@@ -103,8 +104,8 @@ def bulk_insert(conn: sa.Connection, table: sa.Table, rows: Sequence[object]) ->
 
 # ----- library_state ------------------------------------------------------------------------------
 def generation(conn: sa.Connection) -> int:
-    """The library's generation: it grows with every committed change (saved FAISS files record theirs)."""
-    return int(conn.execute(sa.select(t.library_state.c.value).where(t.library_state.c.key == "generation")).scalar_one())
+    """The library's generation (`headsearch.store.database.GENERATION_SQL`)."""
+    return int(conn.exec_driver_sql(GENERATION_SQL).scalar_one())
 
 
 def next_free_id(conn: sa.Connection, table: sa.Table) -> int:

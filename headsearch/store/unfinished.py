@@ -25,7 +25,6 @@ from headsearch.basics.errors import LibraryError
 from headsearch.basics.failures import ERROR_LOG
 from headsearch.basics.files import write_json_atomic
 from headsearch.store.layout import DATABASE, PICTURES, THUMBNAILS, UNFINISHED
-from schemas import tables as t
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +58,8 @@ def _is_our_database(path: Path) -> bool:
     """Whether a database file without a manifest beside it is an unfinished library's: no tables but
     ours (or unreadable, as a database cut short while its tables were being made is)."""
     import duckdb
+
+    from schemas import tables as t
 
     if path.name.endswith(".wal"):
         return True  # goes with the database beside it
