@@ -338,7 +338,6 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
     photos = _photo_embedding(root, model, image, all_heads, whole_image) if image is not None else None
     with clock.stage("imports"):
         from headsearch.basics.failures import file_failures
-        from headsearch.search.clips import export_hit_clips
         from headsearch.search.hits import Scope
         from headsearch.search.service import QueryOptions, SearchService
         from headsearch.store.library import Library
@@ -360,6 +359,8 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
         click.echo(answer.note, err=True)
     results, confidence = answer.results, answer.confidence
     if export_clips is not None:
+        from headsearch.search.clips import export_hit_clips
+
         export_hit_clips(export_clips, [h for r in results for h in r.hits])
     if export_to:
         names = ([answer.person.label()] if answer.person is not None else

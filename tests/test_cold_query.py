@@ -16,7 +16,7 @@ from conftest import AMY_DIR, needs_data, pixel_copy, query_json, run
 pytestmark = [needs_data, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("start", "imports", "library", "models", "photo", "database", "index", "search", "pictures")
+STAGES = ("start", "imports", "library", "database", "index", "models", "photo", "search", "pictures")
 
 
 def _program(*args, code: str | None = None) -> subprocess.CompletedProcess:

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.media import fingerprint, fingerprint_bytes
@@ -18,11 +19,13 @@ from headsearch.basics.text import printable
 from headsearch.basics.timeline import format_time
 from headsearch.embedding.photo_heads import QueryHead
 from headsearch.evaluation.thresholds import Thresholds
-from headsearch.exports.timelines import Moment
 from headsearch.search.engine import QueryEngine
 from headsearch.store.library import Library
 from headsearch.store.rows import Sighting
 from schemas.records import SCORE_DIGITS, Box, MediaKind, SearchHit, Tier, VectorKind
+
+if TYPE_CHECKING:
+    from headsearch.exports.timelines import Moment
 
 log = logging.getLogger(__name__)
 
@@ -340,6 +343,8 @@ def no_match_line(result: HeadResult, confidence: Confidence, hint: str = "--sho
 def export_moments(results: Sequence[HeadResult], names: Sequence[str]) -> tuple[list[Moment], int]:
     """The shown hits in videos as moments to export, each result's under its name (a query head, a person), in rank
     order; and how many hits in photos were left out (a photo has no time to put on a timeline)."""
+    from headsearch.exports.timelines import Moment
+
     moments, photos = [], 0
     for result, name in zip(results, names, strict=True):
         for rank, s in enumerate(result.hits, 1):

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,8 +25,6 @@ from headsearch.basics.stages import StageClock
 from headsearch.embedding.photo_heads import EmbeddedHead, PhotoEmbedder
 from headsearch.evaluation.thresholds import Thresholds, thresholds_for
 from headsearch.models.base import Embedder
-from headsearch.people.listing import Person, find_person, list_people, person_looks, person_moments
-from headsearch.people.photos import reference_vectors, stacked
 from headsearch.search.engine import QueryEngine
 from headsearch.search.hits import (
     Confidence,
@@ -41,6 +40,9 @@ from headsearch.search.hits import (
 from headsearch.search.pictures import render_hit_pictures
 from headsearch.store.library import Library
 from schemas.records import SearchHit, VectorKind
+
+if TYPE_CHECKING:  # a photo query needs none of the people code
+    from headsearch.people.listing import Person
 
 log = logging.getLogger(__name__)
 
@@ -119,14 +121,15 @@ class SearchService:
     def search_photo(self, photo: Path | bytes, options: QueryOptions = QueryOptions(), name: str | None = None) -> Answer:
         """The moments of the person (or each person, `all_heads`) in a photo: a file, or an upload's bytes named `name`."""
         with self._lock, contextlib.ExitStack() as stack:
-            with self.clock.stage("models"):
-                self.photos.load()
-            with self.clock.stage("photo"):
-                heads = self.photos.heads(photo, name, options.all_heads, options.whole_image)
+            # The database and the index first: a cold query's models are still loading in their thread meanwhile.
             with self.clock.stage("database"):
                 stack.enter_context(self.library.session())  # the look-ups below: one open of the database
             with self.clock.stage("index"):
                 engine = self.engine(options.ranking)
+            with self.clock.stage("models"):
+                self.photos.load()
+            with self.clock.stage("photo"):
+                heads = self.photos.heads(photo, name, options.all_heads, options.whole_image)
             with self.clock.stage("search"):
                 confidence = confidence_for(engine.thresholds, options.min_score, options.show_weak)
                 scope = (options.scope.with_query_bytes(self.library, bytes(photo)) if isinstance(photo, bytes | bytearray)
@@ -163,6 +166,9 @@ class SearchService:
         people put together, each scored against the person's other tracks and reference photos, and tiered (same look,
         other look, below the identity threshold). All are shown: the person's tracks are what people decided.
         `note` says how many reference photos were left aside because another model made them."""
+        from headsearch.people.listing import find_person, person_looks, person_moments
+        from headsearch.people.photos import reference_vectors, stacked
+
         with self._lock, self.library.session():
             found = find_person(self.library, person)
             found.looks = person_looks(self.library, found.id)
@@ -181,6 +187,8 @@ class SearchService:
             shots = [(s.start_time, s.end_time) for s in b.shots(row.id)] if row is not None else []
         if row is None:
             raise HeadsearchError(f"{video}: not in the library {self.library.root} (`headsearch list` shows what it holds)")
+        from headsearch.people.listing import list_people
+
         people = [p for p in list_people(self.library, with_looks=False) if path in p.videos]
         scope = Scope(under=(Path(path),))
         return [self.search_person(p.id, scope, pictures=False) for p in people], shots
