@@ -1,6 +1,6 @@
 """A query's look-ups, in DuckDB's own SQL on a plain connection (`Library.reading()`): where vectors belong,
 hit details, sightings placed in their files, stored vectors. Plain SQL so that a query imports no SQLAlchemy
-(most of a cold query's start-up); the tables are `schemas.tables`' (tests check these reads against them)."""
+(most of a cold query's start-up); the tables are `schemas.tables`' (`tests/test_query_reader.py` checks these reads against them)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
