@@ -125,6 +125,7 @@ class Library:
         return lib
 
     def _make_tables(self) -> None:
+        """A new library's tables, its generation and its format, in one transaction."""
         import sqlalchemy as sa
 
         from headsearch.store import migrations
