@@ -13,6 +13,7 @@ faster (a cold query waits for two of them), with the same outputs to the bit.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -224,6 +225,7 @@ def _optimized_path(model: Path | bytes, ort_version: str) -> Path:
     return model_cache_dir() / OPTIMIZED / f"{name}-{place}-{facts}.onnx"
 
 
+@functools.cache
 def _cpu_signature() -> str:
     """The CPU's model and instruction-set flags (Linux), else what the platform says of it."""
     try:

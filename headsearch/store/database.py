@@ -50,22 +50,26 @@ DATABASE_HEADER_BYTES = 3 * 4096  # DuckDB's file headers; table data lies in bl
 _OPEN_OR_CLOSE = threading.Lock()
 # The library's generation: it grows with every committed change (`Database.transaction`; saved FAISS files record theirs).
 GENERATION_SQL = "SELECT CAST(value AS BIGINT) FROM library_state WHERE key = 'generation'"
+# A list of ids as one parameter of plain SQL: `WHERE id IN (SELECT unnest(?))`, whatever their number.
+IN_IDS = "IN (SELECT unnest(?::BIGINT[]))"
+
+
+def error_line(e: BaseException) -> str:
+    """The first line of a DuckDB error (the one under SQLAlchemy's, when it wraps one), else its type's name."""
+    orig = getattr(e, "orig", None) or e
+    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
 
 
 def damage_reason(e: BaseException) -> str | None:
     """The first line of a DuckDB error that says the database file is damaged (cut short, checksums
     that do not match, structures that cannot be read); None for any other error."""
     orig = getattr(e, "orig", None) or e
-    text = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    text = error_line(orig)
     if is_disk_full(orig) or _is_lock_error(orig):
         return None
     if isinstance(orig, duckdb.InternalException | duckdb.SerializationException | duckdb.FatalException) or _DAMAGE_WORDS.search(text):
         return text
     return None
-
-
-def _first_line(e: BaseException) -> str:
-    return str(getattr(e, "orig", None) or e).splitlines()[0]
 
 
 class Database:
@@ -102,7 +106,7 @@ class Database:
                 if not _is_lock_error(e) or attempt == 39:
                     raise LibraryError(
                         f"{self.root}: library database is busy (another headsearch process is writing it); try again"
-                        if _is_lock_error(e) else f"{self.root}: cannot open library database ({_first_line(e)})"
+                        if _is_lock_error(e) else f"{self.root}: cannot open library database ({error_line(e)})"
                     ) from e
                 time.sleep(delay)
                 delay = min(delay * 1.5, 1.0)
@@ -144,8 +148,6 @@ class Database:
         that says the file is damaged is `LibraryDamaged` (a write transaction rolled back with it)."""
         try:
             yield
-        except LibraryError:
-            raise
         except Exception as e:
             if is_interruption(e):
                 raise KeyboardInterrupt from e
@@ -232,7 +234,7 @@ class Database:
                     conn.execute(sa.text("UPDATE library_state SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) "
                                          "WHERE key = 'generation'"))
         except sa.exc.DBAPIError as e:  # disk full, I/O error...: the transaction was rolled back
-            raise LibraryError(f"{self.root}: could not commit ({_first_line(e)}); the library keeps its last committed state") from e
+            raise LibraryError(f"{self.root}: could not commit ({error_line(e)}); the library keeps its last committed state") from e
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[sa.Connection]:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from headsearch.basics.errors import LibraryError, ModelMismatch
 from headsearch.basics.files import write_json_atomic
-from headsearch.store.database import Database
+from headsearch.store.database import Database, error_line
 from headsearch.store.layout import DATABASE, FORMAT_VERSION, MANIFEST, PEOPLE_LOCK, PICTURES, THUMBNAILS, UNFINISHED, WRITER_LOCK
 from headsearch.store.query_reader import LibraryReader
 from headsearch.store.rows import LibraryStats
@@ -280,8 +280,7 @@ class Library:
                 with Database(self.root, read_only=False).connection(begin=True) as conn:
                     yield PeopleStore(conn)
             except sa.exc.DBAPIError as e:
-                reason = str(getattr(e, "orig", e)).splitlines()[0]
-                raise LibraryError(f"{self.root}: could not save people ({reason})") from e
+                raise LibraryError(f"{self.root}: could not save people ({error_line(e)})") from e
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 

@@ -7,14 +7,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from headsearch.store.database import IN_IDS
 from headsearch.store.rows import HitRow, Sighting, TrackVectors
 from schemas.records import MediaKind, VectorKind
 
 if TYPE_CHECKING:
     import duckdb
 
-# A list of ids as one parameter: `WHERE id IN (SELECT unnest(?))`, whatever their number.
-_IN_IDS = "IN (SELECT unnest(?::BIGINT[]))"
 
 
 class LibraryReader:
@@ -32,7 +31,7 @@ class LibraryReader:
         if not ids:
             return {}
         return {int(i): (int(tr), int(o)) for i, tr, o in
-                self._rows(f"SELECT id, track_id, observation_id FROM vectors WHERE id {_IN_IDS}", ids)}
+                self._rows(f"SELECT id, track_id, observation_id FROM vectors WHERE id {IN_IDS}", ids)}
 
     def hits(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], HitRow]:
         """Hit details of (track id, observation id) pairs, in two look-ups whatever their number."""
@@ -40,8 +39,8 @@ class LibraryReader:
             return {}
         tracks = {int(r[0]): r[1:] for r in self._rows(
             f"SELECT t.id, v.path, t.start_time, t.end_time, t.thumbnail FROM tracks t JOIN videos v ON v.id = t.video_id "
-            f"WHERE t.id {_IN_IDS}", sorted({int(tr) for tr, _ in pairs}))}
-        times = dict(self._rows(f"SELECT id, time FROM observations WHERE id {_IN_IDS}", sorted({int(o) for _, o in pairs})))
+            f"WHERE t.id {IN_IDS}", sorted({int(tr) for tr, _ in pairs}))}
+        times = dict(self._rows(f"SELECT id, time FROM observations WHERE id {IN_IDS}", sorted({int(o) for _, o in pairs})))
         return {(tr, o): HitRow(path, start, end, times[o], thumbnail)
                 for tr, o in pairs if tr in tracks and o in times for path, start, end, thumbnail in [tracks[tr]]}
 
@@ -54,7 +53,7 @@ class LibraryReader:
             "SELECT o.id, o.time, o.x1, o.y1, o.x2, o.y2, o.face_visible, o.found_by, v.path, v.kind, v.width, v.height, "
             "v.source_width, v.source_height, v.size, v.mtime, v.fingerprint, sh.shot_index, sh.start_time, sh.end_time "
             "FROM observations o JOIN tracks tr ON tr.id = o.track_id JOIN videos v ON v.id = o.video_id "
-            f"JOIN shots sh ON sh.id = tr.shot_id WHERE o.id {_IN_IDS}", ids)
+            f"JOIN shots sh ON sh.id = tr.shot_id WHERE o.id {IN_IDS}", ids)
         out = {}
         for (oid, time, x1, y1, x2, y2, face, found_by, path, kind, width, height, source_width, source_height, size, mtime,
              fingerprint, shot_index, shot_start, shot_end) in rows:
@@ -84,7 +83,7 @@ class LibraryReader:
         if not track_ids:
             return {}
         rows = self._rows("SELECT v.track_id, v.observation_id, v.kind, v.embedding, o.face_visible FROM vectors v "
-                          f"JOIN observations o ON o.id = v.observation_id WHERE v.track_id {_IN_IDS} ORDER BY v.id",
+                          f"JOIN observations o ON o.id = v.observation_id WHERE v.track_id {IN_IDS} ORDER BY v.id",
                           [int(i) for i in track_ids])
         parts: dict[int, dict[str, list[tuple[int, bool, np.ndarray]]]] = {}
         for track_id, obs_id, kind, emb, face in rows:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from headsearch.store.database import GENERATION_SQL
+from headsearch.store.database import GENERATION_SQL, IN_IDS
 from headsearch.vectors.index_cache import SYNC_CHUNK, Index
 from schemas.records import VectorKind
 
@@ -82,7 +82,7 @@ def _sync(conn: duckdb.DuckDBPyConnection, index: Index, kind: VectorKind) -> No
         removed = index.remove(extra) if len(extra) else 0
         for start in range(0, len(missing), SYNC_CHUNK):
             chunk = [int(i) for i in missing[start:start + SYNC_CHUNK]]
-            index.add(*_embeddings(conn.execute("SELECT id, embedding FROM vectors WHERE id IN (SELECT unnest(?::BIGINT[]))",
+            index.add(*_embeddings(conn.execute(f"SELECT id, embedding FROM vectors WHERE id {IN_IDS}",
                                                 [chunk]).fetchall()))
             added += len(chunk)
     for ids, vectors in _vectors_in_order(conn, "kind = ? AND id > ?", str(kind), top):
