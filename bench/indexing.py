@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 
-from headsearch.basics import batch_runtime
 from headsearch.basics.errors import MediaError
 from headsearch.basics.settings import IndexSettings
 from headsearch.detection.faces import FaceDetector
@@ -109,5 +108,4 @@ def _index_once(video: Path, settings: IndexSettings, embedder: Embedder, detect
         "overlapped": settings.decode_ahead > 0, "wait_s": float(result.stage_seconds.get("wait", 0.0)),
         "stages": stages, "wall_s": wall, "realtime": realtime,
         "decode_only": bound, "warnings": [result.warning] if result.warning else [],
-        "runtimes": batch_runtime.chosen(),
     }
