@@ -86,6 +86,10 @@ def _quiet_exit(code: int) -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):
         pass
+    if cli.is_the_program():
+        # Not through the interpreter's teardown: a SIGINT there (pressed again, or re-raised by a native library)
+        # would end the program by signal (exit -2, seen in CI) whatever was said.
+        _leave_now(code)
     raise SystemExit(code)
 
 
@@ -100,12 +104,12 @@ def leave_quickly() -> None:
     _leave_quickly = cli.is_the_program()
 
 
-def _leave_now() -> None:
+def _leave_now(code: int = 0) -> None:
     atexit._run_exitfuncs()  # what asked to run at exit runs (logging's flush among them), then nothing more
     with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()
         sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 def _interrupted(line: str = INTERRUPTED) -> None:

@@ -148,7 +148,10 @@ def test_format1_library_is_upgraded_and_answers_the_same_queries(tmp_path):
         # format 3); hits gained fields (kind, box, shot...) the fixture does not know.
         expected = [{**h, "video": relocated(h["video"])} for h in q["hits"] if not h["video"].endswith("/" + q["photo"])]
         got = [{key: h[key] for key in expected[0]} for h in hits[: len(expected)]]
-        assert got == expected, q["photo"]
+        # Scores (rounded to 4 decimals) within a rounding step: the photo is embedded again on this CPU, whose
+        # float arithmetic differs from the one that made the fixture in the last bits (0.9676 against 0.9677 seen).
+        assert [{**h, "score": None} for h in got] == [{**h, "score": None} for h in expected], q["photo"]
+        assert all(abs(g["score"] - e["score"]) <= 2e-4 for g, e in zip(got, expected, strict=True)), q["photo"]
     assert manifest(library)["format"] == migrations.FORMAT_VERSION
     assert database_format(library) == str(migrations.FORMAT_VERSION)
     assert table_counts(library) == counts
