@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from headsearch.basics import batch_runtime
 from headsearch.basics.errors import MediaError
 from headsearch.basics.settings import IndexSettings
 from headsearch.detection.faces import FaceDetector
@@ -108,4 +109,5 @@ def _index_once(video: Path, settings: IndexSettings, embedder: Embedder, detect
         "overlapped": settings.decode_ahead > 0, "wait_s": float(result.stage_seconds.get("wait", 0.0)),
         "stages": stages, "wall_s": wall, "realtime": realtime,
         "decode_only": bound, "warnings": [result.warning] if result.warning else [],
+        "runtimes": batch_runtime.chosen(),
     }

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from headsearch.basics.errors import MediaError
+from headsearch.basics.errors import MediaError, first_line
 from headsearch.basics.quiet import native_stderr_silenced
 from headsearch.basics.settings import MediaLimits
 from headsearch.basics.timeline import decord_offset
@@ -195,7 +195,7 @@ class VideoStream:
                     log.info("%s: %s", self.path, self._timeline_note)
                 return
             except Exception as e:  # each backend raises its own types for unreadable media
-                reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                reason = first_line(e)
                 errors.append(f"{name}: {reason}")
                 if name == "pyav-cuda" and reason not in _hw_said:
                     _hw_said.add(reason)

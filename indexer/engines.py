@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from headsearch.basics.errors import HeadsearchError, LibraryError, is_disk_full
+from headsearch.basics.errors import HeadsearchError, LibraryError, first_line, is_disk_full
 from headsearch.basics.failures import unexpected_error_line
 from headsearch.basics.runtime import THREADS_ENV, usable_cpus
 from headsearch.basics.settings import IndexSettings
@@ -246,7 +246,7 @@ class RayEngine:
                          configure_logging=False, **({} if address else {"num_cpus": usable_cpus()}))
             except Exception as e:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ... for a bad address
                 raise HeadsearchError(f"cannot start or reach Ray{f' at {address}' if address else ''}: "
-                                      f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from e
+                                      f"{first_line(e)}") from e
         resources = ray.cluster_resources()
         gpus = int(resources.get("GPU", 0))
         count = actors or (gpus if gpus else max(1, int(resources.get("CPU", 1) // cpus_per_actor)))

@@ -53,13 +53,14 @@ def run_one(video: Path, name: str) -> dict:
     from indexer.analysis import analyse_file
 
     graph, overrides = CONFIGS[name]
+    os.environ["HEADSEARCH_RUNTIME"] = "auto" if name == "all" else "onnxruntime"  # the levers before OpenVINO's
     settings = IndexSettings(**overrides)
     embedder = SFaceEmbedder(graph=graph)
     detector = FaceDetector.from_settings(settings)
     if graph == "int8":  # before the ort lever: the shipped graph, ONNX Runtime's default session options
         from retinaface.weights import WEIGHTS
 
-        embedder._session = _untuned(str(converted_sface()))
+        embedder.runner.session = _untuned(str(converted_sface()))
         detector._session = _untuned(WEIGHTS)
     import numpy as np
 

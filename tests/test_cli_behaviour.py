@@ -242,10 +242,12 @@ def test_hints_name_the_command_as_the_user_can_run_it(tmp_path, monkeypatch):
 
 def test_a_query_loads_no_training_or_cluster_stack(tmp_path):
     """A cold `query` pays only for what it needs: no scikit-learn, SciPy, torch, Ray, matplotlib or
-    training code is imported, and no SQLAlchemy (the library is read in DuckDB's own SQL)."""
+    training code is imported, no SQLAlchemy (the library is read in DuckDB's own SQL), and no OpenVINO (a photo's
+    few faces run on ONNX Runtime)."""
     lib = tmp_path / "lib"
     run("index", AMY_DIR / "amy1.png", "--library", lib, "-q")
-    heavy = ("sklearn", "scipy", "torch", "timm", "ray", "matplotlib", "trainer", "bench", "serve", "sqlalchemy", "duckdb_engine")
+    heavy = ("sklearn", "scipy", "torch", "timm", "ray", "matplotlib", "trainer", "bench", "serve", "sqlalchemy", "duckdb_engine",
+             "openvino")
     code = ("import atexit, sys\n"
             f"atexit.register(lambda: print('imported:', *sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})), file=sys.stderr))\n"
             f"sys.argv = ['headsearch', 'query', {str(AMY_DIR / 'amy2.png')!r}, '--library', {str(lib)!r}, '--json']\n"

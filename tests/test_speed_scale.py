@@ -280,8 +280,8 @@ def test_folded_sface_computes_the_shipped_graph():
 
     x = np.random.default_rng(0).uniform(0, 255, (4, 3, 112, 112)).astype(np.float32)
     folded, int8 = SFaceEmbedder(graph="folded"), SFaceEmbedder(graph="int8")
-    a = folded._session.run(None, {folded._input: x})[0]
-    b = int8._session.run(None, {int8._input: x})[0]
+    a = folded.runner.session.run(None, {folded.runner.input: x})[0]
+    b = int8.runner.session.run(None, {int8.runner.input: x})[0]
     a /= np.linalg.norm(a, axis=1, keepdims=True)
     b /= np.linalg.norm(b, axis=1, keepdims=True)
     np.testing.assert_allclose(a, b, atol=1e-5)

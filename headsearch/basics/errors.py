@@ -4,6 +4,12 @@ from __future__ import annotations
 import errno
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of what an exception says, else its type's name: how a foreign error is quoted in one line."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 class HeadsearchError(Exception):
     """Base of every error a user should see as one clear line."""
 

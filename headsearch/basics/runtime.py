@@ -23,7 +23,7 @@ import warnings
 from collections import OrderedDict
 from pathlib import Path
 
-from headsearch.basics.errors import ModelError
+from headsearch.basics.errors import ModelError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def providers(available: list[str] | None = None) -> list[str]:
     wanted = GPU_PROVIDERS["tensorrt"] if device in ("auto", "tensorrt") else GPU_PROVIDERS["cuda"]
     chosen = [p for p in wanted if p in available]
     if device != "auto" and not chosen:
-        _say_once(f"{DEVICE_ENV}={device}: onnxruntime offers no {wanted[0]} here ({', '.join(available)}); running on the CPU")
+        say_once(f"{DEVICE_ENV}={device}: onnxruntime offers no {wanted[0]} here ({', '.join(available)}); running on the CPU")
     return chosen + [CPU]
 
 
@@ -143,15 +143,15 @@ def _new_session(model: str | Path | bytes, threads: int | None, available: list
                 warnings.simplefilter("ignore")  # "provider not in available provider names": we fall back below
                 session = ort.InferenceSession(source, options, providers=[(p, _provider_options(p)) for p in chosen])
             if session.get_providers()[0] == CPU and wanted_device() != "auto":
-                _say_once(f"{DEVICE_ENV}={wanted_device()}: the accelerator did not start; running on the CPU")
+                say_once(f"{DEVICE_ENV}={wanted_device()}: the accelerator did not start; running on the CPU")
             return session
         except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types when a provider cannot start
-            _say_once(f"{chosen[0]} could not start ({_first_line(e)}); running on the CPU")
+            say_once(f"{chosen[0]} could not start ({first_line(e)}); running on the CPU")
     try:
         return _cpu_session(model if isinstance(model, bytes) else Path(model), threads)
     except Exception as e:  # onnxruntime raises its own exception types for damaged or foreign files
         what = "the model" if isinstance(model, bytes) else str(model)
-        raise ModelError(f"{what}: not a loadable ONNX model ({_first_line(e)})") from e
+        raise ModelError(f"{what}: not a loadable ONNX model ({first_line(e)})") from e
 
 
 OPTIMIZED = "optimized"  # model_cache_dir() / OPTIMIZED: ONNX Runtime's optimised graphs of model files, per CPU
@@ -221,12 +221,12 @@ def _optimized_path(model: Path | bytes, ort_version: str) -> Path:
         resolved = model.resolve()
         st = resolved.stat()
         name, place, stamp = resolved.stem, hashlib.sha256(str(resolved).encode()).hexdigest()[:8], f"{st.st_size}:{st.st_mtime_ns}"
-    facts = hashlib.sha256(f"{stamp}:{ort_version}:{_cpu_signature()}".encode()).hexdigest()[:16]
+    facts = hashlib.sha256(f"{stamp}:{ort_version}:{cpu_signature()}".encode()).hexdigest()[:16]
     return model_cache_dir() / OPTIMIZED / f"{name}-{place}-{facts}.onnx"
 
 
 @functools.cache
-def _cpu_signature() -> str:
+def cpu_signature() -> str:
     """The CPU's model and instruction-set flags (Linux), else what the platform says of it."""
     try:
         with open("/proc/cpuinfo") as f:
@@ -238,12 +238,7 @@ def _cpu_signature() -> str:
     return f"{platform.machine()}|{platform.processor()}"
 
 
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
-def _say_once(line: str) -> None:
+def say_once(line: str) -> None:
     if line not in _said:
         _said.add(line)
         log.warning(line)

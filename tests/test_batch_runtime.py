@@ -1,0 +1,135 @@
+"""Batches on the faster CPU runtime: the first large batch runs a trial of ONNX Runtime against OpenVINO, saved per
+model file and machine; small batches and HEADSEARCH_RUNTIME=onnxruntime never touch OpenVINO; both runtimes give
+SFace and Lite0 vectors of real faces that agree; a missing, failing or disagreeing OpenVINO leaves ONNX Runtime."""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import numpy as np
+import pytest
+from conftest import FACES, needs_data, run
+
+from headsearch.basics import batch_runtime, runtime
+from headsearch.basics.batch_runtime import ONNXRUNTIME, OPENVINO, TRIAL_ROWS, BatchRunner
+from headsearch.detection.faces import FaceDetector
+from headsearch.embedding.photo_heads import photo_heads, photo_pixels
+from headsearch.models.sface import SFaceEmbedder, runtime_sface
+from headsearch.models.whole_head import WholeHeadEmbedder
+from schemas.records import VectorKind
+
+pytestmark = needs_data
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HEADSEARCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(batch_runtime.RUNTIME_ENV, raising=False)
+    return tmp_path / "cache" / "models" / batch_runtime.CHOICES
+
+
+@pytest.fixture(scope="module")
+def crops():
+    """Head crops of 16 real photos (several people), as the indexer embeds them."""
+    photos = sorted(p for p in FACES.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))[:40]
+    detector, embedder = FaceDetector(), SFaceEmbedder()
+    found = []
+    for p in photos:
+        heads = photo_heads(photo_pixels(p), p, detector, embedder)
+        found += [heads[0].crop] if heads and heads[0].crop.face_visible else []
+    assert len(found) >= 16
+    return found[:16]
+
+
+def _faces(crops) -> np.ndarray:
+    return SFaceEmbedder().faces(crops)
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def test_the_first_large_batch_runs_a_trial_that_later_runners_reuse(cache, crops):
+    faces = _faces(crops)
+    runner = BatchRunner(runtime_sface())
+    plain = runner.session.run(None, {runner.input: faces})[0]
+    runner.run(faces[: TRIAL_ROWS - 1])  # small: ONNX Runtime, no trial
+    assert runner.runtime is None and not cache.exists()
+    out = runner.run(faces)
+    saved = list(cache.glob("*.json"))
+    assert len(saved) == 1 and json.loads(saved[0].read_text()) == runner.trial
+    assert runner.trial["runtime"] == runner.runtime in (ONNXRUNTIME, OPENVINO)
+    assert runner.trial["outputs_agree"] and runner.trial["onnxruntime_ms"] > 0 and runner.trial["openvino_ms"] > 0
+    assert _cosines(out, plain).min() > 0.99999
+    assert batch_runtime.chosen()[runtime_sface().name]["runtime"] == runner.runtime
+
+    for choice in (ONNXRUNTIME, OPENVINO):  # a saved choice is followed without a trial
+        saved[0].write_text(json.dumps({**runner.trial, "runtime": choice}))
+        later = BatchRunner(runtime_sface())
+        got = later.run(faces)
+        assert later.runtime == choice and (later._compiled is None) == (choice == ONNXRUNTIME)
+        assert _cosines(got, plain).min() > 0.99999
+        if choice == ONNXRUNTIME:
+            np.testing.assert_array_equal(got, plain)
+
+    saved[0].write_text("{not json")  # damaged: the trial runs again and saves a whole record
+    again = BatchRunner(runtime_sface())
+    again.run(faces)
+    assert json.loads(saved[0].read_text())["runtime"] == again.runtime
+
+
+def test_both_runtimes_give_the_same_vectors_of_real_faces(cache, crops, monkeypatch):
+    vectors = {}
+    for name in (ONNXRUNTIME, OPENVINO):
+        monkeypatch.setenv(batch_runtime.RUNTIME_ENV, name)
+        embedder = WholeHeadEmbedder()
+        vectors[name] = embedder.embed(crops)
+        assert embedder.sface.runner.runtime == embedder.appearance.runner.runtime == name
+    for kind in (VectorKind.ID, VectorKind.HEAD):
+        assert _cosines(vectors[ONNXRUNTIME][kind], vectors[OPENVINO][kind]).min() > 0.99999
+
+
+def test_onnxruntime_alone_where_asked_or_where_openvino_is_missing(cache, crops, monkeypatch, caplog):
+    faces = _faces(crops)
+    monkeypatch.setenv(batch_runtime.RUNTIME_ENV, "onnxruntime")
+    runner = BatchRunner(runtime_sface())
+    runner.run(faces)
+    assert runner.runtime == ONNXRUNTIME and runner._compiled is None and not cache.exists()
+
+    monkeypatch.setitem(sys.modules, "openvino", None)  # not installed: importing it raises ImportError
+    monkeypatch.setenv(batch_runtime.RUNTIME_ENV, "openvino")
+    monkeypatch.setattr(runtime, "_said", set())
+    with caplog.at_level(logging.WARNING, logger="headsearch.basics.runtime"):
+        runner = BatchRunner(runtime_sface())
+        out = runner.run(faces)
+    assert runner.runtime == ONNXRUNTIME and out.shape == (len(faces), 128)
+    assert "OpenVINO is not installed" in caplog.text
+
+
+def test_openvino_outputs_that_disagree_or_fail_leave_onnxruntime(cache, crops, monkeypatch):
+    faces = _faces(crops)
+
+    class Disagreeing(BatchRunner):
+        def _openvino(self, batch):
+            return super()._openvino(batch) * 1.01
+
+    runner = Disagreeing(runtime_sface())
+    runner.run(faces)
+    assert runner.runtime == ONNXRUNTIME and runner.trial["outputs_agree"] is False and runner._compiled is None
+
+    class Failing(BatchRunner):
+        def _openvino(self, batch):
+            raise RuntimeError("an exception from OpenVINO's plugin")
+
+    monkeypatch.setenv(batch_runtime.RUNTIME_ENV, "openvino")
+    runner = Failing(runtime_sface())
+    out = runner.run(faces)  # chosen without a trial: the failure of its first batch hands over to ONNX Runtime
+    assert runner.runtime == ONNXRUNTIME and out.shape == (len(faces), 128)
+
+
+def test_a_wrong_runtime_setting_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv(batch_runtime.RUNTIME_ENV, "quantum")
+    result = run("index", FACES / "amy" / "amy1.png", "--library", tmp_path / "lib", "-q", ok=False)
+    assert "HEADSEARCH_RUNTIME" in result.output and "Traceback" not in result.output
