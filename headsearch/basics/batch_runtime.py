@@ -12,6 +12,13 @@ OpenVINO runs at float32 (`INFERENCE_PRECISION_HINT`): on CPUs with bfloat16 its
 SFace vectors by up to 0.004 in cosine. At float32 the two runtimes' outputs agree within 1e-5, as two CPUs' do.
 A device other than the CPU (`HEADSEARCH_DEVICE`, a GPU session) keeps ONNX Runtime.
 
+Every OpenVINO call (compiling, running, letting go) is made on one thread of this process, `openvino`, that blocks
+the signals a process is sent. OpenVINO gives a thread it runs on an alternate signal stack, and unmaps that stack
+when the compiled model is let go, from whatever thread that happens on, without telling the thread that ran it:
+the next Ctrl-C delivered to that thread then killed the process (SIGSEGV while Python's handler was entered, seen
+in the test suite after the main thread had run OpenVINO and another had dropped the model). On its own thread,
+which no signal reaches, OpenVINO's stacks stay OpenVINO's.
+
 `HEADSEARCH_RUNTIME`: `auto` (the default: the trial), `onnxruntime` (never OpenVINO), `openvino` (every large enough
 batch, without a trial; where OpenVINO is missing or cannot compile the model, ONNX Runtime, said once).
 """
@@ -22,9 +29,11 @@ import hashlib
 import json
 import logging
 import os
+import signal
 import threading
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -62,8 +71,7 @@ class BatchRunner:
         self.input = self.session.get_inputs()[0].name
         self.runtime: str | None = None  # chosen at the first large batch
         self.trial: dict | None = None  # the trial's times, where this process or an earlier one ran it
-        self._compiled = None
-        self._requests = threading.local()  # an OpenVINO infer request per thread (sessions run from several)
+        self._compiled: _Compiled | None = None
         self._lock = threading.Lock()
         _runners.add(self)
 
@@ -89,10 +97,7 @@ class BatchRunner:
         return self.session.run(None, {self.input: batch})[0]
 
     def _openvino(self, batch: np.ndarray) -> np.ndarray:
-        request = getattr(self._requests, "request", None)
-        if request is None:
-            request = self._requests.request = self._compiled.create_infer_request()
-        return np.array(request.infer({0: batch})[0])  # a copy: the request's buffer is reused by its next batch
+        return self._compiled.infer(batch)
 
     def _choose(self, batch: np.ndarray) -> np.ndarray | None:
         """Set `runtime` from the setting, a saved trial, or a trial on this batch (then its output, else None)."""
@@ -153,22 +158,83 @@ class BatchRunner:
         return outputs[self.runtime]
 
     def _release(self) -> None:
-        """OpenVINO's compiled model and requests let go (their memory back)."""
-        self._compiled, self._requests = None, threading.local()
+        """OpenVINO's compiled model let go (its memory back, on OpenVINO's thread)."""
+        compiled, self._compiled = self._compiled, None
+        if compiled is not None:
+            compiled.release()
 
     def _compile(self) -> bool:
         """OpenVINO's compiled model of the file (float32, this runner's threads); False where it cannot be had."""
-        import openvino
-
         try:
-            core = openvino.Core()
-            config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": self.threads, "INFERENCE_PRECISION_HINT": "f32",
-                      "ENABLE_CPU_PINNING": False}
-            self._compiled = core.compile_model(core.read_model(str(self.path)), "CPU", config)
+            self._compiled = _Compiled(self.path, self.threads)
         except Exception as e:  # noqa: BLE001 - OpenVINO raises its own types for graphs it cannot run
             say_once(f"{self.path.name}: OpenVINO could not compile it ({first_line(e)}); running on ONNX Runtime")
             return False
         return True
+
+
+_openvino_thread: ThreadPoolExecutor | None = None
+_openvino_thread_lock = threading.Lock()
+
+
+def _block_signals() -> None:
+    """OpenVINO's thread takes no signal: the kernel hands a process's signals (Ctrl-C) to another thread."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE})
+
+
+def _on_openvino_thread(work, *args):
+    """`work(*args)` on the one thread that makes every OpenVINO call of this process (see the module's text)."""
+    global _openvino_thread
+    with _openvino_thread_lock:
+        if _openvino_thread is None:
+            _openvino_thread = ThreadPoolExecutor(1, thread_name_prefix="openvino", initializer=_block_signals)
+    return _openvino_thread.submit(work, *args).result()
+
+
+class _Compiled:
+    """A model compiled by OpenVINO for the CPU, and its one infer request, both made, run and let go on OpenVINO's
+    thread; let go there as well when this object is collected."""
+
+    def __init__(self, path: Path, threads: int):
+        self._held = _on_openvino_thread(_compile_on_thread, str(path), threads)  # [compiled model, infer request]
+        self._finalizer = weakref.finalize(self, _release_later, self._held)
+
+    def infer(self, batch: np.ndarray) -> np.ndarray:
+        return _on_openvino_thread(_infer_on_thread, self._held, batch)
+
+    def release(self) -> None:
+        self._finalizer()
+
+
+def _compile_on_thread(path: str, threads: int) -> list:
+    """[compiled model, infer request]; a failure raised as a ModelError without OpenVINO's objects (an exception's
+    frames hold them, and would let them go on the thread that catches it)."""
+    import openvino
+
+    config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32",
+              "ENABLE_CPU_PINNING": False}
+    try:
+        core = openvino.Core()
+        compiled = core.compile_model(core.read_model(path), "CPU", config)
+        return [compiled, compiled.create_infer_request()]
+    except Exception as e:  # noqa: BLE001 - OpenVINO's own types
+        message = first_line(e)
+    raise ModelError(message)
+
+
+def _infer_on_thread(held: list, batch: np.ndarray) -> np.ndarray:
+    try:
+        return np.array(held[1].infer({0: batch})[0])  # a copy: the request's buffer is reused by its next batch
+    except Exception as e:  # noqa: BLE001 - OpenVINO's own types (see _compile_on_thread)
+        message = first_line(e)
+    raise ModelError(message)
+
+
+def _release_later(held: list) -> None:
+    """Let go of a compiled model on OpenVINO's thread (without waiting: a finalizer may run on any thread, or at exit)."""
+    with contextlib.suppress(RuntimeError):  # the thread is shut at exit: the process's end lets go of everything
+        if _openvino_thread is not None:
+            _openvino_thread.submit(held.clear)
 
 
 def chosen() -> dict[str, dict]:
