@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -133,3 +135,30 @@ def test_a_wrong_runtime_setting_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv(batch_runtime.RUNTIME_ENV, "quantum")
     result = run("index", FACES / "amy" / "amy1.png", "--library", tmp_path / "lib", "-q", ok=False)
     assert "HEADSEARCH_RUNTIME" in result.output and "Traceback" not in result.output
+
+
+CTRL_C_AFTER_OPENVINO = """
+import os, signal, sys, threading, time
+import numpy as np
+from headsearch.basics.batch_runtime import BatchRunner
+from headsearch.models.sface import runtime_sface
+runners = [BatchRunner(runtime_sface())]
+runners[0].run(np.zeros((8, 3, 112, 112), np.float32))  # OpenVINO runs, asked from the main thread
+assert runners[0].runtime == "openvino", runners[0].runtime
+threading.Thread(target=runners.clear).start()  # ...and is let go from another thread
+time.sleep(0.5)
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+except KeyboardInterrupt:
+    sys.exit(0)
+sys.exit(3)
+"""
+
+
+def test_a_ctrl_c_after_openvino_ran_and_was_let_go_is_a_keyboardinterrupt(tmp_path):
+    """OpenVINO gives the thread it runs on an alternate signal stack, unmapped when the model is let go from another
+    thread: a Ctrl-C delivered to the main thread then crashed the process (SIGSEGV) when OpenVINO ran there."""
+    env = {**os.environ, batch_runtime.RUNTIME_ENV: OPENVINO, "HEADSEARCH_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", CTRL_C_AFTER_OPENVINO], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
