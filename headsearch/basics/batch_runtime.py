@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -51,6 +52,7 @@ OPENVINO_MARGIN = 1.2  # OpenVINO is chosen when at least this many times faster
 AGREEMENT = 1e-4  # the largest difference of the runtimes' outputs, relative to the output's largest value
 CHOICES = "runtimes"  # model_cache_dir() / CHOICES: the trials' results, one JSON file per model and machine
 _runners: weakref.WeakSet[BatchRunner] = weakref.WeakSet()  # this process's runners (`chosen`)
+_made = itertools.count()  # the order runners were made in
 
 
 def wanted_runtime() -> str:
@@ -73,6 +75,7 @@ class BatchRunner:
         self.trial: dict | None = None  # the trial's times, where this process or an earlier one ran it
         self._compiled: _Compiled | None = None
         self._lock = threading.Lock()
+        self._made = next(_made)
         _runners.add(self)
 
     def run(self, batch: np.ndarray) -> np.ndarray:
@@ -239,8 +242,8 @@ def _release_later(held: list) -> None:
 
 def chosen() -> dict[str, dict]:
     """{model file name: {"runtime", and the trial's times where one ran}} of this process's runners that have
-    chosen (the speed benchmark shows them)."""
-    return {r.path.name: {**(r.trial or {}), "runtime": r.runtime} for r in _runners if r.runtime}
+    chosen, the one made last where several run one file (the speed benchmark shows them)."""
+    return {r.path.name: {**(r.trial or {}), "runtime": r.runtime} for r in sorted(_runners, key=lambda r: r._made) if r.runtime}
 
 
 def _openvino_installed(wanted: str) -> bool:
