@@ -148,11 +148,10 @@ def times(a, b, feeds: list[dict], passes: int = 3) -> tuple[float, float]:
 
 
 def _iou(a, b) -> float:
-    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = ix * iy
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0
+    """IoU of two (x1, y1, x2, y2) boxes: the product's `Box.iou`."""
+    from schemas.records import Box
+
+    return Box(*a).iou(Box(*b))
 
 
 def _match(boxes_a, boxes_b, bar=0.5):
