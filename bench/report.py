@@ -256,6 +256,11 @@ def format_indexing(r: dict) -> str:
     if r.get("ratio") is not None:
         lines.append(f"end to end at {r['ratio']:.3f} of the decode-only rate"
                      + (f" ({r['ratio_every_frame_rgb']:.3f} of the earlier bound)" if r.get("ratio_every_frame_rgb") is not None else ""))
+    if r.get("cpu_ceiling_ratio") is not None:
+        b = r["decode_only"]
+        lines.append(f"CPU: indexing used {r['cpu_s']:.1f} CPU s ({r['cores']:.2f} of {r['usable_cpus']} cores busy), decoding alone "
+                     f"{b['cpu_s']:.1f} CPU s ({b['cores']:.2f} cores): with every core busy this work reaches at most "
+                     f"{r['cpu_ceiling_ratio']:.3f} of the decode-only rate")
     if r.get("runs"):
         ratios = sorted(x["ratio"] for x in r["runs"] if x["ratio"] is not None)
         lines.append(f"over {len(r['runs'])} runs (each indexing run then its own decode-only run), the median run shown: ratios "

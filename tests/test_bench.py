@@ -227,6 +227,11 @@ def test_speed_search_and_indexing(tmp_path):
     assert out["x_real_time"] == out["realtime"] > 0 and out["decode_only_x_real_time"] == out["decode_only"]["realtime"] > 0
     assert out["ratio"] == pytest.approx(out["x_real_time"] / out["decode_only_x_real_time"])
     assert all({"seconds", "share", "per_second"} <= set(s) for s in out["stages"].values())
+    # CPU seconds of both runs, and the ratio the CPU allows this work: the bound's seconds over indexing's CPU seconds
+    # spread over every usable core.
+    assert out["cpu_s"] > 0 and out["decode_only"]["cpu_s"] > 0 and out["usable_cpus"] >= 1
+    assert out["cores"] == pytest.approx(out["cpu_s"] / out["wall_s"])
+    assert out["cpu_ceiling_ratio"] == pytest.approx(out["decode_only"]["seconds"] * out["usable_cpus"] / out["cpu_s"])
     assert "runs" not in out
     # --repeat: every run with its own decode-only rate; the record shown is the run with the median ratio.
     out = json.loads(speed("--only", "indexing", "--video", clip, "--repeat", "3", "--json", "-q").stdout)["indexing"]
@@ -235,6 +240,7 @@ def test_speed_search_and_indexing(tmp_path):
     from bench.report import format_indexing
 
     assert "over 3 runs" in format_indexing(out) and "median run shown" in format_indexing(out)
+    assert all(r["cpu_ceiling_ratio"] > 0 for r in out["runs"]) and "with every core busy this work reaches at most" in format_indexing(out)
 
 
 def test_speed_cold_query_beside_a_bare_import():
