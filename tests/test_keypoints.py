@@ -106,3 +106,52 @@ def test_movenet_finds_the_walking_crowd():
     h, w = rgb.shape[:2]
     assert len(heads) >= 5  # people walking towards and away from the camera
     assert all(0 <= d.head.center[0] <= w and 0 <= d.head.center[1] <= h for d in heads)
+
+
+class _CountedPose(PoseDetector):
+    """The real MoveNet, noting the long side of every pass it is asked for."""
+
+    def __init__(self):
+        super().__init__()
+        self.sides: list[int] = []
+
+    def people(self, rgb, side=KeypointRule.side, tiles=1):
+        self.sides.append(side)
+        return super().people(rgb, side, tiles)
+
+
+def _first_frame(path) -> np.ndarray:
+    import av
+
+    with av.open(str(path)) as c:
+        return next(c.decode(video=0)).to_ndarray(format="rgb24")
+
+
+@needs_data
+def test_a_first_look_spares_the_pass_where_every_person_is_a_face_and_not_in_a_crowd():
+    from headsearch.basics.images import read_image_rgb
+    from headsearch.detection.faces import FaceDetector, detect_heads
+    from headsearch.detection.keypoints import KeypointHeadFinder
+
+    detector = FaceDetector()
+    unscreened = KeypointHeadFinder(KeypointRule(screen_side=0), _CountedPose())
+    # One person, whose head is the face found: the first look (192 px) is all MoveNet is asked for.
+    portrait = read_image_rgb(DATA / "face_recognition" / "examples" / "knn_examples" / "train" / "obama" / "obama.jpg")
+    faces = detect_heads(detector, portrait)
+    assert len(faces) == 1
+    screened = KeypointHeadFinder(pose=_CountedPose())
+    assert screened.only_faces(portrait, faces)
+    assert screened.find(portrait, faces) == [] == unscreened.find(portrait, faces)
+    assert screened.pose.sides == [192, 192] and unscreened.pose.sides == [512]
+    # Without a face there is nothing to spare: the pass runs as before.
+    screened.pose.sides.clear()
+    screened.find(portrait, [])
+    assert screened.pose.sides == [512]
+    # The walking crowd: more people than the first look may stand for, so the pass runs, and finds what it found without it.
+    crowd = _first_frame(CROWD)
+    faces = detect_heads(detector, crowd)
+    screened.pose.sides.clear()
+    unscreened.pose.sides.clear()
+    found = screened.find(crowd, faces)
+    assert screened.pose.sides[0] == 192 and 512 in screened.pose.sides
+    assert found == unscreened.find(crowd, faces) and len(found) >= 1
