@@ -251,7 +251,7 @@ class KeypointHeadFinder:
         few people (at most `screen_max_people`, and no more than the faces), each with a head, each head a face's.
         The frame's pass at `side` is then spared. Measured on the 10-minute video of `scripts/make_long_video.py`
         (talking heads): 137 of its 153 keypoint frames spared, and none of the 7 where the pass found a head without a
-        face; on the labelled set's videos, none of the crowd's 5 keypoint frames (4-6 people at first look) spared."""
+        face; on the labelled set's videos, none of the crowd's 5 keypoint frames (4-5 people at first look) spared."""
         rule = self.rule
         if rule.screen_side <= 0 or not face_heads:
             return False
