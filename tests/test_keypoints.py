@@ -94,12 +94,16 @@ def test_a_faceless_box_without_a_finder_does_not_start_a_track():
     assert obs == [] and tr.finish() == []
 
 
-@needs_data
-def test_movenet_finds_the_walking_crowd():
+def _first_frame(path) -> np.ndarray:
     import av
 
-    with av.open(str(CROWD)) as c:
-        rgb = next(c.decode(video=0)).to_ndarray(format="rgb24")
+    with av.open(str(path)) as c:
+        return next(c.decode(video=0)).to_ndarray(format="rgb24")
+
+
+@needs_data
+def test_movenet_finds_the_walking_crowd():
+    rgb = _first_frame(CROWD)
     people = PoseDetector().people(rgb, side=512, tiles=3)
     assert people.shape == (18, 56)
     heads = keypoint_heads(people)
@@ -118,13 +122,6 @@ class _CountedPose(PoseDetector):
     def people(self, rgb, side=KeypointRule.side, tiles=1):
         self.sides.append(side)
         return super().people(rgb, side, tiles)
-
-
-def _first_frame(path) -> np.ndarray:
-    import av
-
-    with av.open(str(path)) as c:
-        return next(c.decode(video=0)).to_ndarray(format="rgb24")
 
 
 @needs_data
