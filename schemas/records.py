@@ -250,6 +250,7 @@ class SearchHit:
     id_score: float | None = None  # the identity score (`score` is what the hit was ranked by; see headsearch.search.ranking)
     appearance_score: float | None = None  # the look of the head alone, where the query or the sighting shows no face
     matched_without_face: bool = False  # the person was recognised by the look of the head alone (no face evidence)
+    yaw: float | None = None  # degrees the shown sighting's face is turned (signed; `headsearch.detection.pose`), where known
 
     @property
     def identity_score(self) -> float:
@@ -269,4 +270,5 @@ class SearchHit:
             "id_score": None if self.id_score is None and self.appearance_score is not None else round(self.identity_score, SCORE_DIGITS),
             "appearance_score": None if self.appearance_score is None else round(self.appearance_score, SCORE_DIGITS),
             "matched_without_face": self.matched_without_face,
+            "yaw": None if self.yaw is None else round(self.yaw, 1),
         }

@@ -81,6 +81,9 @@ observations = Table(
     # How the head was found (format 5): "face", "keypoints" (person keypoints, no face) or "followed"
     # (template matching from an earlier sighting); libraries upgraded from format 4 get face / followed.
     Column("found_by", String, nullable=True),
+    # Degrees the face is turned, signed (format 7; `headsearch.detection.pose`): NULL without a face, and in sightings
+    # indexed before format 7.
+    Column("yaw", Double, nullable=True),
 )
 
 # One row per stored vector; `id` is the vector's id inside the FAISS index of its `kind`.

@@ -31,6 +31,7 @@ from statistics import NormalDist
 import numpy as np
 
 from headsearch.compare.reference import Reference
+from headsearch.detection.pose import face_yaw
 from headsearch.evaluation.thresholds import Thresholds
 from headsearch.models.base import mean_vector
 from headsearch.models.scoring import appearance_part, head_scores
@@ -71,6 +72,7 @@ class Frame:
     carried: bool = False  # the tier came from the track's nearest sighting with a face
     heads: int = 0  # heads in the frame
     face_identity: float | None = None  # FaceSim-style: the largest face of the frame against the reference's identity
+    yaw: float | None = None  # degrees the person's face is turned (signed; `headsearch.detection.pose`), where it shows one
 
     @property
     def duration(self) -> float:
@@ -79,7 +81,8 @@ class Frame:
     def to_dict(self) -> dict:
         return {"time": round(self.time, 3), "tier": self.tier, "identity": _round(self.identity), "head": _round(self.head),
                 "face": self.face, "box": None if self.box is None else [round(v, 1) for v in self.box], "track": self.track,
-                "carried": self.carried, "heads": self.heads, "shot": self.shot, "frame": self.index}
+                "carried": self.carried, "heads": self.heads, "shot": self.shot, "frame": self.index,
+                "yaw": None if self.yaw is None else round(self.yaw, 1)}
 
 
 @dataclass
@@ -371,7 +374,7 @@ def _frame(time: float, end: float, index: int, shot: int, seen: list[tuple[int,
         tier, was_carried = str(Tier.OTHER_PERSON), False
     s = scores[n, index]
     frame.tier, frame.carried = tier, was_carried
-    frame.identity, frame.head, frame.face = s.identity, s.head, obs.face is not None
+    frame.identity, frame.head, frame.face, frame.yaw = s.identity, s.head, obs.face is not None, face_yaw(obs.face)
     frame.box, frame.track = obs.head.as_tuple(), n + 1
     return frame
 

@@ -141,11 +141,11 @@ class TrackScore:
         return self.appearance_score if self.appearance_score is not None else 0.0
 
     def hit(self, track_id: int, video: str, start: float, end: float, time: float, thumbnail: str,
-            observation_id: int | None) -> SearchHit:
-        """The track as a hit, shown at `observation_id`."""
+            observation_id: int | None, yaw: float | None = None) -> SearchHit:
+        """The track as a hit, shown at `observation_id` (whose face is turned `yaw` degrees, where it shows one)."""
         return SearchHit(track_id=track_id, video=video, start=start, end=end, time=time, score=float(self.score), thumbnail=thumbnail,
                          tier=self.tier, head_score=self.head_score, observation_id=observation_id, id_score=self.id_score,
-                         appearance_score=self.appearance_score, matched_without_face=self.matched_without_face)
+                         appearance_score=self.appearance_score, matched_without_face=self.matched_without_face, yaw=yaw)
 
 
 def _best(scores: np.ndarray | None, keys: np.ndarray) -> tuple[float | None, int | None]:

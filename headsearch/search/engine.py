@@ -76,7 +76,7 @@ class QueryEngine:
         tier = self.thresholds.tier(score, head_score) if self.thresholds else None
         return SearchHit(track_id=track_id, video=row.path, start=row.start, end=row.end, time=row.time,
                          score=score, thumbnail=str((self.library.root / row.thumbnail).resolve()), tier=tier, head_score=head_score,
-                         observation_id=obs_id, id_score=score)
+                         observation_id=obs_id, id_score=score, yaw=row.yaw)
 
 
 class WholeHeadSearch:
@@ -111,7 +111,8 @@ class WholeHeadSearch:
         return rank_hits(hits, self.engine.ranking)[:k]
 
     def _hit(self, row: HitRow, track_id: int, scored: TrackScore) -> SearchHit:
-        return scored.hit(track_id, row.path, row.start, row.end, row.time, str((self.library.root / row.thumbnail).resolve()), scored.sighting)
+        return scored.hit(track_id, row.path, row.start, row.end, row.time, str((self.library.root / row.thumbnail).resolve()),
+                          scored.sighting, row.yaw)
 
     def _tracks_by(self, reader: LibraryReader, kind: VectorKind, vector: np.ndarray, wanted: int) -> list[int]:
         """The `wanted` tracks whose vectors of one kind are nearest, nearest first."""

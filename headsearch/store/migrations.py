@@ -114,12 +114,19 @@ def _people_curation(conn: sa.Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
+def _face_yaw(conn: sa.Connection) -> None:
+    """Format 7: each sighting with a face records how far it is turned (yaw). Sightings indexed before have none (NULL):
+    their landmarks were not kept; re-indexing a file (or `headsearch reindex`) measures them."""
+    conn.execute(sa.text("ALTER TABLE observations ADD COLUMN IF NOT EXISTS yaw DOUBLE"))
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: Migration(1, "record the library format in the database", _record_format_in_database),
     2: Migration(2, "add the people tables", _add_people_tables),
     3: Migration(3, "times on the files' presentation timeline, failed files remembered, source frame sizes", _presentation_times),
     4: Migration(4, "how each sighting's head was found (face, keypoints, followed)", _how_heads_were_found),
     5: Migration(5, "people's curation: track quality, answers to merge suggestions, reference photos", _people_curation),
+    6: Migration(6, "how far each sighting's face is turned (yaw)", _face_yaw),
 }
 
 

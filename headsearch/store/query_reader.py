@@ -40,8 +40,9 @@ class LibraryReader:
         tracks = {int(r[0]): r[1:] for r in self._rows(
             f"SELECT t.id, v.path, t.start_time, t.end_time, t.thumbnail FROM tracks t JOIN videos v ON v.id = t.video_id "
             f"WHERE t.id {IN_IDS}", sorted({int(tr) for tr, _ in pairs}))}
-        times = dict(self._rows(f"SELECT id, time FROM observations WHERE id {IN_IDS}", sorted({int(o) for _, o in pairs})))
-        return {(tr, o): HitRow(path, start, end, times[o], thumbnail)
+        times = {int(r[0]): (r[1], r[2]) for r in self._rows(f"SELECT id, time, yaw FROM observations WHERE id {IN_IDS}",
+                                                             sorted({int(o) for _, o in pairs}))}
+        return {(tr, o): HitRow(path, start, end, times[o][0], thumbnail, times[o][1])
                 for tr, o in pairs if tr in tracks and o in times for path, start, end, thumbnail in [tracks[tr]]}
 
     def sightings(self, observation_ids: list[int]) -> dict[int, Sighting]:

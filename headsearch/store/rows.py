@@ -134,6 +134,7 @@ class SightingRow:
     face_visible: bool
     face_score: float | None
     found_by: str | None  # "face", "keypoints" or "followed" (HeadSource)
+    yaw: float | None = None  # degrees the face is turned (signed; `headsearch.detection.pose`), where a face was seen (format 7)
 
     @property
     def head_box(self) -> Box:
@@ -192,6 +193,7 @@ class HitRow:
     end: float
     time: float
     thumbnail: str  # path relative to the library folder
+    yaw: float | None = None  # degrees the sighting's face is turned, where it shows one
 
 
 @dataclass(frozen=True)

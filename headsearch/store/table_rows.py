@@ -9,6 +9,7 @@ from dataclasses import asdict
 import numpy as np
 import sqlalchemy as sa
 
+from headsearch.detection.pose import face_yaw
 from headsearch.store.database import GENERATION_SQL
 from headsearch.store.layout import THUMBNAILS
 from headsearch.store.rows import ShotRow, SightingRow, TrackRow, VectorRow, VideoRow
@@ -53,7 +54,7 @@ class FileRows:
                 self.sightings.append(SightingRow(id=next_obs, track_id=track_id, video_id=video_id, frame_index=o.frame_index,
                                                   time=o.time, x1=o.head.x1, y1=o.head.y1, x2=o.head.x2, y2=o.head.y2,
                                                   face_visible=o.face_visible, face_score=o.face.score if o.face else None,
-                                                  found_by=str(o.found_by)))
+                                                  found_by=str(o.found_by), yaw=face_yaw(o.face)))
                 for kind, v in o.embeddings.items():
                     ids_, obs_, trk_, vs_ = vec.setdefault(VectorKind(kind), ([], [], [], []))
                     ids_.append(next_vec)
