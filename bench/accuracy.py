@@ -20,9 +20,11 @@ import numpy as np
 
 from headsearch.basics.errors import HeadsearchError, MediaError, ModelMismatch
 from headsearch.basics.failures import file_failures
+from headsearch.basics.frames import frame_at
 from headsearch.basics.settings import IndexSettings
-from headsearch.detection.crops import HeadCrop
-from headsearch.detection.faces import FaceDetector
+from headsearch.detection.crops import HeadCrop, crop_head
+from headsearch.detection.faces import FaceDetector, detect_heads, head_box_from_face
+from headsearch.detection.pose import yaw_from_landmarks
 from headsearch.embedding.photo_heads import photo_heads, photo_pixels
 from headsearch.evaluation.labels import LabeledFile, LabelSet, read_label_set
 from headsearch.evaluation.metrics import DEFAULT_FARS
@@ -32,7 +34,7 @@ from headsearch.models import DEFAULT_MODEL, Embedder, load_embedder, mean_vecto
 from headsearch.models.registry import find_spec
 from indexer.analysis import analyse_file
 from indexer.compare import main_track
-from schemas.records import MediaKind, ModelInfo, VectorKind
+from schemas.records import Box, FaceDetection, HeadDetection, MediaKind, ModelInfo, VectorKind
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,8 @@ class Sample:
     identity: str
     state: str | None
     vectors: Vectors  # kind -> (dim,) unit vector
-    source: str = "photo"  # "photo" or "video track"
+    source: str = "photo"  # "photo", "video track" or "video frame"
+    yaw: float | None = None  # degrees its face is turned (signed), where it shows a face with landmarks
 
 
 @dataclass
@@ -99,16 +102,16 @@ def embed_photos(files: Sequence[LabeledFile], embedder: Embedder, detector: Fac
         if clock is not None:
             clock[0] += time.perf_counter() - t0
             clock[1] += len(todo)
-        for row, (i, _) in enumerate(todo):
+        for row, (i, crop) in enumerate(todo):
             v = {kind: np.asarray(vs[row], np.float32) for kind, vs in vectors.items()}
             cache.vectors[(key, files[i].path)] = v
-            samples[i] = Sample(files[i].path, files[i].identity, files[i].state, v, "photo")
+            samples[i] = Sample(files[i].path, files[i].identity, files[i].state, v, "photo", crop_yaw(crop))
         todo.clear()
 
     for i, f in enumerate(files):
         hit = cache.vectors.get((key, f.path))
         if isinstance(hit, dict):
-            samples[i] = Sample(f.path, f.identity, f.state, hit, "photo")
+            samples[i] = Sample(f.path, f.identity, f.state, hit, "photo", crop_yaw(photo_crop(f.path, detector, embedder, whole_image, cache)))
             continue
         try:
             todo.append((i, photo_crop(f.path, detector, embedder, whole_image, cache)))
@@ -158,6 +161,69 @@ def embed_videos(files: Sequence[LabeledFile], embedder: Embedder, detector: Fac
     return samples, failed
 
 
+def frame_crop(file: LabeledFile, detector: FaceDetector, settings: IndexSettings, cache: BenchCache) -> HeadCrop:
+    """A labelled head of a video frame as the indexer cuts it: its box, with the face found inside it (the detection
+    whose head box overlaps it most); cached; raises HeadsearchError when the frame shows no face there."""
+    key = (file.path, file.time, file.box)
+    if key not in cache.crops:
+        try:
+            with file_failures(file.path, cache.error_log):
+                rgb = frame_at(file.path, file.time)
+                face = _face_of(file.box, detect_heads(detector, rgb)) or _face_of(file.box, _heads_around(detector, rgb, file.box))
+                if face is None:
+                    raise MediaError(f"{file.path}: no face in the labelled head at {file.time:.3f} s")
+                cache.crops[key] = crop_head(rgb, file.box, face, settings.crop_px)
+        except HeadsearchError as e:
+            cache.crops[key] = e
+        except OSError as e:
+            cache.crops[key] = MediaError(f"{file.path}: cannot read file ({e.strerror or e})")
+    hit = cache.crops[key]
+    if isinstance(hit, HeadsearchError):
+        raise hit
+    return hit
+
+
+FRAME_HEAD_IOU = 0.5  # a detected head is the labelled one from this overlap on
+
+
+def _face_of(box: Box, heads: Sequence[HeadDetection]) -> FaceDetection | None:
+    """The face of the detected head that is the labelled one (None: none overlaps it enough)."""
+    best = max(heads, key=lambda h: h.head.iou(box), default=None)
+    return best.face if best is not None and best.head.iou(box) >= FRAME_HEAD_IOU else None
+
+
+def _heads_around(detector: FaceDetector, rgb: np.ndarray, box: Box) -> list[HeadDetection]:
+    """Heads found in the labelled box and its surroundings alone (a small face the whole frame's pass misses), in
+    frame pixels."""
+    h, w = rgb.shape[:2]
+    x1, y1 = max(0, int(box.x1 - box.width / 2)), max(0, int(box.y1 - box.height / 2))
+    x2, y2 = min(w, int(box.x2 + box.width / 2)), min(h, int(box.y2 + box.height / 2))
+    if x2 - x1 < 2 or y2 - y1 < 2:
+        return []
+    shift = np.array([x1, y1], np.float32)
+    faces = [FaceDetection(f.box.shifted(x1, y1), f.landmarks + shift, f.score) for f in detector.detect(rgb[y1:y2, x1:x2])]
+    return [HeadDetection(head_box_from_face(f), f, f.score) for f in faces]
+
+
+def embed_frames(files: Sequence[LabeledFile], embedder: Embedder, detector: FaceDetector, settings: IndexSettings,
+                 cache: BenchCache, report: Report, batch: int = 32) -> tuple[list[Sample], list[str]]:
+    """Samples of labelled heads in video frames (a query's vectors of each); problems reported one line per row."""
+    samples, failed, crops = [], [], []
+    for f in files:
+        try:
+            crops.append((f, frame_crop(f, detector, settings, cache)))
+        except HeadsearchError as e:
+            failed.append(str(e))
+            report(f"warning: {e}; skipped")
+    for start in range(0, len(crops), batch):
+        part = crops[start : start + batch]
+        vectors = embedder.embed([c for _, c in part])
+        for row, (f, crop) in enumerate(part):
+            v = {kind: np.asarray(vs[row], np.float32) for kind, vs in vectors.items() if np.any(vs[row])}
+            samples.append(Sample(f.path, f.identity, f.state, v, "video frame", crop_yaw(crop)))
+    return samples, failed
+
+
 @dataclass
 class ModelReport:
     """Verification results of one model on one labelled set."""
@@ -167,6 +233,7 @@ class ModelReport:
     error: str | None = None
     n_photos: int = 0
     n_tracks: int = 0
+    n_frames: int = 0  # labelled heads of video frames
     failed: list[str] = field(default_factory=list)  # files that gave no sample
     evaluation: EvaluationReport = field(default_factory=EvaluationReport)
     ms_per_face: float | None = None  # embedder time per photo head crop (batches of up to 32), this machine, this run
@@ -178,22 +245,31 @@ class ModelReport:
     def to_dict(self) -> dict:
         e = self.evaluation
         return {"spec": self.spec, "model": None if self.model is None else self.model.to_dict(), "error": self.error,
-                "samples": e.n_samples, "photos": self.n_photos, "video_tracks": self.n_tracks, "identities": e.n_identities,
+                "samples": e.n_samples, "photos": self.n_photos, "video_tracks": self.n_tracks, "video_frames": self.n_frames,
+                "identities": e.n_identities,
                 "pairs": dict(e.pairs), "protocols": e.protocols_dict(),
                 "hierarchy": {"accuracy": e.hierarchy, "quadruples": e.quadruples, "vectors": str(e.head_kind)},
+                "yaw_bands": {name: band.to_dict() for name, band in e.bands.items()},
                 "problems": list(e.problems), "failed_files": list(self.failed), "ms_per_face": self.ms_per_face}
 
 
 def evaluate_samples(report: ModelReport, samples: Sequence[Sample], fars: Sequence[float] = DEFAULT_FARS) -> ModelReport:
     """Fill `report` with the evaluation of these samples."""
     report.n_photos = sum(s.source == "photo" for s in samples)
-    report.n_tracks = len(samples) - report.n_photos
+    report.n_frames = sum(s.source == "video frame" for s in samples)
+    report.n_tracks = len(samples) - report.n_photos - report.n_frames
     kinds = [VectorKind.ID] + ([VectorKind.HEAD] if samples and all(VectorKind.HEAD in s.vectors for s in samples) else [])
     vectors = {k: np.stack([s.vectors[k] for s in samples]) for k in kinds} if samples else {}
     spec = find_spec(report.model) if report.model is not None else None
     report.evaluation = evaluate(vectors, [s.identity for s in samples], [s.state for s in samples], fars,
-                                 appearance_dims=spec.appearance_dims if spec is not None else 0)
+                                 appearance_dims=spec.appearance_dims if spec is not None else 0,
+                                 yaws=[s.yaw for s in samples])
     return report
+
+
+def crop_yaw(crop: HeadCrop) -> float | None:
+    """Degrees a head crop's face is turned (None without a face's landmarks)."""
+    return yaw_from_landmarks(crop.landmarks) if crop.face_visible and crop.landmarks is not None else None
 
 
 def run_accuracy(files: Sequence[LabeledFile], specs: Sequence[str], *, whole_image: bool = False,
@@ -204,8 +280,9 @@ def run_accuracy(files: Sequence[LabeledFile], specs: Sequence[str], *, whole_im
     settings = settings or IndexSettings()
     detector = FaceDetector.from_settings(settings)
     cache = BenchCache(error_log=error_log)
-    photos = [f for f in files if f.kind == MediaKind.IMAGE]
-    videos = [f for f in files if f.kind == MediaKind.VIDEO]
+    frames = [f for f in files if f.time is not None]
+    photos = [f for f in files if f.kind == MediaKind.IMAGE and f.time is None]
+    videos = [f for f in files if f.kind == MediaKind.VIDEO and f.time is None]
     reports = []
     reported_files: set[str] = set()
 
@@ -225,19 +302,20 @@ def run_accuracy(files: Sequence[LabeledFile], specs: Sequence[str], *, whole_im
             continue
         r.model = embedder.describe()
         if progress:
-            progress(f"{spec}: embedding {len(photos)} photos and {len(videos)} videos")
+            progress(f"{spec}: embedding {len(photos)} photos, {len(videos)} videos and {len(frames)} heads in video frames")
         t0 = time.perf_counter()
         clock = [0.0, 0]
         try:
             photo_samples, failed_photos = embed_photos(photos, embedder, detector, whole_image, cache, report_once, clock=clock)
             video_samples, failed_videos = embed_videos(videos, embedder, detector, settings, cache, report_once)
+            frame_samples, failed_frames = embed_frames(frames, embedder, detector, settings, cache, report_once)
         except Exception as e:  # noqa: BLE001 - one broken model must not stop the others
             r.error = f"failed while embedding ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
             report(f"error: model {spec}: {r.error}")
             continue
-        r.failed = failed_photos + failed_videos
+        r.failed = failed_photos + failed_videos + failed_frames
         r.ms_per_face = 1000.0 * clock[0] / clock[1] if clock[1] else None
-        evaluate_samples(r, photo_samples + video_samples, fars)
+        evaluate_samples(r, photo_samples + video_samples + frame_samples, fars)
         log.info("%s: %d samples in %.1f s", spec, r.evaluation.n_samples, time.perf_counter() - t0)
     return reports
 

@@ -11,6 +11,7 @@ import numpy as np
 from bench.accuracy import AccuracyRun, ModelReport
 from bench.search import SYNTHETIC_PER_CLUSTER, SYNTHETIC_SPREAD, SearchSpeed
 from headsearch.evaluation.metrics import DEFAULT_FARS, PROTOCOL_TITLES, PROTOCOLS, far_key, needed_impostors, roc_points
+from headsearch.evaluation.verification import YAW_BANDS
 
 if TYPE_CHECKING:  # types only: whoever made the run has loaded its module (a report need not load the others)
     from bench.compare import CompareBenchRun
@@ -54,7 +55,8 @@ def _accuracy_counts(r: ModelReport, keys: Sequence[str], fars: Sequence[float])
     counts = "; ".join(f"{p} {e.protocols[p].n_genuine} genuine / {e.protocols[p].n_impostor} impostor" for p in PROTOCOLS if p in e.protocols)
     unmeasurable = sorted({f"VR@{k} needs {needed_impostors(f)}" for p in e.protocols.values() for k, f in zip(keys, fars, strict=True)
                            if not p.vr[k].measurable and p.n_genuine}, key=len)
-    return (f"{r.spec}: {e.n_samples} samples ({r.n_photos} photos, {r.n_tracks} video tracks) of "
+    frames = f", {r.n_frames} heads in video frames" if r.n_frames else ""
+    return (f"{r.spec}: {e.n_samples} samples ({r.n_photos} photos, {r.n_tracks} video tracks{frames}) of "
             f"{_count(e.n_identities, 'identity', 'identities')}; "
             f"pairs R1 {e.pairs.get('R1', 0)}, R2 {e.pairs.get('R2', 0)}, R3 {e.pairs.get('R3', 0)}; {counts or 'no pairs'}; "
             f"hierarchy over {e.quadruples} quadruples ({e.head_kind} vectors)"
@@ -93,8 +95,29 @@ def format_accuracy(reports: Sequence[ModelReport], fars: Sequence[float] = DEFA
     out += [_accuracy_counts(r, keys, fars) for r in reports if not r.error]
     measured = [r for r in reports if not r.error and r.evaluation.protocols]
     if measured:
+        out += _yaw_band_table(measured, keys)
         out += _insightface_table(measured, keys)
     return "\n".join(out)
+
+
+def _yaw_band_table(measured: Sequence[ModelReport], keys: Sequence[str]) -> list[str]:
+    """The identity protocol per yaw band: pairs of a frontal side and a side in the band (none without a known yaw)."""
+    bands = [name for name, _, _ in YAW_BANDS]
+    if not any(r.evaluation.bands for r in measured):
+        return []
+    head = ["model"] + [f"{b}: {cell}" for b in bands for cell in (f"VR@{keys[min(1, len(keys) - 1)]}", "AUC", "genuine/impostor")]
+    rows = [head]
+    for r in measured:
+        row = [r.spec]
+        for b in bands:
+            p = r.evaluation.bands.get(b)
+            if p is None:
+                row += ["n/m"] * 3
+                continue
+            row += [_vr_cell(p.vr[keys[min(1, len(keys) - 1)]]), "n/m" if p.auc is None else f"{p.auc:.4f}", f"{p.n_genuine}/{p.n_impostor}"]
+        rows.append(row)
+    return ["", "identity by yaw band (degrees of yaw from the five landmarks; pairs of a frontal side, under 30, and a side "
+                "in the band, as a frontal photo asks for a turned sighting):"] + format_table(rows, "<" + ">" * (len(head) - 1))
 
 
 def plot_roc(run: AccuracyRun, path: Path) -> Path | None:
@@ -141,7 +164,8 @@ def plot_roc(run: AccuracyRun, path: Path) -> Path | None:
 def accuracy_text(run: AccuracyRun, roc: Path | None = None) -> str:
     """The set, the models' table and notes, the ROC plot written (`roc`) and the calibration."""
     s = run.labels.to_dict()
-    parts = [f"set {run.options.set_csv}: {s['usable']} usable of {s['rows']} rows ({s['photos']} photos, {s['videos']} videos, "
+    frames = f"{s['frames']} heads in video frames, " if s["frames"] else ""
+    parts = [f"set {run.options.set_csv}: {s['usable']} usable of {s['rows']} rows ({s['photos']} photos, {s['videos']} videos, {frames}"
              f"{_count(s['identities'], 'identity', 'identities')})\n" + format_accuracy(run.reports, run.fars)]
     if roc is not None:
         parts.append(f"ROC curves: {roc}")

@@ -1,4 +1,5 @@
-"""Labelled sets: CSV files of `path,identity[,appearance_state]` naming one person per file.
+"""Labelled sets: CSV files of `path,identity[,appearance_state]` naming one person per file, or of labelled heads in
+video frames (`file,time,x1,y1,x2,y2,identity`: the head box at a presentation time, e.g. bench/sets/profiles.csv).
 
 Read by `headsearch bench` (verification accuracy), the dataset builder (labelled photos add
 identities and looks) and scripts. Rows naming several people or nobody in particular are
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.media import media_kind
-from schemas.records import MediaKind
+from schemas.records import Box, MediaKind
 
 # Identity labels made of these words name several people or nobody in particular (LABELS.csv:
 # bbt_cast_group, friends_cast_6, crowd_unknown, goldeneye_actors, none_clear, "audience").
@@ -32,6 +33,8 @@ class LabeledFile:
     identity: str
     state: str | None
     line: int
+    time: float | None = None  # a head in a video frame: its presentation time (seconds)...
+    box: Box | None = None  # ...and its head box in the file's pixels
 
     @property
     def kind(self) -> MediaKind:
@@ -57,7 +60,8 @@ class LabelSet:
     def to_dict(self) -> dict:
         return {"csv": str(self.csv_path), "rows": self.rows, "usable": len(self.files),
                 "photos": sum(f.kind == MediaKind.IMAGE for f in self.files),
-                "videos": sum(f.kind == MediaKind.VIDEO for f in self.files),
+                "videos": sum(f.kind == MediaKind.VIDEO and f.time is None for f in self.files),
+                "frames": sum(f.time is not None for f in self.files),
                 "identities": len({f.identity for f in self.files}), "skipped": dict(self.skipped)}
 
 
@@ -89,6 +93,8 @@ def read_label_set(csv_path: Path, root: Path | None = None) -> LabelSet:
         raise HeadsearchError(f"{csv_path}: not a labelled set (not UTF-8 text)") from e
     reader = csv.DictReader(text.splitlines())
     columns = {c.strip().lower(): c for c in (reader.fieldnames or []) if c}
+    if "path" not in columns and "file" in columns:  # a set of heads in video frames names its files `file`
+        columns["path"] = columns["file"]
     missing = [c for c in COLUMNS[:2] if c not in columns]
     if missing:
         raise HeadsearchError(f"{csv_path}: not a labelled set (columns path,identity[,appearance_state] expected; "
@@ -115,7 +121,13 @@ def read_label_set(csv_path: Path, root: Path | None = None) -> LabelSet:
             source = get(row, "source")
             path = (base / source / path) if source else (base / path)
         state = get(row, "appearance_state") or None
-        files.append(LabeledFile(path, get(row, "identity"), state, reader.line_num))
+        try:
+            at = float(get(row, "time")) if get(row, "time") else None
+            box = Box(*(float(get(row, k)) for k in ("x1", "y1", "x2", "y2"))) if at is not None else None
+        except ValueError:
+            skipped["with an unreadable time or box"] += 1
+            continue
+        files.append(LabeledFile(path, get(row, "identity"), state, reader.line_num, at, box))
     return LabelSet(csv_path, rows, files, skipped)
 
 

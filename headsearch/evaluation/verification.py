@@ -38,6 +38,9 @@ class EvaluationReport:
     quadruples: int = 0
     problems: list[str] = field(default_factory=list)  # what cannot be measured, one line each
     scores: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)  # protocol -> (genuine, impostor)
+    # The identity protocol by yaw band (band name -> report): the pairs of a frontal side and a side turned that far
+    # (degrees of yaw from the five landmarks; samples without a known yaw are in no band).
+    bands: dict[str, ProtocolReport] = field(default_factory=dict)
 
     @property
     def measured(self) -> bool:
@@ -65,6 +68,9 @@ class EvaluationReport:
         return out
 
 
+YAW_BANDS = (("0-30", 0.0, 30.0), ("30-60", 30.0, 60.0), ("60+", 60.0, 360.0))  # |yaw| from <= |yaw| < to
+
+
 def cosine_matrix(vectors: np.ndarray) -> np.ndarray:
     """Cosine similarities of the rows (float64; rows are normalised first)."""
     v = np.asarray(vectors, dtype=np.float64)
@@ -73,7 +79,7 @@ def cosine_matrix(vectors: np.ndarray) -> np.ndarray:
 
 
 def evaluate(vectors: dict[VectorKind, np.ndarray], identities: Sequence[str], states: Sequence[str | None],
-             fars: Sequence[float] = DEFAULT_FARS, appearance_dims: int = 0) -> EvaluationReport:
+             fars: Sequence[float] = DEFAULT_FARS, appearance_dims: int = 0, yaws: Sequence[float | None] | None = None) -> EvaluationReport:
     """Both protocols (head similarity on head vectors when given, identity on id vectors), pair counts
     and hierarchy accuracy of labelled vectors, one row per sample. Head vectors are compared as the search
     compares them (`headsearch.models.scoring`: a sample without a face on its appearance part alone).
@@ -81,7 +87,9 @@ def evaluate(vectors: dict[VectorKind, np.ndarray], identities: Sequence[str], s
     Besides the two protocols' scores, `scores` keeps what calibrating a head model needs: head vectors on
     the identity protocol (`head_identity`), same look against other look of the same person (`looks`: R1
     vs R2), and, for a model with an appearance part, that part alone on same look against other people
-    (`appearance`: R1 vs R3)."""
+    (`appearance`: R1 vs R3).
+    With `yaws` (each sample's face turn in degrees, None where unknown), the identity protocol is also reported per
+    yaw band (`bands`)."""
     report = EvaluationReport(n_samples=len(identities), n_identities=len(set(identities)))
     report.pairs = relation_counts(identities, states)
     if len(identities) < 2:
@@ -97,6 +105,8 @@ def evaluate(vectors: dict[VectorKind, np.ndarray], identities: Sequence[str], s
         sim = sims[report.head_kind if protocol == "head" else VectorKind.ID]
         report.protocols[protocol] = evaluate_protocol(sim, i, j, relation, protocol, fars)
         report.scores[protocol] = protocol_scores(sim, i, j, relation, protocol)
+    if yaws is not None:
+        report.bands = yaw_bands(sims[VectorKind.ID], yaws, i, j, relation, fars)
     head = sims[report.head_kind][i, j]
     report.scores["looks"] = (head[relation == R1], head[relation == R2])
     if report.head_kind == VectorKind.HEAD:
@@ -120,3 +130,19 @@ def evaluate(vectors: dict[VectorKind, np.ndarray], identities: Sequence[str], s
         report.problems.append("hierarchy accuracy: no (R1, R2, R3) triple around any sample "
                                "(needs an identity with two samples in one state and one in another, plus other people)")
     return report
+
+
+def yaw_bands(sim: np.ndarray, yaws: Sequence[float | None], i: np.ndarray, j: np.ndarray, relation: np.ndarray,
+              fars: Sequence[float] = DEFAULT_FARS) -> dict[str, ProtocolReport]:
+    """The identity protocol per yaw band (`YAW_BANDS`), across a turn as a frontal photo asks for a turned sighting:
+    the pairs of a frontal side (in the first band) and a side in the band; pairs with a side of unknown yaw, and
+    pairs of two turned sides (most of them near-copies of one track's frames), in none."""
+    known = np.array([y is not None for y in yaws], bool)
+    turn = np.array([abs(y) if y is not None else np.nan for y in yaws], np.float64)
+    pair_turn = np.fmax(turn[i], turn[j])
+    both = known[i] & known[j] & (np.fmin(turn[i], turn[j]) < YAW_BANDS[0][2])
+    out = {}
+    for name, lo, hi in YAW_BANDS:
+        m = both & (pair_turn >= lo) & (pair_turn < hi)
+        out[name] = evaluate_protocol(sim, i[m], j[m], relation[m], "identity", fars)
+    return out
