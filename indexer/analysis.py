@@ -92,6 +92,7 @@ class _Analysis:
         if self.keep_crops:
             obs.crop_jpeg = encode_jpeg(crop.image, CROP_JPEG_QUALITY)
         if not (crop.face_visible or self.embedder.sees_whole_head):
+            self._keep_thumbnail(track, position, crop)  # a track kept on keypoint evidence still shows a picture
             return
         pending = _Pending(track, position, crop)
         if self.every_s <= 0:
@@ -123,17 +124,20 @@ class _Analysis:
         t0 = time.perf_counter()
         vectors = self.embedder.embed([p.crop for p in self.pending])
         self.embedded += len(self.pending)
-        px = self.settings.thumbnail_px
         for i, p in enumerate(self.pending):
             obs = p.track.observations[p.position]
             obs.embeddings = {kind: v[i] for kind, v in vectors.items() if v[i].any()}  # a model gives no identity without a face
-            best = p.track.observations[p.track.best_index]
-            if p.track.thumbnail is None or _quality(obs) > _quality(best):
-                # Kept as a small JPEG: a long video holds thousands of tracks until it commits.
-                p.track.best_index = p.position
-                p.track.thumbnail = encode_jpeg(cv2.resize(picture_of(p.crop), (px, px), interpolation=cv2.INTER_AREA))
+            self._keep_thumbnail(p.track, p.position, p.crop)
         self.pending = []
         self.clock.add("embed", t0)
+
+    def _keep_thumbnail(self, track: HeadTrack, position: int, crop: HeadCrop) -> None:
+        """The track's best sighting so far (`_quality`) becomes its thumbnail, kept as a small JPEG: a long video holds
+        thousands of tracks until it commits."""
+        if track.thumbnail is None or _quality(track.observations[position]) > _quality(track.observations[track.best_index]):
+            px = self.settings.thumbnail_px
+            track.best_index = position
+            track.thumbnail = encode_jpeg(cv2.resize(picture_of(crop), (px, px), interpolation=cv2.INTER_AREA))
 
 
 def _quality(obs: Observation) -> float:
