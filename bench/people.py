@@ -15,7 +15,6 @@ so what the gates and the listing leave out lowers recall.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 from collections import Counter
@@ -24,6 +23,7 @@ from math import comb
 from pathlib import Path
 
 from headsearch.basics.files import write_json_atomic
+from headsearch.basics.json_text import json_text
 from headsearch.evaluation.labels import read_label_set
 from headsearch.evaluation.thresholds import THRESHOLDS_FILE
 from headsearch.people.listing import list_people
@@ -166,7 +166,7 @@ def main() -> None:
     args = parser.parse_args()
     sweep_values = tuple(float(x) for x in args.sweep.split(",")) if args.sweep else ()
     run = bench_people(PeopleOptions(args.library, tuple(args.sets), sweep_values))
-    print(json.dumps(run.rows, indent=2))
+    print(json_text(run.rows))
     print(people_text(run))
 
 

@@ -7,7 +7,6 @@ one more `@bench.command()` function.
 """
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ import click
 
 from cli.options import EXIT_PARTIAL, FiniteFloat, library_option, library_path
 from headsearch.basics.errors import HeadsearchError
+from headsearch.basics.json_text import json_text
 from headsearch.basics.settings import IndexSettings
 
 OLD_SPEED_FLAG = "--speed"
@@ -100,7 +100,7 @@ def _warn(line: str) -> None:
 
 
 def _show(data: Any, text: str, as_json: bool) -> None:
-    click.echo(json.dumps(data, indent=2) if as_json else text)
+    click.echo(json_text(data) if as_json else text)
 
 
 @bench.command()

@@ -1,7 +1,6 @@
 """`headsearch compare`: is it still the same person, in the same look? (thin: options, output, exit statuses)."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -9,6 +8,7 @@ import click
 
 from cli.options import FiniteFloat, library_option, model_option, progress_option, show_progress
 from headsearch.basics.errors import HeadsearchError
+from headsearch.basics.json_text import json_text
 
 EXIT_GATE = 1  # --fail-under: a video's same-person share fell below it
 EXIT_SOME_FAILED = 2  # some videos could not be compared (the others were); also click's usage errors
@@ -128,7 +128,7 @@ def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, pers
     done, failed = _run(session, [Path(v) for v in videos], as_json)
     if as_json:
         out = [c.to_dict(frames=not no_frames) for c in done] + [{"video": v, "error": e} for v, e in failed]
-        click.echo(json.dumps(out, indent=2))
+        click.echo(json_text(out))
     elif len(done) > 1:
         click.echo("")
         for line in table_lines(done):

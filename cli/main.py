@@ -4,7 +4,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
-import json
 import logging
 import os
 import signal
@@ -31,6 +30,7 @@ from cli.options import (
     show_progress,
 )
 from headsearch.basics.errors import HeadsearchError, is_disk_full
+from headsearch.basics.json_text import json_text
 from headsearch.basics.settings import IndexSettings
 from headsearch.basics.text import counted, printable
 
@@ -390,7 +390,7 @@ def _say_answer(results, confidence, as_json: bool, all_heads: bool, per_video: 
     from headsearch.search.hits import no_match_line, results_json, results_text
 
     if as_json:
-        click.echo(json.dumps(results_json(results, all_heads, per_video), indent=2))
+        click.echo(json_text(results_json(results, all_heads, per_video)))
         for r in results:
             if not r.hits:
                 click.echo(no_match_line(r, confidence), err=True)
@@ -424,7 +424,7 @@ def stats(library: Path | None, as_json: bool) -> None:
 
     s = Library.open(library_path(library)).stats()
     if as_json:
-        click.echo(json.dumps(asdict(s), indent=2))
+        click.echo(json_text(asdict(s)))
         return
     m = s.model
     click.echo(f"library   {s.library}\nmodel     {m['name']} ({m['version']}, {m['dim']}-d, {'+'.join(m['kinds'])})")
@@ -455,7 +455,7 @@ def list_files(library: Path | None, as_json: bool, states: tuple[str, ...], tra
         return
     rows = [r for r in file_states(Library.open(library_path(library))) if not states or r.state.split(",")[0] in states]
     if as_json:
-        click.echo(json.dumps([r.to_dict() for r in rows], indent=2))
+        click.echo(json_text([r.to_dict() for r in rows]))
         return
     for r in rows:
         what = r.error if r.error else ("photo" if r.kind == "image" else f"video {format_time(r.duration)}")
@@ -473,7 +473,7 @@ def _list_tracks(library, as_json: bool) -> None:
     with library.browsing() as b:
         summaries = b.track_summaries()
     if as_json:
-        click.echo(json.dumps([s.to_dict() for s in summaries], indent=2))
+        click.echo(json_text([s.to_dict() for s in summaries]))
         return
     for s in summaries:
         found = ", ".join(f"{n} {how}" for how, n in s.found_by.items() if n)
@@ -490,7 +490,7 @@ def models(as_json: bool) -> None:
 
     specs = model_specs()
     if as_json:
-        click.echo(json.dumps([s.to_dict() for s in specs], indent=2))
+        click.echo(json_text([s.to_dict() for s in specs]))
         return
     for s in specs:
         name = f"{s.name} (default)" if s.name == DEFAULT_MODEL else s.name

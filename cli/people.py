@@ -1,13 +1,13 @@
 """`headsearch people`: who is in the library, and the corrections a user makes to it."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from cli.exporting import export_options_no_file
 from cli.options import library_option, library_path
+from headsearch.basics.json_text import json_text
 from headsearch.basics.text import counted, printable
 
 
@@ -53,7 +53,7 @@ def people(ctx: click.Context, library: Path | None, as_json: bool, include_hidd
         _echo_err(f"note: {lib.root} cannot be written here ({reason}): the people as last grouped, new tracks not grouped")
     found = list_people(lib, include_hidden=include_hidden, include_unlisted=unlisted)
     if as_json:
-        click.echo(json.dumps([p.to_dict() for p in found], indent=2))
+        click.echo(json_text([p.to_dict() for p in found]))
         return
     if not found:
         click.echo("no people listed yet (a person is listed from two good tracks; `headsearch people inbox` shows the rest)")
@@ -169,7 +169,7 @@ def inbox_command(ctx: click.Context, as_json: bool, library: Path | None) -> No
 
     waiting = inbox(_library(ctx, library))
     if as_json:
-        click.echo(json.dumps([t.to_dict() for t in waiting], indent=2))
+        click.echo(json_text([t.to_dict() for t in waiting]))
         return
     if not waiting:
         click.echo("the inbox is empty")
@@ -191,7 +191,7 @@ def suggestions_command(ctx: click.Context, as_json: bool, library: Path | None)
     lib = _library(ctx, library)
     found = merge_suggestions(lib)
     if as_json:
-        click.echo(json.dumps([s.to_dict() for s in found], indent=2))
+        click.echo(json_text([s.to_dict() for s in found]))
         return
     if not found:
         click.echo("no suggestions")
@@ -257,8 +257,8 @@ def photos_command(ctx: click.Context, person_id: int, as_json: bool, library: P
     find_person(lib, person_id)
     rows = reference_photos(lib, person_id)
     if as_json:
-        click.echo(json.dumps([{"id": r.id, "path": r.path, "crop": str(lib.root / r.crop), "face_visible": r.face_visible,
-                                "model": r.model, "added_at": r.added_at} for r in rows], indent=2))
+        click.echo(json_text([{"id": r.id, "path": r.path, "crop": str(lib.root / r.crop), "face_visible": r.face_visible,
+                               "model": r.model, "added_at": r.added_at} for r in rows]))
         return
     if not rows:
         click.echo(f"person {person_id} has no reference photos (`headsearch people add-photo {person_id} PHOTO`)")
@@ -353,7 +353,7 @@ def screen_time_command(ctx: click.Context, person: str | None, as_json: bool, a
         _echo_err(f"contact sheet: {contact_sheet(lib, times, sheet)}")
     rows = [t.to_dict() for t in times]
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json_text(rows))
     elif as_csv:
         buf = io.StringIO()
         fields = ["person_id", "person", "video", "seconds", "share", "appearances", "first", "last"]

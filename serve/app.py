@@ -24,6 +24,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from headsearch.basics.errors import HeadsearchError, LibraryError, MediaError, NoHeadFound
+from headsearch.basics.json_text import json_text
 from headsearch.basics.settings import MediaLimits
 from headsearch.basics.text import counted
 from headsearch.basics.timeline import format_time, seek_text
@@ -47,6 +48,13 @@ log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
 MAX_ID = 2**63 - 1  # DuckDB's BIGINT, the type of every id
+
+
+class JsonAnswer(JSONResponse):
+    """A JSON answer in the CLI's JSON (`headsearch.basics.json_text`: numpy values included), compact."""
+
+    def render(self, content: object) -> bytes:
+        return json_text(content, None, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
 
 
 def parse_id(raw: str) -> int | None:
@@ -99,7 +107,7 @@ def _wants_json(request: Request) -> bool:
 
 def _page(request: Request, template: str, data: dict, status: int = 200) -> Response:
     if _wants_json(request):
-        return JSONResponse(data, status_code=status)
+        return JsonAnswer(data, status_code=status)
     return templates.TemplateResponse(request, template, {"data": data, "token_needed": request.app.state.token is not None,
                                                           "csrf": csrf_token(request), "csrf_field": CSRF_FIELD}, status_code=status)
 
@@ -161,7 +169,7 @@ async def search(request: Request) -> Response:
     if _wants_json(request):
         from headsearch.search.hits import results_json
 
-        return JSONResponse(results_json(answer.results, all_heads))
+        return JsonAnswer(results_json(answer.results, all_heads))
     page = await run_in_threadpool(site.query_page, answer, all_heads, name)
     return _page(request, "search.html", {**page, "k": k, "all": all_heads, "whole_image": whole_image, "show_weak": show_weak,
                                           "photo": name})
@@ -189,7 +197,7 @@ async def compare(request: Request) -> Response:
             video_id = None
         page, twin = await run_in_threadpool(_site(request).compare, sent.photo.path, sent.photo.name, video_id, sent.clip, sent.clip_name)
     if _wants_json(request):
-        return JSONResponse(twin)
+        return JsonAnswer(twin)
     return _page(request, "compare.html", page)
 
 
@@ -207,7 +215,7 @@ async def person_export(request: Request) -> Response:
     site = _site(request)
     moments, name = await run_in_threadpool(site.person_moments_export, request.path_params["person_id"])
     if _wants_json(request):
-        return JSONResponse({"person": name, "moments": [moment_dict(m) for m in moments], "exports": site.export_links(
+        return JsonAnswer({"person": name, "moments": [moment_dict(m) for m in moments], "exports": site.export_links(
             f"/people/{request.path_params['person_id']}/export", moments)})
     data, filename = await run_in_threadpool(site.export_file, moments, "." + request.path_params["fmt"], name)
     return _download(data, filename)
@@ -220,7 +228,7 @@ async def search_export(request: Request) -> Response:
     site = _site(request)
     moments = site.kept(request.path_params["key"])
     if _wants_json(request):
-        return JSONResponse({"moments": [moment_dict(m) for m in moments]})
+        return JsonAnswer({"moments": [moment_dict(m) for m in moments]})
     data, filename = await run_in_threadpool(site.export_file, moments, "." + request.path_params["fmt"], moments[0].group if moments else "search")
     return _download(data, filename)
 
@@ -295,7 +303,7 @@ async def _form(request: Request) -> dict:
 
 def _done(request: Request, back: str, result: dict) -> Response:
     if _wants_json(request):
-        return JSONResponse({"ok": True, **result})
+        return JsonAnswer({"ok": True, **result})
     return RedirectResponse(back, status_code=303)
 
 
@@ -415,13 +423,13 @@ async def favicon(request: Request) -> Response:
 
 async def csrf(request: Request) -> Response:
     """GET /api/csrf: the session's token for scripts (the cookie comes with it), and where to put it."""
-    return JSONResponse({"token": csrf_token(request), "header": CSRF_HEADER, "field": CSRF_FIELD})
+    return JsonAnswer({"token": csrf_token(request), "header": CSRF_HEADER, "field": CSRF_FIELD})
 
 
 # ----- errors --------------------------------------------------------------------------------------
 def _error(request: Request, status: int, message: str) -> Response:
     if _wants_json(request) or request.url.path.startswith(("/media/", "/thumbnails/", "/frames/", "/static/")):
-        return JSONResponse({"error": message}, status_code=status)
+        return JsonAnswer({"error": message}, status_code=status)
     return templates.TemplateResponse(request, "error.html", {"data": {"error": message, "status": status}, "token_needed": False},
                                       status_code=status)
 

@@ -22,7 +22,7 @@ import av
 import numpy as np
 import pytest
 import upload_memory  # noqa: E402 - tests/upload_memory.py, which runs the issue's 50 uploads on its own
-from conftest import EXAMPLES, HAMILTON, RETALKING, http_answer, library_db, needs_data, pixel_copy, query_json, run, serving, upload_head
+from conftest import DATA, EXAMPLES, HAMILTON, RETALKING, http_answer, library_db, needs_data, pixel_copy, query_json, run, serving, upload_head
 from starlette.testclient import TestClient
 
 from headsearch.basics.media import fingerprint
@@ -604,6 +604,10 @@ def test_compare_page_and_its_twin_answer_as_the_cli(client, library, tmp_path):
     other = client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg"),
                                                "clip": ("1.mp4", clip.read_bytes(), "video/mp4")})
     assert other.status_code == 200 and other.json()["verdict"] == "other_person" and other.json()["video"] == "1.mp4"
+    five = DATA / "face-api.js" / "test" / "media" / "video.mp4"  # 5 frames, heads by keypoints: numpy values in its JSON
+    short = client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg"),
+                                               "clip": ("video.mp4", five.read_bytes(), "video/mp4")})
+    assert short.status_code == 200 and short.json()["frames"][0]["box"] is not None, short.text
     r = client.post("/api/compare", files={"clip": ("1.mp4", b"\0" * 100, "video/mp4")})
     assert r.status_code == 400 and "reference photo" in r.json()["error"]
     r = client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg")})

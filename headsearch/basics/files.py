@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from headsearch.basics.json_text import json_text
 
 
 def atomic_write(path: Path, write: Callable[[Path], None], fsync: bool = True) -> None:
@@ -38,7 +39,7 @@ def write_bytes_atomic(path: Path, data: bytes, fsync: bool = True) -> None:
 
 def write_json_atomic(path: Path, data: object, indent: int | None = 2) -> None:
     """Write JSON atomically."""
-    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(data, indent=indent) + "\n", encoding="utf-8"))
+    atomic_write(path, lambda tmp: tmp.write_text(json_text(data, indent) + "\n", encoding="utf-8"))
 
 
 def model_cache_dir() -> Path:

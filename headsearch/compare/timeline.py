@@ -80,7 +80,7 @@ class Frame:
 
     def to_dict(self) -> dict:
         return {"time": round(self.time, 3), "tier": self.tier, "identity": _round(self.identity), "head": _round(self.head),
-                "face": self.face, "box": None if self.box is None else [round(v, 1) for v in self.box], "track": self.track,
+                "face": self.face, "box": None if self.box is None else [round(float(v), 1) for v in self.box], "track": self.track,
                 "carried": self.carried, "heads": self.heads, "shot": self.shot, "frame": self.index,
                 "yaw": None if self.yaw is None else round(self.yaw, 1)}
 
