@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import csv
 import io
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
+from xml.sax.saxutils import escape as xml_escape
 
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.extras import missing
 from headsearch.basics.files import write_bytes_atomic
+from headsearch.basics.text import printable
 from headsearch.basics.timeline import Timing, probe_timing
 
 EXPORT_EXTRA = ("opentimelineio",)
@@ -236,11 +239,57 @@ def _adapter_bytes(suffix: str, tl, grid: dict[str, Timing]) -> bytes:
     options = {}
     if suffix == ".edl":
         options["rate"] = float(rates[0])  # an EDL has one rate: other files' frames are converted to it (nearest)
+        tl = _one_track(otio, tl)
     if suffix == ".fcpxml":
         table = otio.adapters.from_name(adapter).module().FRAMERATE_FRAMEDURATION
         for r in rates:  # the adapter knows 29.97 as 29.97, not 30000/1001: tell it each file's exact frame duration
             table.setdefault(float(r), f"{r.denominator}/{r.numerator}s")
-    return otio.adapters.write_to_string(tl, adapter, **options).encode("utf-8")
+    names = _printable_names(tl, tokens=suffix == ".fcpxml") if suffix != ".otio" else {}
+    text = otio.adapters.write_to_string(tl, adapter, **options)
+    for token, name in names.items():
+        text = text.replace(token, xml_escape(name, {'"': "&quot;", "'": "&apos;"}))
+    return text.encode("utf-8")
+
+
+def _one_track(otio, tl):
+    """The timeline with its tracks one after another on one track, as an EDL holds one: each clip keeps its name, the
+    group's (a person, a query head) and its rank."""
+    if len(tl.tracks) <= 1:
+        return tl
+    one = otio.schema.Track(name=tl.name, kind=otio.schema.TrackKind.Video)
+    for track in tl.tracks:
+        for clip in track:
+            one.append(clip.deepcopy())
+    joined = otio.schema.Timeline(name=tl.name)
+    joined.tracks.append(one)
+    return joined
+
+
+def _printable_names(tl, tokens: bool) -> dict[str, str]:
+    """Every name, comment and metadata text of the timeline made printable for a text format (control characters
+    escaped, `headsearch.basics.text.printable`: XML cannot hold them, and a newline in an EDL's comment line would
+    start a line, an event, of its own). With `tokens`, each name is also swapped for a token, returned with the name
+    it stands for, which the caller puts back escaped into the written text: the FCPXML adapter finds its elements
+    again by XPath built from their names, which a quote in a file name breaks."""
+    token_of: dict[str, str] = {}
+    stamp = uuid.uuid4().hex
+
+    def named(text: str) -> str:
+        text = printable(text)
+        if not tokens:
+            return text
+        return token_of.setdefault(text, f"hs{stamp}n{len(token_of)}")  # one name, one token: the adapter matches names
+
+    clips = list(tl.find_clips())
+    markers = [m for c in clips for m in c.markers]
+    for item in (tl, *tl.tracks, *clips, *markers):
+        item.name = named(item.name)
+        fields = item.metadata.get("headsearch")
+        if fields is not None:
+            item.metadata["headsearch"] = {k: printable(v) if isinstance(v, str) else v for k, v in fields.items()}
+    for marker in markers:
+        marker.comment = printable(marker.comment)
+    return {token: text for text, token in token_of.items()}
 
 
 # ----- WebVTT and CSV ------------------------------------------------------------------------------
@@ -262,7 +311,7 @@ def vtt(moments: Sequence[Moment], shots: dict[str, list[tuple[float, float]]], 
                 lines += [f"shot-{i}", f"{vtt_time(a)} --> {vtt_time(b)}", f"Shot {i}" + ("" if len(shots) == 1 else f" of {Path(video).name}"), ""]
         return "\n".join(lines).encode("utf-8")
     for n, m in enumerate(sorted(moments, key=lambda m: (m.start, m.group)), 1):
-        label = m.group.replace("-->", "->")
+        label = printable(m.group).replace("-->", "->")  # one line: a newline would end the cue (a blank one, start another)
         tier = f" ({TIER_WORDS[m.tier]})" if m.tier in ("same_look", "other_look") else ""
         lines += [f"{n}", f"{vtt_time(m.start)} --> {vtt_time(max(m.end, m.start + 0.001))}", f"{label}{tier}", ""]
     return "\n".join(lines).encode("utf-8")
@@ -279,11 +328,22 @@ def csv_rows(items: Sequence[Placed]) -> bytes:
     w.writeheader()
     for p in items:
         m, t = p.moment, p.timing
-        w.writerow({"person": m.group, "rank": m.rank, "video": m.video, "start": round(m.start, 3), "end": round(m.end, 3),
+        w.writerow({"person": cell_text(m.group), "rank": m.rank, "video": cell_text(m.video), "start": round(m.start, 3), "end": round(m.end, 3),
                     "rate": _rate_text(t.rate), "first_frame": p.first, "last_frame": p.last, "source_in": timecode(p.first, t),
                     "source_out": timecode(p.last, t), "tier": m.tier or "", "score": "" if m.score is None else round(m.score, 4),
                     "track_id": "" if m.track_id is None else m.track_id})
     return buf.getvalue().encode("utf-8")
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet reads as a formula at a cell's start
+
+
+def cell_text(text: str) -> str:
+    """Text for a CSV cell that a spreadsheet shows as text, on one line: control characters escaped (`printable`), and
+    one that would start a formula gets a leading apostrophe (OWASP's advice for CSV injection), as a person or photo
+    named `=HYPERLINK(...)` would."""
+    text = printable(text)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
 def timecode(frames: int, t: Timing) -> str:
