@@ -11,16 +11,32 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    TypeDecorator,
 )
 
+from schemas.file_names import disk_path, stored_path
+
 metadata = MetaData()
+
+class FilePath(TypeDecorator):
+    """A column of file names: any name the filesystem allows, stored as `stored_path` says and read back exactly."""
+
+    impl = String
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        return None if value is None else stored_path(value)
+
+    def process_result_value(self, value, dialect):
+        return None if value is None else disk_path(value)
+
 
 # One row per indexed file (a video, or a still image indexed as a one-frame item).
 videos = Table(
     "videos",
     metadata,
     Column("id", BigInteger, primary_key=True, autoincrement=False),
-    Column("path", String, nullable=False, unique=True),
+    Column("path", FilePath, nullable=False, unique=True),
     Column("kind", String, nullable=False),  # "video" or "image"
     Column("fingerprint", String, nullable=False),
     Column("size", BigInteger, nullable=False),
@@ -103,7 +119,7 @@ vectors = Table(
 failed_files = Table(
     "failed_files",
     metadata,
-    Column("path", String, primary_key=True),
+    Column("path", FilePath, primary_key=True),
     Column("fingerprint", String, nullable=False),  # "" when the file could not even be read
     Column("size", BigInteger, nullable=False),
     Column("mtime", Double, nullable=False),
@@ -141,7 +157,7 @@ person_tracks = Table(
     metadata,
     Column("track_id", BigInteger, primary_key=True, autoincrement=False),
     Column("person_id", BigInteger, nullable=False, index=True),
-    Column("video_path", String, nullable=False),
+    Column("video_path", FilePath, nullable=False),
     Column("time", Double, nullable=False),
     Column("x1", Double, nullable=False),
     Column("y1", Double, nullable=False),
@@ -159,7 +175,7 @@ person_feedback = Table(
     Column("person_id", BigInteger, nullable=False),
     Column("verdict", String, nullable=False),  # "is" or "not"
     Column("track_id", BigInteger, nullable=False),
-    Column("video_path", String, nullable=False),
+    Column("video_path", FilePath, nullable=False),
     Column("time", Double, nullable=False),
     Column("x1", Double, nullable=False),
     Column("y1", Double, nullable=False),
@@ -200,7 +216,7 @@ person_photos = Table(
     metadata,
     Column("id", BigInteger, primary_key=True, autoincrement=False),
     Column("person_id", BigInteger, nullable=False, index=True),
-    Column("path", String, nullable=False),  # the photo as the user named it
+    Column("path", FilePath, nullable=False),  # the photo as the user named it
     Column("fingerprint", String, nullable=False),
     Column("crop", String, nullable=False),  # the head crop, relative to the library folder
     Column("model", String, nullable=False),  # name and version of the model that made the vectors

@@ -26,7 +26,7 @@ from starlette.templating import Jinja2Templates
 from headsearch.basics.errors import HeadsearchError, LibraryError, MediaError, NoHeadFound
 from headsearch.basics.json_text import json_text
 from headsearch.basics.settings import MediaLimits
-from headsearch.basics.text import counted
+from headsearch.basics.text import counted, shown_bytes
 from headsearch.basics.timeline import format_time, seek_text
 from headsearch.people.persons import (
     PersonNotFound,
@@ -54,7 +54,9 @@ class JsonAnswer(JSONResponse):
     """A JSON answer in the CLI's JSON (`headsearch.basics.json_text`: numpy values included), compact."""
 
     def render(self, content: object) -> bytes:
-        return json_text(content, None, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+        # A file name's byte that is not UTF-8 (a lone surrogate) goes out as JSON's own escape of it, "\udce9", as --json gives it.
+        text = json_text(content, None, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode("utf-8", "backslashreplace")
 
 
 def parse_id(raw: str) -> int | None:
@@ -94,6 +96,7 @@ templates.env.filters["hms"] = hms
 templates.env.filters["counted"] = counted
 templates.env.filters["seek"] = seek_text
 templates.env.filters["basename"] = lambda p: Path(str(p)).name
+templates.env.finalize = lambda value: shown_bytes(value) if isinstance(value, str) else value
 
 
 # ----- helpers -------------------------------------------------------------------------------------

@@ -12,6 +12,12 @@ def printable(text: object) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)
 
 
+def shown_bytes(text: str) -> str:
+    """`text` with each byte of a file name that is not UTF-8 (Python's lone surrogate, "\udce9") written as that escape,
+    so that a page can be sent as UTF-8; other text unchanged."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8") if not text.isascii() else text
+
+
 IRREGULAR = {"person": "people", "match": "matches"}
 
 

@@ -22,7 +22,7 @@ from xml.sax.saxutils import escape as xml_escape
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.extras import missing
 from headsearch.basics.files import write_bytes_atomic
-from headsearch.basics.text import printable
+from headsearch.basics.text import printable, shown_bytes
 from headsearch.basics.timeline import Timing, probe_timing
 
 EXPORT_EXTRA = ("opentimelineio",)
@@ -193,7 +193,9 @@ def _reference(otio, video: str, t: Timing):
 
 
 def _metadata(m: Moment) -> dict:
-    return {"headsearch": {"video": m.video, "start": round(m.start, 3), "end": round(m.end, 3), "person": m.group, "tier": m.tier,
+    """A moment's fields as a timeline item keeps them (OpenTimelineIO's text cannot hold a file name's bytes that are
+    not UTF-8: they are written as escapes, `shown_bytes`)."""
+    return {"headsearch": {"video": shown_bytes(m.video), "start": round(m.start, 3), "end": round(m.end, 3), "person": shown_bytes(m.group), "tier": m.tier,
                            "score": None if m.score is None else round(m.score, 4), "track_id": m.track_id, "rank": m.rank}}
 
 
@@ -206,10 +208,10 @@ def timeline(moments: Sequence[Moment], grid: dict[str, Timing], options: Export
         track = otio.schema.Track(name="sources", kind=otio.schema.TrackKind.Video)
         for video, t in grid.items():
             ref = _reference(otio, video, t)
-            clip = otio.schema.Clip(name=Path(video).name, media_reference=ref, source_range=ref.available_range)
+            clip = otio.schema.Clip(name=shown_bytes(Path(video).name), media_reference=ref, source_range=ref.available_range)
             for p in placed([m for m in moments if m.video == video], grid):
                 m = p.moment
-                marker = otio.schema.Marker(name=f"{m.group} {TIER_WORDS.get(m.tier, m.tier)}",
+                marker = otio.schema.Marker(name=shown_bytes(f"{m.group} {TIER_WORDS.get(m.tier, m.tier)}"),
                                             marked_range=otio.opentime.TimeRange(_start(otio, t) + _time(otio, p.first, t),
                                                                                  _time(otio, p.last - p.first, t)),
                                             color=getattr(otio.schema.MarkerColor, TIER_COLOURS.get(m.tier, "PURPLE")), metadata=_metadata(m))
@@ -219,10 +221,10 @@ def timeline(moments: Sequence[Moment], grid: dict[str, Timing], options: Export
         tl.tracks.append(track)
         return tl
     for group in dict.fromkeys(m.group for m in moments):
-        track = otio.schema.Track(name=group, kind=otio.schema.TrackKind.Video)
+        track = otio.schema.Track(name=shown_bytes(group), kind=otio.schema.TrackKind.Video)
         for p in placed(ordered([m for m in moments if m.group == group], options.order), grid, options.handles_s):
             m, t = p.moment, p.timing
-            clip = otio.schema.Clip(name=f"{m.group} {m.rank}: {Path(m.video).name}", media_reference=_reference(otio, m.video, t),
+            clip = otio.schema.Clip(name=shown_bytes(f"{m.group} {m.rank}: {Path(m.video).name}"), media_reference=_reference(otio, m.video, t),
                                     source_range=otio.opentime.TimeRange(_start(otio, t) + _time(otio, p.first, t),
                                                                          _time(otio, p.last - p.first, t)),
                                     metadata=_metadata(m))

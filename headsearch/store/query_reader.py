@@ -9,6 +9,7 @@ import numpy as np
 
 from headsearch.store.database import IN_IDS
 from headsearch.store.rows import HitRow, Sighting, TrackVectors
+from schemas.file_names import disk_path
 from schemas.records import MediaKind, VectorKind
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ class LibraryReader:
             f"WHERE t.id {IN_IDS}", sorted({int(tr) for tr, _ in pairs}))}
         times = {int(r[0]): (r[1], r[2]) for r in self._rows(f"SELECT id, time, yaw FROM observations WHERE id {IN_IDS}",
                                                              sorted({int(o) for _, o in pairs}))}
-        return {(tr, o): HitRow(path, start, end, times[o][0], thumbnail, times[o][1])
+        return {(tr, o): HitRow(disk_path(path), start, end, times[o][0], thumbnail, times[o][1])
                 for tr, o in pairs if tr in tracks and o in times for path, start, end, thumbnail in [tracks[tr]]}
 
     def sightings(self, observation_ids: list[int]) -> dict[int, Sighting]:
@@ -61,7 +62,7 @@ class LibraryReader:
             frame = (int(width), int(height))
             source = (int(source_width or width), int(source_height or height))
             sx, sy = source[0] / max(frame[0], 1), source[1] / max(frame[1], 1)
-            out[int(oid)] = Sighting(observation_id=int(oid), path=path, time=float(time), kind=MediaKind(kind),
+            out[int(oid)] = Sighting(observation_id=int(oid), path=disk_path(path), time=float(time), kind=MediaKind(kind),
                                      box=(x1 * sx, y1 * sy, x2 * sx, y2 * sy), face_visible=bool(face), found_by=found_by,
                                      shot_index=int(shot_index), shot_start=float(shot_start), shot_end=float(shot_end),
                                      frame_size=frame, source_size=source, size=int(size), mtime=float(mtime), fingerprint=fingerprint)
@@ -69,7 +70,7 @@ class LibraryReader:
 
     def paths_with_fingerprint(self, fingerprint: str) -> set[str]:
         """Indexed files with this content fingerprint (e.g. the query photo itself)."""
-        return {path for (path,) in self._rows("SELECT path FROM videos WHERE fingerprint = ?", fingerprint)}
+        return {disk_path(path) for (path,) in self._rows("SELECT path FROM videos WHERE fingerprint = ?", fingerprint)}
 
     def track_count(self) -> int:
         return int(self._rows("SELECT count(*) FROM tracks")[0][0])

@@ -14,6 +14,7 @@ from headsearch.store.database import GENERATION_SQL
 from headsearch.store.layout import THUMBNAILS
 from headsearch.store.rows import ShotRow, SightingRow, TrackRow, VectorRow, VideoRow
 from schemas import tables as t
+from schemas.file_names import stored_path
 from schemas.records import FileResult, VectorKind
 
 ID_TABLES = (t.videos, t.shots, t.tracks, t.observations, t.vectors)  # tables whose ids are never reused
@@ -93,7 +94,8 @@ def bulk_insert(conn: sa.Connection, table: sa.Table, rows: Sequence[object]) ->
     import pyarrow as pa
 
     columns = [c.name for c in table.columns]
-    arrow = pa.table({c: [getattr(r, c) for r in rows] for c in columns})
+    paths = {c.name for c in table.columns if isinstance(c.type, t.FilePath)}  # Arrow's path skips the column types
+    arrow = pa.table({c: [stored_path(getattr(r, c)) if c in paths else getattr(r, c) for r in rows] for c in columns})
     raw = conn.connection.dbapi_connection
     name = f"_incoming_{table.name}"
     raw.register(name, arrow)
