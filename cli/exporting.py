@@ -7,8 +7,7 @@ from pathlib import Path
 import click
 
 from cli.options import FiniteFloat
-
-FORMATS_HELP = ".otio, .edl (CMX 3600), .xml (Premiere, Final Cut 7), .fcpxml, .mlt (Kdenlive, Shotcut), .vtt, .csv"
+from headsearch.exports.timelines import FORMATS_HELP
 
 
 def export_options_no_file(f: Callable) -> Callable:
@@ -38,12 +37,11 @@ def check_export_path(path: Path) -> None:
 
 
 def export_results(path: Path, results: Sequence, names: Sequence[str], markers: bool, handles: float, order: str) -> None:
-    from headsearch.exports.timelines import ExportOptions, export
+    from headsearch.exports.timelines import ExportOptions, check_one_video, export, export_format
     from headsearch.search.hits import export_moments
 
     moments, photos = export_moments(results, names)
-    if Path(path).suffix.lower() == ".vtt" and len({m.video for m in moments}) > 1:
-        raise click.UsageError("a .vtt file holds the cues of one video: narrow the moments with --under FILE")
+    check_one_video(export_format(path), moments, hint=": narrow the moments with --under FILE")
     done = export(path, moments, ExportOptions(markers=markers, handles_s=handles, order=order, name=", ".join(names)))
     if photos:
         done.notes.append(f"{photos} hit{'s' if photos != 1 else ''} in photos left out")

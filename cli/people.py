@@ -293,7 +293,7 @@ def export_command(ctx: click.Context, args: tuple[str, ...], video: Path | None
     """Write persons' moments to FILE for an editor: one track a person (its format from the extension: .otio, .edl,
     .xml for Premiere and Final Cut 7, .fcpxml, .mlt, .vtt, .csv). PERSON is a name or an id."""
     from cli.exporting import check_export_path
-    from headsearch.exports.timelines import ExportOptions, export
+    from headsearch.exports.timelines import ExportOptions, check_one_video, export, export_format
     from headsearch.search.hits import Scope, export_moments
     from headsearch.search.service import SearchService
 
@@ -315,8 +315,7 @@ def export_command(ctx: click.Context, args: tuple[str, ...], video: Path | None
     else:
         answers = [service.search_person(p, Scope(), pictures=False) for p in persons]
     moments, photos = export_moments([r for a in answers for r in a.results], [a.person.label() for a in answers])
-    if target.suffix.lower() == ".vtt" and not chapters and len({m.video for m in moments}) > 1:
-        raise click.UsageError("a .vtt file holds the cues of one video: give --video VIDEO")
+    check_one_video(export_format(target), moments, chapters, hint=": give --video VIDEO")
     done = export(target, moments, ExportOptions(markers=markers, handles_s=handles, order=order,
                                                  name=", ".join(a.person.label() for a in answers) or "headsearch"),
                   shots=shots, chapters=chapters)

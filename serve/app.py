@@ -26,8 +26,9 @@ from starlette.templating import Jinja2Templates
 from headsearch.basics.errors import HeadsearchError, LibraryError, MediaError, NoHeadFound
 from headsearch.basics.json_text import json_text
 from headsearch.basics.settings import MediaLimits
-from headsearch.basics.text import counted, shown_bytes
+from headsearch.basics.text import counted, printable, shown_bytes
 from headsearch.basics.timeline import format_time, seek_text
+from headsearch.exports.timelines import EXPORT_FORMATS
 from headsearch.people.persons import (
     PersonNotFound,
     hide_person,
@@ -40,7 +41,7 @@ from headsearch.people.persons import (
     update_people,
 )
 from serve.files import FileChanged, FileNotServed, OpenFileResponse
-from serve.guard import CSRF_FIELD, CSRF_HEADER, Backoff, Guard, SessionTokens, checked_token, csrf_token, require_csrf_token
+from serve.guard import CSRF_FIELD, CSRF_HEADER, SECURITY_HEADERS, Backoff, Guard, SessionTokens, checked_token, csrf_token, require_csrf_token
 from serve.uploads import UploadRefused, UploadSlots, read_form, received_compare, received_photo
 from serve.views import FILES_PAGE, MAX_K, NotFound, Site
 
@@ -96,7 +97,7 @@ templates.env.filters["hms"] = hms
 templates.env.filters["counted"] = counted
 templates.env.filters["seek"] = seek_text
 templates.env.filters["basename"] = lambda p: Path(str(p)).name
-templates.env.finalize = lambda value: shown_bytes(value) if isinstance(value, str) else value
+templates.env.finalize = lambda value: shown_bytes(value) if type(value) is str else value  # not Markup: kept safe
 
 
 # ----- helpers -------------------------------------------------------------------------------------
@@ -205,10 +206,9 @@ async def compare(request: Request) -> Response:
 
 
 def _download(data: bytes, filename: str) -> Response:
-    media = {".vtt": "text/vtt; charset=utf-8", ".csv": "text/csv; charset=utf-8", ".otio": "application/json"}.get(Path(filename).suffix,
-                                                                                                                 "application/xml")
-    disposition = "inline" if filename.endswith(".vtt") else f'attachment; filename="{filename}"'
-    return Response(data, media_type=media, headers={"Content-Disposition": disposition, "Cache-Control": "no-store"})
+    kind = EXPORT_FORMATS[Path(filename).suffix]
+    disposition = "inline" if kind.one_video else f'attachment; filename="{filename}"'  # a player's cues open in place
+    return Response(data, media_type=kind.media_type, headers={"Content-Disposition": disposition, "Cache-Control": "no-store"})
 
 
 async def person_export(request: Request) -> Response:
@@ -463,6 +463,15 @@ async def on_domain(request: Request, exc: HeadsearchError) -> Response:
     return _error(request, status, str(exc))
 
 
+async def on_unexpected(request: Request, exc: Exception) -> Response:
+    """Anything else: one line, with the security headers every answer carries (this answer does not pass the Guard),
+    its traceback in the server's log."""
+    log.error("%s %s: unexpected error", printable(request.method), printable(request.url.path), exc_info=exc)
+    response = _error(request, 500, f"unexpected error ({type(exc).__name__}); the server's log has the details")
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
 def create_app(library: Path, token: str | None = None, cache_dir: Path | None = None, model: str | None = None,
                allowed_hosts: set[str] | None = None, max_upload: int | None = None, upload_slots: int | None = None) -> Starlette:
     """The web app for one library (opened read-only here; a missing or newer library raises LibraryError)."""
@@ -510,7 +519,8 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
         Route("/person-photos/{photo_id:id}.jpg", person_photo),
     ]
     app = Starlette(routes=routes, middleware=[Middleware(Guard)],
-                    exception_handlers={HTTPException: on_http, UploadRefused: on_refused, HeadsearchError: on_domain})
+                    exception_handlers={HTTPException: on_http, UploadRefused: on_refused, HeadsearchError: on_domain,
+                                        Exception: on_unexpected})
     app.state.site = site
     app.state.token = checked_token(token)
     app.state.backoff = Backoff()

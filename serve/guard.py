@@ -23,6 +23,7 @@ import logging
 import secrets
 import threading
 import time
+import unicodedata
 from urllib.parse import urlsplit
 
 from starlette.exceptions import HTTPException
@@ -31,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from headsearch.basics.errors import HeadsearchError
+from headsearch.basics.text import printable
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +109,8 @@ class Guard(BaseHTTPMiddleware):
         response.headers.update(SECURITY_HEADERS)
         if log.isEnabledFor(logging.INFO):
             client = request.client.host if request.client else "-"
-            log.info("%s %s %s %d %.0f ms", client, request.method, request.url.path, response.status_code, 1000 * (time.perf_counter() - started))
+            log.info("%s %s %s %d %.0f ms", client, printable(request.method), printable(request.url.path), response.status_code,
+                     1000 * (time.perf_counter() - started))
         return response
 
     async def _checked(self, request: Request, call_next):
@@ -151,7 +154,7 @@ def _token_refused(request: Request, state) -> Response | None:
     if not hmac.compare_digest(given.encode("utf-8", "replace"), state.token.encode()):
         if given:
             n = state.backoff.failed(client)
-            log.warning("wrong token from %s (%d in a row): %s %s", client, n, request.method, request.url.path)
+            log.warning("wrong token from %s (%d in a row): %s %s", client, n, printable(request.method), printable(request.url.path))
         return PlainTextResponse("a token is needed: open the address `headsearch serve` printed", status_code=401)
     if given:
         state.backoff.succeeded(client)
@@ -188,18 +191,29 @@ class Backoff:
 
 
 MIN_TOKEN = 16  # characters
+MIN_DISTINCT = 8  # different characters in a token: 16 times the same one is no secret
+MIN_CLASSES = 2  # of lower-case letters, upper-case letters, digits and other signs
 
 
 def checked_token(token: str | None) -> str | None:
-    """A token `serve` may use: None (none asked), or at least MIN_TOKEN characters, none of them blank; else one line."""
+    """A token `serve` may use: None (none asked), or at least MIN_TOKEN visible characters, none of them blank, of at
+    least MIN_DISTINCT different characters from at least MIN_CLASSES classes; else one line."""
     if token is None:
         return None
     if not token.strip() or any(c.isspace() for c in token):
         raise HeadsearchError("--token: a token of blanks, or with blanks in it, is refused (give one of at least "
                               f"{MIN_TOKEN} characters, or none: `serve` makes a strong one)")
+    if any(not c.isprintable() or unicodedata.category(c) in ("Cf", "Mn", "Me") for c in token):
+        raise HeadsearchError("--token: a token with invisible characters (zero-width, control or combining ones) is refused: "
+                              "it cannot be typed again or told from another (give visible characters, or none: `serve` makes a strong one)")
     if len(token) < MIN_TOKEN:
         raise HeadsearchError(f"--token: {len(token)} character{'s' if len(token) != 1 else ''} is too short to keep a guesser out "
                               f"(at least {MIN_TOKEN}; or give none: `serve` makes a strong one)")
+    classes = {"lower" if c.islower() else "upper" if c.isupper() else "digit" if c.isdigit() else "sign" for c in token}
+    if len(set(token)) < MIN_DISTINCT or len(classes) < MIN_CLASSES:
+        raise HeadsearchError(f"--token: too easy to guess ({len(set(token))} different characters of {len(classes)} kind"
+                              f"{'s' if len(classes) != 1 else ''}; at least {MIN_DISTINCT} different ones, mixing at least "
+                              f"{MIN_CLASSES} of lower-case, upper-case, digits and signs; or give none: `serve` makes a strong one)")
     return token
 
 

@@ -17,11 +17,10 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from headsearch.basics.errors import HeadsearchError
-from headsearch.basics.extras import missing
 from headsearch.basics.images import encode_jpeg
 from headsearch.basics.settings import IndexSettings
 from headsearch.basics.timeline import seek_text
-from headsearch.exports.timelines import ADAPTERS, EXPORT_EXTRA, FORMATS, ExportOptions, Moment, export_bytes
+from headsearch.exports.timelines import EXPORT_FORMATS, ExportOptions, Moment, export_bytes
 from headsearch.people.listing import (
     inbox,
     inbox_reasons,
@@ -66,7 +65,6 @@ FILES_PAGE = 100  # files a page of the Videos page
 REFERENCE_K = 24  # tracks looked at per reference photo for "found by the reference photos"
 KEPT_EXPORTS = 64  # searches whose moments are kept for their export links
 THUMB_INLINE_BYTES = 32 * 1024  # a thumbnail this small goes inside its card
-EXPORT_LABELS = {".otio": "OTIO", ".edl": "EDL", ".xml": "Premiere XML", ".fcpxml": "FCPXML", ".mlt": "MLT", ".vtt": "VTT", ".csv": "CSV"}
 
 
 class Site:
@@ -126,15 +124,13 @@ class Site:
         if not moments:
             return []
         one_video = len({m.video for m in moments}) == 1
-        return [{"format": label, "href": f"{base}.{suffix.lstrip('.')}"} for suffix, label in EXPORT_LABELS.items()
-                if (suffix != ".vtt" or one_video) and not missing(EXPORT_EXTRA + ((ADAPTERS[suffix][1],) if suffix in ADAPTERS else ()))]
+        return [{"format": f.label, "href": f"{base}.{suffix.lstrip('.')}"} for suffix, f in EXPORT_FORMATS.items()
+                if (one_video or not f.one_video) and not f.missing()]
 
     def export_file(self, moments: list[Moment], suffix: str, name: str, shots: dict | None = None, chapters: bool = False) -> tuple[bytes, str]:
         """An export's bytes and its file name."""
-        if suffix not in FORMATS:
+        if suffix not in EXPORT_FORMATS:
             raise NotFound(f"no export format {suffix}")
-        if suffix == ".vtt" and not chapters and len({m.video for m in moments}) > 1:
-            raise HeadsearchError("a .vtt file holds the cues of one video")
         data, _ = export_bytes(suffix, moments, ExportOptions(name=name), shots, chapters)
         return data, re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:60] + suffix
 

@@ -242,7 +242,7 @@ def test_uploads_are_checked_before_decoding(library, tmp_path):
     assert r.status_code == 422 and "no head found" in r.json()["error"]
 
 
-SECRET = "s3cret-s3cret-s3cret"
+SECRET = "s3cret-T0ken-of-the-tests"
 
 
 def test_token_and_origin_and_host(library, tmp_path):

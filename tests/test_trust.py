@@ -56,6 +56,21 @@ def test_a_guesser_is_slowed_and_logged(library, tmp_path, caplog):
         create_app(library, token="short", cache_dir=tmp_path)
     with pytest.raises(Exception, match="blanks"):
         create_app(library, token=" " * 20, cache_dir=tmp_path)
+    for weak, why in (("a" * 16, "too easy"), ("abcdefgh" * 2, "too easy"), ("\u200b" * 16, "invisible"),
+                      ("Ab3" + "\u200b" + "xY9kLm2Pq7Rt", "invisible"), ("Ab3\x1bxY9kLm2Pq7Rt", "invisible")):
+        with pytest.raises(Exception, match=why):
+            create_app(library, token=weak, cache_dir=tmp_path)
+    create_app(library, token="Ab3xY9kLm2Pq7Rt5", cache_dir=tmp_path)  # 16 characters, 16 different ones, three kinds
+
+
+def test_a_request_cannot_write_to_the_operators_terminal(library, tmp_path, caplog):
+    """The log says what was asked with its control characters escaped: no colour, no bell, no fake line."""
+    client = TestClient(create_app(library, token="a-strong-token-of-24-chars", cache_dir=tmp_path))
+    with caplog.at_level(logging.INFO, logger="serve.guard"):
+        client.get("/api/%1b%5b31mred%07%0afake?token=wrong-guess")  # ESC [31m, BEL, a newline
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages and not any(c in m for m in messages for c in "\x1b\x07\n")
+    assert any("\\x1b[31mred\\x07" in m for m in messages)
 
 
 def test_serve_off_the_loopback_makes_a_strong_token(library, tmp_path):
@@ -143,6 +158,18 @@ def test_every_response_carries_the_security_headers(library, tmp_path):
         "Content-Security-Policy"].split("script-src")[1].split(";")[0]
     r = client.post("/api/people/update", headers={"origin": "http://evil.example"})
     assert r.status_code == 403 and r.headers["x-frame-options"] == "DENY"
+
+    broken = create_app(library, cache_dir=tmp_path)
+
+    def fails(*args):
+        raise RuntimeError("a fault nobody foresaw")
+
+    broken.state.site.videos_page = fails
+    for path in ("/videos", "/api/videos"):  # an unexpected error: one line, no traceback, the headers all the same
+        r = TestClient(broken, raise_server_exceptions=False).get(path)
+        assert r.status_code == 500 and "unexpected error (RuntimeError)" in r.text and "Traceback" not in r.text, path
+        for name, value in SECURITY_HEADERS.items():
+            assert r.headers.get(name) == value, (path, name)
     assert client.get("/favicon.ico").headers["content-type"].startswith("image/svg")
     assert '<link rel="icon"' in client.get("/").text
 

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
-from xml.sax.saxutils import escape as xml_escape
 
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.extras import missing
@@ -26,10 +25,36 @@ from headsearch.basics.text import printable, shown_bytes
 from headsearch.basics.timeline import Timing, probe_timing
 
 EXPORT_EXTRA = ("opentimelineio",)
-ADAPTERS = {".otio": ("otio_json", "opentimelineio"), ".edl": ("cmx_3600", "otio_cmx3600_adapter"),
-            ".xml": ("fcp_xml", "otio_fcp_adapter"), ".fcpxml": ("fcpx_xml", "otio_fcpx_xml_adapter"),
-            ".mlt": ("mlt_xml", "otio_mlt_adapter")}
-FORMATS = (*ADAPTERS, ".vtt", ".csv")
+
+
+@dataclass(frozen=True)
+class ExportFormat:
+    """One export format, said once: read by the writers here, the CLI's options and the web app's links and answers."""
+
+    suffix: str
+    label: str  # its name on the web app's links
+    named: str  # in help texts: the extension, and the editors that take it
+    media_type: str  # of its download
+    adapter: str | None = None  # the OpenTimelineIO adapter that writes it (None: written here)
+    module: str | None = None  # the module that adapter comes in (the `export` extra installs it)
+    one_video: bool = False  # it holds the moments of one video (a player's cues)
+
+    def missing(self) -> list[str]:
+        """The modules it needs that are not installed."""
+        return missing(EXPORT_EXTRA + (self.module,)) if self.adapter else []
+
+
+EXPORT_FORMATS = {f.suffix: f for f in (
+    ExportFormat(".otio", "OTIO", ".otio", "application/json", "otio_json", "opentimelineio"),
+    ExportFormat(".edl", "EDL", ".edl (CMX 3600)", "text/plain; charset=utf-8", "cmx_3600", "otio_cmx3600_adapter"),
+    ExportFormat(".xml", "Premiere XML", ".xml (Premiere, Final Cut 7)", "application/xml", "fcp_xml", "otio_fcp_adapter"),
+    ExportFormat(".fcpxml", "FCPXML", ".fcpxml", "application/xml", "fcpx_xml", "otio_fcpx_xml_adapter"),
+    ExportFormat(".mlt", "MLT", ".mlt (Kdenlive, Shotcut)", "application/xml", "mlt_xml", "otio_mlt_adapter"),
+    ExportFormat(".vtt", "VTT", ".vtt", "text/vtt; charset=utf-8", one_video=True),
+    ExportFormat(".csv", "CSV", ".csv", "text/csv; charset=utf-8"),
+)}
+FORMATS = tuple(EXPORT_FORMATS)
+FORMATS_HELP = ", ".join(f.named for f in EXPORT_FORMATS.values())
 TIER_COLOURS = {"same_look": "GREEN", "other_look": "YELLOW", "other_person": "RED", None: "PURPLE"}
 TIER_WORDS = {"same_look": "same look", "other_look": "other look", "other_person": "below the identity bar", None: "uncalibrated"}
 
@@ -81,9 +106,15 @@ def export_format(path: Path) -> str:
     return suffix
 
 
+def check_one_video(suffix: str, moments: Sequence[Moment], chapters: bool = False, hint: str = "") -> None:
+    """One line when a format that holds one video's cues is given the moments of several (`hint`: how to narrow them)."""
+    if EXPORT_FORMATS[suffix].one_video and not chapters and len({m.video for m in moments}) > 1:
+        raise HeadsearchError(f"a {suffix} file holds the cues of one video{hint}")
+
+
 def require_export_extra(suffix: str) -> None:
     """One line when OpenTimelineIO or the adapter a format needs is not installed."""
-    gone = missing(EXPORT_EXTRA + (ADAPTERS[suffix][1],)) if suffix in ADAPTERS else []
+    gone = EXPORT_FORMATS[suffix].missing()
     if gone:
         raise HeadsearchError(f"exporting {suffix} needs {', '.join(dict.fromkeys(gone))}, which the lean install leaves out: "
                               "pip install 'headsearch[export]'")
@@ -145,6 +176,7 @@ def export_bytes(suffix: str, moments: Sequence[Moment], options: ExportOptions 
                  shots: dict[str, list[tuple[float, float]]] | None = None, chapters: bool = False) -> tuple[bytes, Exported]:
     """The bytes of an export in format `suffix` (".otio", ...), and what it holds."""
     require_export_extra(suffix)
+    check_one_video(suffix, moments, chapters)
     moments = [m for m in moments if m.end >= m.start]
     if not moments and not chapters:
         raise HeadsearchError("nothing to export: no moments in videos")
@@ -236,7 +268,7 @@ def timeline(moments: Sequence[Moment], grid: dict[str, Timing], options: Export
 def _adapter_bytes(suffix: str, tl, grid: dict[str, Timing]) -> bytes:
     import opentimelineio as otio
 
-    adapter, _ = ADAPTERS[suffix]
+    adapter = EXPORT_FORMATS[suffix].adapter
     rates = sorted({t.rate for t in grid.values()})
     options = {}
     if suffix == ".edl":
@@ -249,8 +281,18 @@ def _adapter_bytes(suffix: str, tl, grid: dict[str, Timing]) -> bytes:
     names = _printable_names(tl, tokens=suffix == ".fcpxml") if suffix != ".otio" else {}
     text = otio.adapters.write_to_string(tl, adapter, **options)
     for token, name in names.items():
-        text = text.replace(token, xml_escape(name, {'"': "&quot;", "'": "&apos;"}))
+        text = text.replace(token, xml_attribute(name))
     return text.encode("utf-8")
+
+
+XML_ESCAPES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&quot;"), ("'", "&apos;"))
+
+
+def xml_attribute(text: str) -> str:
+    """Text escaped for an XML attribute value, either quote."""
+    for char, entity in XML_ESCAPES:
+        text = text.replace(char, entity)
+    return text
 
 
 def _one_track(otio, tl):
