@@ -36,13 +36,16 @@ def check_export_path(path: Path) -> None:
     require_export_extra(export_format(path))
 
 
-def export_results(path: Path, results: Sequence, names: Sequence[str], markers: bool, handles: float, order: str) -> None:
+def export_results(paths: Sequence[Path], results: Sequence, names: Sequence[str], markers: bool, handles: float, order: str) -> None:
+    """The moments of a query's results to each file; every file is checked before any is written."""
     from headsearch.exports.timelines import ExportOptions, check_one_video, export, export_format
     from headsearch.search.hits import export_moments
 
     moments, photos = export_moments(results, names)
-    check_one_video(export_format(path), moments, hint=": narrow the moments with --under FILE")
-    done = export(path, moments, ExportOptions(markers=markers, handles_s=handles, order=order, name=", ".join(names)))
-    if photos:
-        done.notes.append(f"{photos} hit{'s' if photos != 1 else ''} in photos left out")
-    click.echo(done.line(), err=True)
+    for path in paths:
+        check_one_video(export_format(path), moments, hint=": narrow the moments with --under FILE")
+    for path in paths:
+        done = export(path, moments, ExportOptions(markers=markers, handles_s=handles, order=order, name=", ".join(names)))
+        if photos:
+            done.notes.append(f"{photos} hit{'s' if photos != 1 else ''} in photos left out")
+        click.echo(done.line(), err=True)

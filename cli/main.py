@@ -369,8 +369,7 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
     if export_to:
         names = ([answer.person.label()] if answer.person is not None else
                  [f"head {r.head.number}" for r in results] if all_heads else [Path(image).stem])
-        for target in export_to:
-            export_results(target, results, names, markers, handles, order)
+        export_results(export_to, results, names, markers, handles, order)
     _say_answer(results, confidence, as_json, all_heads, per_video)
     log.info("seconds: %s; in all %.2f s since the command started", clock.summary(), time.perf_counter() - started)
     leave_quickly()

@@ -316,3 +316,13 @@ def test_web_export_links_and_the_players_cues(hamilton_library, tmp_path):
     run("people", "export", "--video", HAMILTON, tmp_path / "who.vtt", "--library", library)
     run("people", "export", "--video", HAMILTON, tmp_path / "chapters.vtt", "--chapters", "--library", library)
     assert (tmp_path / "who.vtt").read_bytes() == who.content and (tmp_path / "chapters.vtt").read_text() == chapters
+
+
+def test_every_export_is_checked_before_any_is_written(hamilton_library, tmp_path):
+    """A .vtt holds one video's cues: asked beside a .csv for moments of several videos, neither is written, one line."""
+    csv_file, vtt_file = tmp_path / "hits.csv", tmp_path / "hits.vtt"
+    result = run("query", EXAMPLES / "lin-manuel-miranda.png", "--library", hamilton_library, "--show-weak", "-k", "10",
+                 "--export", csv_file, "--export", vtt_file, ok=False)
+    assert "holds the cues of one video" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) <= 2
+    assert not csv_file.exists() and not vtt_file.exists()
