@@ -1,6 +1,7 @@
 """Settings shared by indexing and querying, with their defaults in one place."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -86,9 +87,12 @@ def _numbers_from_env(cls) -> dict:
         raw = os.environ.get(env_name(f.name))
         if raw:
             try:
-                values[f.name] = type(getattr(cls, f.name))(float(raw))
-            except ValueError:
-                raise HeadsearchError(f"${env_name(f.name)}: a number is expected, got {raw!r}") from None
+                number = float(raw)
+                if not math.isfinite(number):
+                    raise ValueError(raw)
+                values[f.name] = type(getattr(cls, f.name))(number)
+            except (ValueError, OverflowError):
+                raise HeadsearchError(f"${env_name(f.name)}: a finite number is expected, got {raw!r}") from None
     return values
 
 
