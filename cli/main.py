@@ -20,6 +20,7 @@ from cli.options import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
     EXIT_PARTIAL,
+    EXIT_TERMINATED,
     MAX_WORKERS,
     FiniteFloat,
     command_name,
@@ -112,14 +113,25 @@ def _leave_now(code: int = 0) -> None:
     os._exit(code)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a service manager stopping the program, `kill`): the command stops as at a Ctrl-C, where it is safe to,
+    and says so."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
 def _interrupted(line: str = INTERRUPTED) -> None:
-    # Leaving with 130 now: a second SIGINT (pressed again, or re-raised by a native library on its
-    # way out) must not kill the process by signal while it tears down (seen in CI as exit -2).
+    # Leaving with 130 now (143 after a SIGTERM): a second signal (pressed again, or re-raised by a native library on
+    # its way out) must not kill the process by signal while it tears down (seen in CI as exit -2).
+    terminated = isinstance(sys.exc_info()[1], Terminated)
     with contextlib.suppress(ValueError):  # ValueError: not the main thread
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with contextlib.suppress(OSError, ValueError):
-        click.echo(line, err=True)
-    _quiet_exit(EXIT_INTERRUPTED)
+        click.echo(line.replace("interrupted", "terminated", 1) if terminated else line, err=True)
+    _quiet_exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
 
 
 class HeadsearchGroup(click.Group):
@@ -166,6 +178,8 @@ class HeadsearchGroup(click.Group):
     def main(self, *args, **kwargs):
         if signal.getsignal(signal.SIGINT) is cli._interrupted_while_loading and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.default_int_handler)  # loaded: Ctrl-C is a KeyboardInterrupt again (see cli/__init__)
+        if cli.is_the_program() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _terminate)  # a SIGTERM stops the command as a Ctrl-C does, with its line
         try:
             return super().main(*args, **kwargs)
         except SystemExit as e:

@@ -49,13 +49,14 @@ def test_broken_pipe_ends_quietly(tmp_path):
         assert err.read_text() == "", command
 
 
-def _interrupt(cmd: list[str], wait_for, timeout: float = 120, again_after: float | None = None) -> subprocess.CompletedProcess:
+def _interrupt(cmd: list[str], wait_for, timeout: float = 120, again_after: float | None = None,
+               sig: int = signal.SIGINT) -> subprocess.CompletedProcess:
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
     while not wait_for() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert proc.poll() is None, proc.communicate()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     if again_after is not None:  # Ctrl-C pressed twice
         time.sleep(again_after)
         with contextlib.suppress(ProcessLookupError):
@@ -90,6 +91,23 @@ def test_ctrl_c_is_exit_130_with_one_line(tmp_path):
     # The next run finishes the work.
     assert "0 failed" in run("index", media, "--library", lib, "-q").stdout
     assert table_counts(lib)["videos"] == 5
+
+
+def test_sigterm_stops_index_as_ctrl_c_does_and_says_so(tmp_path):
+    """A service manager's SIGTERM: the run stops where it is safe to, one line, exit 143; the next run finishes."""
+    media = tmp_path / "media"
+    media.mkdir()
+    for i in range(1, 4):
+        os.symlink(RETALKING / f"{i}.mp4", media / f"clip{i}.mp4")
+    lib = tmp_path / "lib"
+    run("index", media / "clip1.mp4", "--library", lib, "-q")
+    thumbs = len(list((lib / "thumbnails").iterdir()))
+    result = _interrupt([*CLI, "index", str(media), "--library", str(lib), "-q"],
+                        lambda: len(list((lib / "thumbnails").iterdir())) > thumbs, sig=signal.SIGTERM)
+    assert result.returncode == 143, result.stderr
+    assert result.stderr.strip().splitlines() == [INTERRUPTED.replace("interrupted", "terminated", 1)]
+    assert_consistent(lib)
+    assert "0 failed" in run("index", media, "--library", lib, "-q").stdout and table_counts(lib)["videos"] == 3
 
 
 def test_ctrl_c_inside_a_database_query_is_an_interruption(tmp_path, monkeypatch):
