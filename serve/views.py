@@ -394,7 +394,12 @@ class Site:
             head = ReferenceHead(e.vectors, e.head.face_visible, encode_jpeg(picture_of(e.head.crop), 90), e.head.box.area)
             reference = Reference.of(Path(photo_name).stem or "reference", [head], [photo_name])
             comparer = Comparer(photos.embedder, thresholds, compare_settings(IndexSettings.from_env()), photos.detector)
-            c = comparer.compare_video(path, [reference])[0]
+            try:
+                c = comparer.compare_video(path, [reference])[0]
+            except HeadsearchError as e:
+                if video_id is None:  # an uploaded clip: named as the user named it, not by the server's temporary file
+                    e.args = (str(e).replace(str(path), name), *e.args[1:])
+                raise
             link = (lambda t: watch_url(video_id, t, t + 2.0)) if video_id is not None else None
             data = page_data(c)
             for w in data["worst"]:

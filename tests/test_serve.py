@@ -608,6 +608,10 @@ def test_compare_page_and_its_twin_answer_as_the_cli(client, library, tmp_path):
     short = client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg"),
                                                "clip": ("video.mp4", five.read_bytes(), "video/mp4")})
     assert short.status_code == 200 and short.json()["frames"][0]["box"] is not None, short.text
+    broken = client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg"),
+                                                "clip": ("broken clip.mp4", b"\0" * 4096, "video/mp4")})
+    error = broken.json()["error"]  # named as the user named it, not by the server's temporary file
+    assert broken.status_code == 422 and "broken clip.mp4" in error and "/tmp" not in error and "upload" not in error, error
     r = client.post("/api/compare", files={"clip": ("1.mp4", b"\0" * 100, "video/mp4")})
     assert r.status_code == 400 and "reference photo" in r.json()["error"]
     r = client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg")})
