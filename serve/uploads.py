@@ -3,9 +3,10 @@
 A query photo streams to a temporary file (deleted when its request is done), never whole in memory
 while it arrives; it is refused (413) as soon as it is known to pass the cap: at once when its
 Content-Length says so, else at the first byte past it. At most `UPLOAD_SLOTS` large uploads are read at a
-time, at most half of them from one client; one more is answered 503 with Retry-After at once, not queued.
-A body declared small (an ordinary photo) takes no slot, so slow uploads never refuse a search; and a body that
-stalls (nothing for IDLE_S) or trickles (slower than MIN_RATE past GRACE_S) is dropped (408). The photo's header
+time, at most half of them from one client; one more takes the slot of the slowest upload still arriving slower
+than FAIR_RATE past GRACE_S (dropped, 408), else is answered 503 with Retry-After at once, not queued: slow bodies
+never keep a search's own upload waiting, whatever its size. A body declared small (an ordinary photo) takes no
+slot; and a body that stalls (nothing for IDLE_S) or trickles (slower than MIN_RATE past GRACE_S) is dropped (408). The photo's header
 is checked before anything decodes it (a small PNG can claim to be 100,000 x 100,000 pixels).
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ SMALL_BODY = 1 << 20  # a body declared this small takes no slot
 IDLE_S = 10.0  # a body that sends nothing this long is dropped
 GRACE_S = 5.0  # ...and past this, one slower than MIN_RATE
 MIN_RATE = 32 * 1024  # bytes a second
+FAIR_RATE = 256 * 1024  # bytes a second: an upload slower than this (past GRACE_S) gives its slot to one that waits
 RETRY_AFTER_S = 2
 FORM_LIMIT = 64 * 1024  # the body of a correction: a name, a few ids
 HEADER_BYTES = 1 << 20  # what the header check reads of a photo (Pillow reads the file itself for other formats)
@@ -52,35 +54,75 @@ class UploadRefused(Exception):
         self.headers = headers or {}
 
 
+@dataclass(eq=False)
+class Reading:
+    """A large upload holding a slot: what has arrived, since when; `arrived` once its body is whole."""
+
+    client: str
+    started: float
+    received: int = 0
+    arrived: bool = False
+    scope: anyio.CancelScope | None = None
+    released: bool = False
+
+    def rate(self, now: float) -> float:
+        return self.received / max(now - self.started, 1e-6)
+
+
 class UploadSlots:
-    """At most `slots` large uploads at a time, at most `per_client` of them from one client; one more is refused at
-    once (503, Retry-After) rather than queued. A body declared no larger than `SMALL_BODY` takes no slot: a slow
-    client holding every slot never keeps a search of an ordinary photo waiting (the rate floor drops it anyway)."""
+    """At most `slots` large uploads at a time, at most `per_client` of them from one client. One more takes the slot
+    of the slowest upload still arriving, past GRACE_S, slower than FAIR_RATE (dropped: 408), else is refused at once
+    (503, Retry-After) rather than queued. A body declared no larger than `SMALL_BODY` takes no slot."""
 
     def __init__(self, slots: int = UPLOAD_SLOTS, per_client: int | None = None):
         self.slots = self.free = slots
         self.per_client = per_client if per_client is not None else max(1, slots // 2)
         self._held: dict[str, int] = {}
+        self._readings: list[Reading] = []
 
     @contextlib.asynccontextmanager
-    async def hold(self, client: str = "-", declared: int | None = None) -> AsyncIterator[None]:
+    async def hold(self, client: str = "-", declared: int | None = None) -> AsyncIterator[Reading | None]:
         if declared is not None and declared <= SMALL_BODY:
-            yield
+            yield None
             return
         # one event loop: nothing runs between these tests and the counts below
-        if self.free <= 0 or self._held.get(client, 0) >= self.per_client:
-            held = self._held.get(client, 0)
+        held = self._held.get(client, 0)
+        if held >= self.per_client or (self.free <= 0 and not self._drop_slowest()):
             why = f"{held} of yours are" if held >= self.per_client and self.free > 0 else f"{self.slots} uploads are"
             raise UploadRefused(503, f"busy: {why} being read; try again in a moment", {"Retry-After": str(RETRY_AFTER_S)})
+        reading = Reading(client, time.monotonic())
         self.free -= 1
-        self._held[client] = self._held.get(client, 0) + 1
+        self._held[client] = held + 1
+        self._readings.append(reading)
         try:
-            yield
+            with anyio.CancelScope() as reading.scope:
+                yield reading
+            if reading.scope.cancelled_caught:
+                raise UploadRefused(408, f"upload too slow ({reading.rate(time.monotonic()) / 1024:.0f} KiB/s, at least "
+                                         f"{FAIR_RATE // 1024} KiB/s while others wait): its slot went to another upload")
         finally:
-            self.free += 1
-            self._held[client] -= 1
-            if not self._held[client]:
-                del self._held[client]
+            self._release(reading)
+
+    def _drop_slowest(self) -> bool:
+        """Give the slot of the slowest upload still arriving slower than FAIR_RATE past GRACE_S to the one asking."""
+        now = time.monotonic()
+        slow = [r for r in self._readings if not r.arrived and now - r.started > GRACE_S and r.rate(now) < FAIR_RATE]
+        if not slow:
+            return False
+        dropped = min(slow, key=lambda r: r.rate(now))
+        self._release(dropped)
+        dropped.scope.cancel()
+        return True
+
+    def _release(self, reading: Reading) -> None:
+        if reading.released:
+            return
+        reading.released = True
+        self._readings.remove(reading)
+        self.free += 1
+        self._held[reading.client] -= 1
+        if not self._held[reading.client]:
+            del self._held[reading.client]
 
 
 def _client(request: Request) -> str:
@@ -99,9 +141,10 @@ def refuse_declared(request: Request, limit: int, what: str = "upload") -> None:
         raise UploadRefused(413, f"{what} too large ({mib(int(declared))}; at most {mib(limit)})")
 
 
-def capped(request: Request, limit: int, what: str = "upload") -> Request:
+def capped(request: Request, limit: int, what: str = "upload", reading: Reading | None = None) -> Request:
     """The request, reading its body through a counter that refuses the first byte past `limit` (413), a body that
-    sends nothing for IDLE_S (408), and one that, past its first GRACE_S, arrives slower than MIN_RATE (408)."""
+    sends nothing for IDLE_S (408), and one that, past its first GRACE_S, arrives slower than MIN_RATE (408); what
+    arrives is counted in its slot's `reading`."""
     size = 0
     started = time.monotonic()
     receive: Receive = request.receive
@@ -115,6 +158,8 @@ def capped(request: Request, limit: int, what: str = "upload") -> Request:
             raise UploadRefused(408, f"{what} stalled: nothing received for {IDLE_S:.0f} s") from e
         if message["type"] == "http.request":
             size += len(message.get("body", b""))
+            if reading is not None:
+                reading.received = size
             if size > limit:
                 raise UploadRefused(413, f"{what} too large (more than {mib(limit)})")
             elapsed = time.monotonic() - started
@@ -154,18 +199,20 @@ async def received_photo(request: Request, limit: int, slots: UploadSlots) -> As
     in the query string), in a temporary file deleted on leaving, its header checked."""
     refuse_declared(request, limit)
     fields = dict(request.query_params)
-    async with slots.hold(_client(request), _declared(request)):
+    async with slots.hold(_client(request), _declared(request)) as reading:
         with tempfile.NamedTemporaryFile(prefix="headsearch-upload-", suffix=".part") as file:
             try:
                 with anyio.fail_after(UPLOAD_SECONDS):
                     if request.headers.get("content-type", "").startswith("multipart/form-data"):
-                        name = await _form_photo(capped(request, limit), file, fields)
+                        name = await _form_photo(capped(request, limit, reading=reading), file, fields)
                     else:
-                        async for chunk in capped(request, limit).stream():
+                        async for chunk in capped(request, limit, reading=reading).stream():
                             file.write(chunk)
                         name = fields.get("name", "photo")
             except TimeoutError as e:
                 raise UploadRefused(408, f"upload too slow: not received within {UPLOAD_SECONDS:.0f} s") from e
+            if reading is not None:
+                reading.arrived = True  # whole: its slot is no longer one to take
             file.flush()
             path = Path(file.name)
             check_image_file(path)
@@ -241,13 +288,13 @@ async def received_compare(request: Request, limit: int, slots: UploadSlots) -> 
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise UploadRefused(400, "send a multipart form: `photo`, and `clip` or `video_id`")
     refuse_declared(request, limit)
-    async with slots.hold(_client(request), _declared(request)):
+    async with slots.hold(_client(request), _declared(request)) as reading:
         with tempfile.NamedTemporaryFile(prefix="headsearch-upload-", suffix=".part") as photo_file, \
                 tempfile.NamedTemporaryFile(prefix="headsearch-clip-", suffix=".part") as clip_file:
             fields: dict[str, str] = {}
             try:
                 with anyio.fail_after(UPLOAD_SECONDS):
-                    form = await capped(request, limit).form(max_files=2, max_fields=20)
+                    form = await capped(request, limit, reading=reading).form(max_files=2, max_fields=20)
                     try:
                         names = {}
                         for key, value in form.multi_items():
@@ -261,6 +308,8 @@ async def received_compare(request: Request, limit: int, slots: UploadSlots) -> 
                         await form.close()
             except TimeoutError as e:
                 raise UploadRefused(408, f"upload too slow: not received within {UPLOAD_SECONDS:.0f} s") from e
+            if reading is not None:
+                reading.arrived = True
             if "photo" not in names:
                 raise UploadRefused(400, "no reference photo in the form (field `photo`)")
             photo_file.flush()

@@ -115,6 +115,52 @@ def test_slow_uploads_never_refuse_a_search(library, tmp_path, monkeypatch):
         assert _answer(slow) == 408 and time.monotonic() - started < 10  # under the rate floor: dropped
 
 
+def test_a_large_photo_is_searched_while_four_clients_dribble(library, tmp_path, monkeypatch):
+    """Four clients, from four addresses, hold every upload slot with large bodies at 40 KiB/s (over the rate floor);
+    a search of a 4 MB photo takes the slowest one's slot and is answered within 5 s; the dropped upload is told so."""
+    import threading
+
+    import cv2
+    import numpy as np
+
+    monkeypatch.setattr("serve.uploads.GRACE_S", 1.0)  # the trickles are past their grace sooner (5 s otherwise)
+    rgb = cv2.resize(cv2.imread(str(MIRANDA)), (2800, 2436))
+    noise = np.random.default_rng(0).integers(-16, 17, rgb.shape)
+    photo = cv2.imencode(".jpg", np.clip(rgb + noise, 0, 255).astype(np.uint8), [cv2.IMWRITE_JPEG_QUALITY, 97])[1].tobytes()
+    assert len(photo) > 4_000_000
+    app = create_app(library, cache_dir=tmp_path)
+    stop = threading.Event()
+    answers: list[int] = []
+
+    def dribble(address: str, port: int) -> None:
+        with socket.create_connection(("127.0.0.1", port), source_address=(address, 0)) as s:
+            s.sendall(upload_head(port, 4_000_000))
+            with contextlib.suppress(OSError):
+                for _ in range(400):  # 40 KiB/s, for at most 40 s
+                    if stop.is_set():
+                        break
+                    s.sendall(b"\0" * 4096)
+                    time.sleep(0.1)
+                answers.append(_answer(s, timeout=5))
+
+    with serving(app) as port:
+        threads = [threading.Thread(target=dribble, args=(f"127.0.0.{n}", port)) for n in range(2, 6)]
+        for t in threads:
+            t.start()
+        time.sleep(2.5)  # every slot held, each upload past its grace at about 40 KiB/s
+        started = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port)) as search:
+            search.sendall(upload_head(port, len(photo)).replace(b"image/png", b"image/jpeg") + photo)
+            status = _answer(search, timeout=30)
+        elapsed = time.monotonic() - started
+        time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join(timeout=20)
+    assert status == 200 and elapsed < 5.0, (status, elapsed)
+    assert 408 in answers  # the slowest upload was dropped, with its reason
+
+
 def test_a_header_that_never_ends_is_cut_off(library, tmp_path, monkeypatch):
     """Slowloris: a client sending its request header a byte at a time, forever, is disconnected at the header
     deadline, on a new connection and on a kept-alive one; a whole header in time is answered."""
