@@ -77,6 +77,14 @@ def configure_logging(verbose: bool) -> None:
     for name in OUR_LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.ERROR)
     logging.getLogger("sqlalchemy").setLevel(logging.CRITICAL + 1)
+    notices = logging.getLogger("headsearch.notices")  # one line a notice, whatever -v says
+    for h in list(notices.handlers):
+        notices.removeHandler(h)
+    said = _StderrHandler()
+    said.setFormatter(logging.Formatter("note: %(message)s"))
+    notices.addHandler(said)
+    notices.setLevel(logging.INFO)
+    notices.propagate = False
 
 
 def _quiet_exit(code: int) -> None:

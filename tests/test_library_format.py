@@ -206,3 +206,12 @@ def test_unreadable_manifest_is_one_line(tmp_path, broken):
     (library / "manifest.json").write_text(broken)
     result = run("stats", "--library", library, ok=False)
     assert "unreadable manifest" in result.stderr and "Traceback" not in result.output
+
+
+def test_a_read_only_command_says_it_upgraded_the_library(tmp_path):
+    """`list` on a format-1 library upgrades it in place (the one place the format is read) and says so once."""
+    library = format1_library(tmp_path)
+    first = run("list", "--library", library)
+    assert f"note: {library}: upgraded in place from library format 1 to {migrations.FORMAT_VERSION}" in first.stderr
+    assert first.stderr.count("note:") == 1 and "Traceback" not in first.output
+    assert "upgraded" not in run("list", "--library", library).stderr

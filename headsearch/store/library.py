@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from headsearch.store.readers import BrowseReader
 
 log = logging.getLogger(__name__)
+NOTICES = logging.getLogger("headsearch.notices")  # what a user is told whatever the verbosity (the CLI shows them)
 
 
 @contextlib.contextmanager
@@ -181,6 +182,9 @@ class Library:
             write_json_atomic(self.root / MANIFEST, self.manifest)
         for line in done:
             log.info("%s: upgraded, %s", self.root, line)
+        if done:  # said whatever the command (a `list` too): the folder changed, and older releases cannot read it now
+            NOTICES.info("%s: upgraded in place from library format %d to %d (once; older releases of headsearch cannot "
+                         "read it any more)", self.root, stored or version, FORMAT_VERSION)
 
     @property
     def model(self) -> ModelInfo:
