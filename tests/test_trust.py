@@ -275,6 +275,12 @@ def test_reads_work_on_a_read_only_library(library, tmp_path):
         for args in (["people", "inbox"], ["people", "suggestions"], ["people", "screen-time"], ["list"], ["stats"]):
             assert run(*args, "--library", ro, ok=None).exit_code == 0, args
         assert run("query", MIRANDA, "--library", ro, "--json").exit_code == 0  # its pictures go to the private temp folder
+        client = TestClient(create_app(ro, cache_dir=tmp_path / "cache"), raise_server_exceptions=False)
+        person = client.get("/api/people").json()["people"][0]["id"]
+        csrf = client.get("/api/csrf").json()
+        r = client.post(f"/api/people/{person}/name", data={"name": "Somebody", csrf["field"]: csrf["token"]},
+                        headers={"origin": "http://testserver"})
+        assert r.status_code == 503 and "the library is read-only here" in r.json()["error"], r.text  # one line, no traceback
     finally:
         undo()
 

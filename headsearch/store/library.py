@@ -14,6 +14,7 @@ of `headsearch.store.rows`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import json
@@ -278,7 +279,14 @@ class Library:
         from headsearch.store.people_store import PeopleStore
 
         path = self.root / PEOPLE_LOCK
-        with open(path, "a+") as f:
+        try:
+            f = open(path, "a+")  # noqa: SIM115 - closed below, after the lock is let go
+        except OSError as e:
+            if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise LibraryError(f"{self.root}: the library is read-only here ({e.strerror}): corrections cannot be saved; "
+                                   "open it where it can be written") from e
+            raise
+        with f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 with Database(self.root, read_only=False).connection(begin=True) as conn:
