@@ -86,7 +86,7 @@ class Site:
     # ----- searching --------------------------------------------------------------------------------
     def search(self, photo: Path, name: str, k: int, all_heads: bool, whole_image: bool, show_weak: bool = False) -> Answer:
         """The answer `headsearch query` gives for an uploaded photo (a temporary file; named `name` in messages): confident
-        hits only unless `show_weak`, never the photo itself. The service searches one at a time."""
+        hits only unless `show_weak`, never the photo itself. Searches run at once up to the usable cores (the service)."""
         options = QueryOptions(k=k, all_heads=all_heads, whole_image=whole_image, show_weak=show_weak)
         return self.service.search_photo(photo.read_bytes(), options, name)
 

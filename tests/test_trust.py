@@ -161,6 +161,33 @@ def test_a_large_photo_is_searched_while_four_clients_dribble(library, tmp_path,
     assert 408 in answers  # the slowest upload was dropped, with its reason
 
 
+def test_searches_run_at_once_and_answer_as_one_alone(library, tmp_path):
+    """Searches at once (up to the usable cores; the vector indexes one at a time) give the answers of the same searches
+    made one after another."""
+    import http.client
+    import threading
+
+    photos = [MIRANDA.read_bytes(), (EXAMPLES / "alex-lacamoire.png").read_bytes()]
+    app = create_app(library, cache_dir=tmp_path)
+
+    def search(port: int, photo: bytes) -> list:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        c.request("POST", "/api/query?k=3&show_weak=1", body=photo, headers={"Content-Type": "image/png"})
+        r = c.getresponse()
+        assert r.status == 200
+        return [(h["video"], h["track_id"], h["score"], h["tier"]) for h in json.loads(r.read())]
+
+    with serving(app) as port:
+        alone = [search(port, p) for p in photos]
+        answers: dict[int, list] = {}
+        threads = [threading.Thread(target=lambda i=i: answers.__setitem__(i, search(port, photos[i % 2]))) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    assert len(answers) == 6 and all(answers[i] == alone[i % 2] for i in range(6))
+
+
 def test_a_header_that_never_ends_is_cut_off(library, tmp_path, monkeypatch):
     """Slowloris: a client sending its request header a byte at a time, forever, is disconnected at the header
     deadline, on a new connection and on a kept-alive one; a whole header in time is answered."""

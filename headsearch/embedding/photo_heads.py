@@ -95,6 +95,7 @@ class PhotoEmbedder:
         self._failed: BaseException | None = None
         self._early: tuple[tuple, list[EmbeddedHead] | BaseException] | None = None  # the heads `start_loading` found
         self._checked = False  # the model checked against the library
+        self._load_lock = threading.Lock()  # concurrent searches load the models once
 
     @classmethod
     def for_library(cls, library: Library, model: str | None = None) -> PhotoEmbedder:
@@ -131,6 +132,10 @@ class PhotoEmbedder:
 
     def load(self) -> PhotoEmbedder:
         """The model and the detector loaded now (or their loading waited for), the model checked against the library."""
+        with self._load_lock:
+            return self._load()
+
+    def _load(self) -> PhotoEmbedder:
         if self._loading is not None:
             self._loading.join()
             self._loading = None

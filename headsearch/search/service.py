@@ -5,12 +5,13 @@ A photo (a file or an upload's bytes) becomes the library's vectors (`headsearch
 cut and embedded by the library's own model), searched inside the scope (never the photo itself), ranked, tiered
 and cut at the confidence bar; each hit gets its picture (the matched moment, head boxed). A person of the
 library (`search_person`) is searched by the tracks people put together and its reference photos; vectors
-(`similar`: a track's own, for "more like this") by the engine directly. One search at a time.
+(`similar`: a track's own, for "more like this") by the engine directly. Searches run at once up to the usable cores.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -92,7 +93,11 @@ class SearchService:
         self.photos = photos or PhotoEmbedder.for_library(library, model)
         self._media_guard = media_guard
         self.clock = clock or StageClock()
-        self._lock = threading.Lock()  # one search at a time: the model and the vector indexes are shared
+        # Searches run at once up to the usable cores (a photo's detection and embedding, the database's reads and the
+        # pictures' decoding release the GIL), so that memory stays flat; the vector indexes, which a refresh replaces
+        # or extends, are searched and brought up to date by one at a time (`_indexes`: a few milliseconds a search).
+        self._slots = threading.BoundedSemaphore(max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+        self._indexes = threading.RLock()
 
     @property
     def embedder(self) -> Embedder:
@@ -120,11 +125,11 @@ class SearchService:
 
     def search_photo(self, photo: Path | bytes, options: QueryOptions = QueryOptions(), name: str | None = None) -> Answer:
         """The moments of the person (or each person, `all_heads`) in a photo: a file, or an upload's bytes named `name`."""
-        with self._lock, contextlib.ExitStack() as stack:
+        with self._slots, contextlib.ExitStack() as stack:
             # The database and the index first: a cold query's models are still loading in their thread meanwhile.
             with self.clock.stage("database"):
                 stack.enter_context(self.library.session())  # the look-ups below: one open of the database
-            with self.clock.stage("index"):
+            with self.clock.stage("index"), self._indexes:
                 engine = self.engine(options.ranking)
             with self.clock.stage("models"):
                 self.photos.load()
@@ -134,7 +139,8 @@ class SearchService:
                 confidence = confidence_for(engine.thresholds, options.min_score, options.show_weak)
                 scope = (options.scope.with_query_bytes(self.library, bytes(photo)) if isinstance(photo, bytes | bytearray)
                          else options.scope.with_query_file(self.library, Path(photo)))
-                results = [self._search_head(engine, embedded, options.k, scope, confidence) for embedded in heads]
+                with self._indexes:
+                    results = [self._search_head(engine, embedded, options.k, scope, confidence) for embedded in heads]
         answer = Answer(results, confidence, None if confidence.calibrated else uncalibrated_note(self.library.model.name))
         return self._with_pictures(answer, options.pictures)
 
@@ -169,7 +175,7 @@ class SearchService:
         from headsearch.people.listing import find_person, person_looks, person_moments
         from headsearch.people.photos import reference_vectors, stacked
 
-        with self._lock, self.library.session():
+        with self._slots, self._indexes, self.library.session():
             found = find_person(self.library, person)
             found.looks = person_looks(self.library, found.id)
             references, aside = reference_vectors(self.library, found.id)
@@ -201,6 +207,6 @@ class SearchService:
 
     def similar(self, vectors: dict[VectorKind, np.ndarray], k: int, exclude_track: int | None = None) -> list[SearchHit]:
         """The k tracks most like these vectors (a track's own, for "more like this"), without `exclude_track`."""
-        with self._lock, self.library.session():
+        with self._slots, self._indexes, self.library.session():
             hits = self.engine().search_vectors(vectors, k + 1)
         return [h for h in hits if h.track_id != exclude_track][:k]
