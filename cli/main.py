@@ -251,10 +251,10 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
     root = library_path(library)
     new_library = not (root / MANIFEST).exists()
     files, problems, _ = discover(paths)
-    if not files and new_library:  # nothing to index: create nothing
-        for problem in problems:
-            click.echo(f"error: {problem}", err=True)
-        raise HeadsearchError("nothing to index" + ("" if problems else f" (no videos or photos in {', '.join(map(str, paths))})"))
+    if not files and new_library:  # nothing to index: create nothing; one line, whatever went wrong
+        if problems:
+            raise HeadsearchError("; ".join(problems) + ": nothing to index")
+        raise HeadsearchError(f"nothing to index (no videos or photos in {', '.join(map(str, paths))})")
     existing = existing_model(root) if model is None else None  # an existing library keeps its model
     embedder = load_embedder(model or (existing.source if existing else None))
     lib = Library.create(root, embedder.describe())

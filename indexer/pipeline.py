@@ -61,7 +61,7 @@ class IndexSummary:
                 f"{len(self.failed)} failed{before}), {counted(self.frames, 'frame')}, {counted(self.shots, 'shot')}, "
                 f"{counted(self.tracks, 'track')}"
                 f"{f' ({self.dropped_tracks} without face evidence dropped)' if self.dropped_tracks else ''}, "
-                f"{self.wall_seconds:.1f} s, {self.realtime_factor:.2f}x real time")
+                f"{self.wall_seconds:.1f} s" + (f", {self.realtime_factor:.2f}x real time" if self.video_seconds > 0 else ""))
 
     def stages_line(self) -> str:
         return ", ".join(f"{k} {self.stage_seconds.get(k, 0.0):.1f}s" for k in STAGES)

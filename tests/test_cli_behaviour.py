@@ -178,10 +178,12 @@ def test_nothing_created_when_nothing_indexed(tmp_path):
     lib = tmp_path / "lib"
     result = run("index", tmp_path / "no-such-folder", "--library", lib, ok=False)
     assert result.exit_code == 1 and "no-such-folder: no such file or folder" in result.stderr and not lib.exists()
+    assert len(result.stderr.strip().splitlines()) == 1  # one mistake, one line
     bad = tmp_path / "bad.mp4"
     bad.write_bytes(np.random.default_rng(1).bytes(20_000))
     result = run("index", bad, "--library", lib, ok=False)
     assert result.exit_code == 1 and not lib.exists()
+    assert "real time" not in result.output  # no video was indexed: no "0.00x real time"
     empty = tmp_path / "empty-folder"
     empty.mkdir()
     assert run("index", empty, "--library", lib, ok=False).exit_code == 1 and not lib.exists()
