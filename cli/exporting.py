@@ -26,14 +26,14 @@ def export_options(f: Callable) -> Callable:
     f = export_options_no_file(f)
     return click.option("--export", "export_to", type=click.Path(path_type=Path, dir_okay=False), multiple=True,
                         help=f"Write the moments to this file for an editor (repeatable); its extension names the format: {FORMATS_HELP} "
-                             "(pip install 'headsearch[export]' for the timelines).")(f)
+                             "(the timelines need the `export` extra).")(f)
 
 
 def check_export_path(path: Path) -> None:
-    """One line, before any work, for a format that is not known or whose extra is not installed."""
-    from headsearch.exports.timelines import export_format, require_export_extra
+    """One line, before any work, for a format that is not known or whose extra is not installed, or a missing folder."""
+    from headsearch.exports.timelines import export_target
 
-    require_export_extra(export_format(path))
+    export_target(path)
 
 
 def export_results(paths: Sequence[Path], results: Sequence, names: Sequence[str], markers: bool, handles: float, order: str) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headsearch.basics.errors import HeadsearchError, LibraryError, first_line, is_disk_full
+from headsearch.basics.extras import install_hint
 from headsearch.basics.failures import unexpected_error_line
 from headsearch.basics.runtime import THREADS_ENV, usable_cpus
 from headsearch.basics.settings import IndexSettings
@@ -31,7 +32,7 @@ from schemas.records import FileResult, FileStamp, ModelInfo
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S = 2.0  # how long idle workers get to leave by themselves before they are killed
-RAY_MISSING = "the ray engine needs Ray: pip install 'headsearch[ray]'"
+RAY_MISSING = "the ray engine needs Ray: {hint}"
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,7 @@ class RayEngine:
         try:
             import ray
         except ImportError:
-            raise HeadsearchError(RAY_MISSING) from None
+            raise HeadsearchError(RAY_MISSING.format(hint=install_hint("ray"))) from None
         self._ray = ray
         self._started_here = not ray.is_initialized()
         if self._started_here:

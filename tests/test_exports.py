@@ -186,7 +186,7 @@ def test_a_missing_extra_is_one_line(media, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     base = [sys.executable, "-c", code, "query", str(media["photos"]["hamilton"]), "--library", str(media["library"]), "--no-pictures"]
     r = subprocess.run([*base, "--export", str(tmp_path / "x.otio")], env=env, capture_output=True, text=True)
-    assert r.returncode == 1 and r.stderr.strip().count("\n") == 0 and "pip install 'headsearch[export]'" in r.stderr, r.stderr
+    assert r.returncode == 1 and r.stderr.strip().count("\n") == 0 and f"pip install -e '{ROOT}[export]'" in r.stderr, r.stderr  # as installed
     r = subprocess.run([*base, "--export", str(tmp_path / "x.csv")], env=env, capture_output=True, text=True)
     assert r.returncode == 0 and (tmp_path / "x.csv").is_file(), r.stderr
 
@@ -314,7 +314,8 @@ def test_web_export_links_and_the_players_cues(hamilton_library, tmp_path):
     watch = client.get(f"/watch/{video['id']}?start=1.520&end=3.588").text
     assert f'src="/videos/{video["id"]}/who.vtt"' in watch and 'kind="chapters"' in watch
     run("people", "export", "--video", HAMILTON, tmp_path / "who.vtt", "--library", library)
-    run("people", "export", "--video", HAMILTON, tmp_path / "chapters.vtt", "--chapters", "--library", library)
+    said = run("people", "export", "--video", HAMILTON, tmp_path / "chapters.vtt", "--chapters", "--library", library).stderr
+    assert "exported 4 chapters of 1 file" in said, said  # chapters counted as chapters
     assert (tmp_path / "who.vtt").read_bytes() == who.content and (tmp_path / "chapters.vtt").read_text() == chapters
 
 
@@ -326,3 +327,18 @@ def test_every_export_is_checked_before_any_is_written(hamilton_library, tmp_pat
     assert "holds the cues of one video" in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) <= 2
     assert not csv_file.exists() and not vtt_file.exists()
+
+
+def test_an_export_is_an_ordinary_file_in_a_folder_that_exists(media, tmp_path):
+    """Made with the user's umask (not 0600), and never into a mistyped folder, which is said in one line."""
+    target = tmp_path / "moments.csv"
+    old = os.umask(0o022)
+    try:
+        run("query", media["photos"]["hamilton"], "--library", media["library"], "--no-pictures", "--export", target)
+    finally:
+        os.umask(old)
+    assert target.stat().st_mode & 0o777 == 0o644
+    missing = tmp_path / "no-such-folder" / "moments.csv"
+    r = run("query", media["photos"]["hamilton"], "--library", media["library"], "--no-pictures", "--export", missing, ok=False)
+    assert "no-such-folder: no such folder to export into" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not missing.parent.exists()

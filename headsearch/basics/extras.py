@@ -23,8 +23,20 @@ def missing(modules: tuple[str, ...]) -> list[str]:
     return gone
 
 
+def install_hint(extra: str) -> str:
+    """The command that adds an extra to this install: where this code runs from a checkout (the README installs it so,
+    `pip install -e .`), into that checkout's install (`pip install -e '/path/to/headsearch[export]'`), else from the
+    package index (`pip install 'headsearch[export]'`)."""
+    from pathlib import Path
+
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "setup.cfg").is_file() and (checkout / "headsearch").is_dir():
+        return f"pip install -e '{checkout}[{extra}]'"
+    return f"pip install 'headsearch[{extra}]'"
+
+
 def require_train(what: str, modules: tuple[str, ...] = TRAIN) -> None:
     """HeadsearchError in one line when PyTorch and its friends are not installed."""
     gone = missing(modules)
     if gone:
-        raise HeadsearchError(f"{what} needs {', '.join(gone)}, which the lean install leaves out: pip install 'headsearch[train]'")
+        raise HeadsearchError(f"{what} needs {', '.join(gone)}, which the lean install leaves out: {install_hint('train')}")

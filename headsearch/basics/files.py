@@ -22,6 +22,7 @@ def atomic_write(path: Path, write: Callable[[Path], None], fsync: bool = True) 
     os.close(fd)
     tmp = Path(name)
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # what a plain open() would have made (mkstemp makes its files 0600)
         write(tmp)
         if fsync:
             with open(tmp, "rb+") as f:
@@ -30,6 +31,17 @@ def atomic_write(path: Path, write: Callable[[Path], None], fsync: bool = True) 
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it where Linux says it (/proc), else set and put back."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
 
 
 def write_bytes_atomic(path: Path, data: bytes, fsync: bool = True) -> None:

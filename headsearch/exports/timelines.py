@@ -19,9 +19,9 @@ from fractions import Fraction
 from pathlib import Path
 
 from headsearch.basics.errors import HeadsearchError
-from headsearch.basics.extras import missing
+from headsearch.basics.extras import install_hint, missing
 from headsearch.basics.files import write_bytes_atomic
-from headsearch.basics.text import printable, shown_bytes
+from headsearch.basics.text import counted, printable, shown_bytes
 from headsearch.basics.timeline import Timing, probe_timing
 
 EXPORT_EXTRA = ("opentimelineio",)
@@ -87,13 +87,13 @@ class Exported:
 
     path: Path
     format: str
-    moments: int
+    moments: int  # what it holds: moments, or with `items` "chapter", chapters
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    items: str = "moment"
 
     def line(self) -> str:
-        n, f = self.moments, len(self.files)
-        return (f"exported {n} moment{'s' if n != 1 else ''} of {f} file{'s' if f != 1 else ''} to {self.path} ({self.format})"
+        return (f"exported {counted(self.moments, self.items)} of {counted(len(self.files), 'file')} to {self.path} ({self.format})"
                 + "".join(f"; {note}" for note in self.notes))
 
 
@@ -103,6 +103,16 @@ def export_format(path: Path) -> str:
     if suffix not in FORMATS:
         raise HeadsearchError(f"{path}: no export format for {suffix or 'a name without an extension'} "
                               f"(one of {', '.join(FORMATS)})")
+    return suffix
+
+
+def export_target(path: Path) -> str:
+    """The format of a file to export into, checked before any work: a known format, its extra installed, a folder
+    that exists (a mistyped one is said, not made)."""
+    suffix = export_format(path)
+    require_export_extra(suffix)
+    if not Path(path).parent.is_dir():
+        raise HeadsearchError(f"{Path(path).parent}: no such folder to export into (create it first)")
     return suffix
 
 
@@ -117,7 +127,7 @@ def require_export_extra(suffix: str) -> None:
     gone = EXPORT_FORMATS[suffix].missing()
     if gone:
         raise HeadsearchError(f"exporting {suffix} needs {', '.join(dict.fromkeys(gone))}, which the lean install leaves out: "
-                              "pip install 'headsearch[export]'")
+                              f"{install_hint('export')}")
 
 
 def timings(moments: Sequence[Moment]) -> dict[str, Timing]:
@@ -161,9 +171,9 @@ def export(path: Path, moments: Sequence[Moment], options: ExportOptions = Expor
            shots: dict[str, list[tuple[float, float]]] | None = None, chapters: bool = False) -> Exported:
     """Write moments to `path` in the format its extension names (see `FORMATS`). `shots` (file -> shot ranges) and
     `chapters` make a WebVTT file of chapters, one a shot, instead of one cue a moment."""
-    suffix = export_format(path)
-    data, done = export_bytes(suffix, moments, options, shots, chapters)
+    suffix = export_target(path)
     path = Path(path)
+    data, done = export_bytes(suffix, moments, options, shots, chapters)
     try:
         write_bytes_atomic(path, data)
     except OSError as e:
@@ -191,6 +201,8 @@ def export_bytes(suffix: str, moments: Sequence[Moment], options: ExportOptions 
         if suffix == ".mlt":  # MLT places clips by frames from the file's first, whatever its start timecode
             grid = {v: replace(t, timecode=None) for v, t in grid.items()}
         data = _adapter_bytes(suffix, timeline(moments, grid, options), grid)
+    if chapters and suffix == ".vtt":
+        return data, Exported(Path(f"export{suffix}"), "vtt", sum(map(len, (shots or {}).values())), list(shots or {}), notes, "chapter")
     return data, Exported(Path(f"export{suffix}"), suffix.lstrip("."), len(moments), list(grid or shots or {}), notes)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from headsearch.basics.errors import HeadsearchError
+from headsearch.basics.runtime import usable_cpus
 from headsearch.basics.stages import StageClock
 from headsearch.embedding.photo_heads import EmbeddedHead, PhotoEmbedder
 from headsearch.evaluation.thresholds import Thresholds, thresholds_for
@@ -96,7 +96,7 @@ class SearchService:
         # Searches run at once up to the usable cores (a photo's detection and embedding, the database's reads and the
         # pictures' decoding release the GIL), so that memory stays flat; the vector indexes, which a refresh replaces
         # or extends, are searched and brought up to date by one at a time (`_indexes`: a few milliseconds a search).
-        self._slots = threading.BoundedSemaphore(max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+        self._slots = threading.BoundedSemaphore(usable_cpus())
         self._indexes = threading.RLock()
 
     @property
