@@ -144,6 +144,8 @@ def test_every_format_gives_the_clips_files_and_ranges_of_query_json(media, whic
     assert _otio_clips(folder / "selects.edl", rate=min(rates)) == expected
     assert _mlt_clips(folder / "selects.mlt") == plain  # MLT counts frames from the file's first
     assert [(v, a, b) for v, a, b in _csv_clips(folder / "selects.csv")] == plain
+    with open(folder / "selects.csv", newline="") as f:  # the score --json gives, in the same order
+        assert [float(row["score"]) for row in csv.DictReader(f)] == [h["score"] for h in hits]
     if which == "vfr":
         assert "variable frame rate" in r.stderr
         t = probe_timing(VFR)

@@ -352,7 +352,7 @@ def export_moments(results: Sequence[HeadResult], names: Sequence[str]) -> tuple
             if s.sighting is not None and s.sighting.kind == MediaKind.IMAGE:
                 photos += 1
                 continue
-            moments.append(Moment(h.video, h.start, h.end, name, None if h.tier is None else str(h.tier), h.identity_score, h.track_id, rank))
+            moments.append(Moment(h.video, h.start, h.end, name, None if h.tier is None else str(h.tier), h.score, h.track_id, rank))  # as --json's score
     return moments, photos
 
 
