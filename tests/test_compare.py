@@ -108,6 +108,19 @@ def test_the_switch_of_two_joined_clips_is_found_at_the_join(compared, media):
     assert [round(s["start"], 3) for s in joined["shots"]][1] == second["start"]  # the segment starts on the cut's first frame
 
 
+def test_a_clip_that_starts_as_someone_else_is_a_drift_too(media):
+    """The two clips joined the other way round: the same verdict, one drift event at the join (a rise this time)."""
+    from bench.compare import join_clips
+
+    reversed_ = media["folder"] / "joined-reversed.mp4"
+    join = join_clips(OTHER, AOC, reversed_, seconds=3.0)
+    entry = json.loads(run("compare", reversed_, "--ref", media["still"], "--json", "--no-frames", "--fail-under", "0.95",
+                           ok=None).stdout)[0]
+    assert entry["verdict"] == "drift" and len(entry["drifts"]) == 1, entry["drifts"]
+    drift = entry["drifts"][0]
+    assert drift["from"] == "other_person" and drift["to"] in ("same_look", "other_look") and abs(drift["time"] - join) <= 0.5
+
+
 def test_a_hidden_face_is_carried_by_its_track_and_what_facesim_skips(compared):
     hidden = _entry(compared, compared["report"].parent / "hidden-face.mp4")
     s = hidden["summary"]

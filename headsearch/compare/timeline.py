@@ -132,7 +132,7 @@ class Segment:
 
 @dataclass(frozen=True)
 class Drift:
-    """Where the tier fell."""
+    """Where the tier fell (or, in a clip that starts as another person or look, first rose)."""
 
     time: float
     before: str
@@ -433,15 +433,19 @@ def _coalesced(segs: list[Segment]) -> list[Segment]:
 
 def drifts_of(segments: Sequence[Segment], thresholds: Thresholds, settings: CompareSettings) -> list[Drift]:
     """Falls in tier from one segment with a head to the next with a head, where the lower one holds enough frames
-    scored on their own and the fall holds up (`confirmed_fall`)."""
+    scored on their own and the fall holds up (`confirmed_fall`); and a rise before any fall, which holds up the same way:
+    a clip that starts as another person (or look) and becomes the reference's is a drift too, whichever way round. A
+    rise after a fall is the recovery of that fall, not an event of its own."""
     out = []
     before: Segment | None = None
     for s in segments:
         if s.tier not in RANK:
             continue
-        if (before is not None and RANK[s.tier] < RANK[before.tier] and s.scored >= settings.drift_min_frames
-                and confirmed_fall(before, s, thresholds)):
-            out.append(Drift(s.start, before.tier, s.tier, s.frames[0].shot, s.at_cut, s.score))
+        if before is not None and RANK[s.tier] != RANK[before.tier]:
+            high, low = (before, s) if RANK[s.tier] < RANK[before.tier] else (s, before)
+            rise = high is s
+            if not (rise and out) and low.scored >= settings.drift_min_frames and confirmed_fall(high, low, thresholds):
+                out.append(Drift(s.start, before.tier, s.tier, s.frames[0].shot, s.at_cut, s.score))
         before = s
     return out
 
