@@ -6,12 +6,13 @@ from pathlib import Path
 
 import click
 
-from cli.options import FiniteFloat, library_option, model_option, progress_option, show_progress
+from cli.options import FiniteFloat, Share, library_option, model_option, progress_option, show_progress
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.json_text import json_text
+from headsearch.basics.text import printable
 
-EXIT_GATE = 1  # --fail-under: a video's same-person share fell below it
-EXIT_SOME_FAILED = 2  # some videos could not be compared (the others were); also click's usage errors
+EXIT_GATE = 1  # --fail-under, --fail-under-look: a video's share fell below it
+EXIT_SOME_FAILED = 4  # some videos could not be compared (the others were); not 2, click's usage errors
 EXIT_NOTHING = 3  # nothing was compared: a reference, the model, or every video could not be read
 ORDERED = ("--ref", "--ref-video", "--person", "--name")  # options whose order on the command line groups references
 
@@ -67,10 +68,11 @@ def reference_specs(ordered: list[tuple[str, str]]):
 
 EPILOG = f"""\b
 Exit status:
-  0  every video was compared (and, with --fail-under, each passed)
-  {EXIT_GATE}  --fail-under: the same-person share of a video fell below it
-  {EXIT_SOME_FAILED}  some videos could not be compared (each said why in one line; the others were), or bad usage
+  0  every video was compared (and, with --fail-under or --fail-under-look, each passed)
+  {EXIT_GATE}  --fail-under (--fail-under-look): the same-person (same-look) share of a video fell below it
+  2  bad usage
   {EXIT_NOTHING}  nothing was compared: a reference had no head, the model could not load, or no video could be read
+  {EXIT_SOME_FAILED}  some videos could not be compared (each said why in one line; the others were)
 """
 
 
@@ -96,13 +98,17 @@ Exit status:
 @click.option("--no-frames", is_flag=True, help="Leave the per-frame records out of --json.")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Write an HTML page per video (and for several, index.html and leaderboard.csv) into this folder.")
-@click.option("--fail-under", type=FiniteFloat(0.0, 1.0), default=None, metavar="SHARE",
-              help=f"Exit {EXIT_GATE} when a video's same-person share (of its frames with a head) is below SHARE, e.g. 0.95.")
+@click.option("--fail-under", type=Share(), default=None, metavar="SHARE",
+              help=f"Exit {EXIT_GATE} when a video's same-person share (of its frames with a head) is below SHARE: 0.95, or 95%.")
+@click.option("--fail-under-look", type=Share(), default=None, metavar="SHARE",
+              help=f"Exit {EXIT_GATE} when a video's same-look share (of its frames with a head) is below SHARE: the person in the "
+                   "reference's look (hair, glasses, hat).")
 @progress_option
 @click.pass_context
 def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, persons, names, ref_head: int | None, whole_image: bool,
             library: Path | None, model: str | None, fps: float | None, every_frame: bool, min_segment: float, as_json: bool,
-            no_frames: bool, report_dir: Path | None, fail_under: float | None, progress: bool | None) -> None:
+            no_frames: bool, report_dir: Path | None, fail_under: float | None, fail_under_look: float | None,
+            progress: bool | None) -> None:
     """Is it still the same person, in the same look? Compare the people in VIDEOS with a reference person.
 
     Every sampled frame is analysed as `index` analyses it (shots, heads tracked through profiles and turned-away
@@ -135,7 +141,7 @@ def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, pers
             click.echo(line)
     if report_dir is not None and done:
         click.echo(f"report: {write_report(report_dir, done, failed)}", err=True)
-    sys.exit(_exit_status(done, failed, fail_under))
+    sys.exit(_exit_status(done, failed, fail_under, fail_under_look))
 
 
 def _run(session, videos: list[Path], as_json: bool) -> tuple[list, list[tuple[str, str]]]:
@@ -156,14 +162,18 @@ def _run(session, videos: list[Path], as_json: bool) -> tuple[list, list[tuple[s
     return done, failed
 
 
-def _exit_status(done: list, failed: list, fail_under: float | None) -> int:
-    """The gate's line for each video under --fail-under, and the exit status (the command's epilog)."""
+def _exit_status(done: list, failed: list, fail_under: float | None, fail_under_look: float | None = None) -> int:
+    """The gate's line for each video under --fail-under or --fail-under-look, and the exit status (the command's epilog)."""
     if not done:
         return EXIT_NOTHING
-    below = [c for c in done if fail_under is not None and c.same_person_share < fail_under]
-    for c in below:
-        click.echo(f"gate: {c.video} vs {c.reference.name}: same person on {100 * c.same_person_share:.1f}% of its head frames, "
-                   f"under --fail-under {fail_under:g}", err=True)
+    below = False
+    for c in done:
+        for bar, share, what, flag in ((fail_under, c.same_person_share, "same person", "--fail-under"),
+                                       (fail_under_look, c.same_look_share, "same look", "--fail-under-look")):
+            if bar is not None and share < bar:
+                below = True
+                click.echo(f"gate: {printable(c.video)} vs {printable(c.reference.name)}: {what} on {100 * share:.1f}% of its head "
+                           f"frames, under {flag} {100 * bar:g}%", err=True)
     if below:
         return EXIT_GATE
     return EXIT_SOME_FAILED if failed else 0

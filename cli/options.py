@@ -96,4 +96,23 @@ class FiniteFloat(click.FloatRange):
         return super().convert(number, param, ctx)
 
 
+class Share(FiniteFloat):
+    """A share of frames: 0 to 1 (0.95), or a percentage (95 or 95%)."""
+
+    name = "share"
+
+    def __init__(self):
+        super().__init__(0.0, 1.0)
+
+    def convert(self, value, param, ctx):
+        text = str(value).strip()
+        try:
+            number = float(text.removesuffix("%"))
+        except ValueError:
+            self.fail(f"{value!r} is not a share (0.95, or 95%)", param, ctx)
+        if text.endswith("%") or 1.0 < number <= 100.0:
+            number /= 100.0
+        return super().convert(number, param, ctx)
+
+
 MAX_WORKERS = 256  # processes or actors for one run: far past any machine's cores, short of a typo's 100000

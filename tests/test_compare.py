@@ -141,6 +141,22 @@ def test_one_bad_video_is_one_line_and_the_gate_fails(compared):
     assert result.exit_code == 1  # the gate: a video under --fail-under
 
 
+def test_gates_take_percentages_and_the_look(media):
+    """--fail-under 95 is 95%, as 0.95 is; --fail-under-look gates the same-look share; a video that cannot be read is
+    exit 4, not click's usage error 2."""
+    for bar in ("95", "95%", "0.95"):
+        r = run("compare", media["joined"], "--ref", media["still"], "--fail-under", bar, ok=None)
+        assert r.exit_code == 1 and "under --fail-under 95%" in r.stderr, (bar, r.stderr)
+    r = run("compare", AOC, "--ref", media["still"], "--fail-under-look", "100", ok=None)
+    assert r.exit_code in (0, 1) and ("under --fail-under-look 100%" in r.stderr) == (r.exit_code == 1)
+    assert run("compare", AOC, "--ref", media["still"], "--fail-under-look", "0.5").exit_code == 0
+    r = run("compare", AOC, "--ref", media["still"], "--fail-under", "101", ok=None)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    bad = media["folder"] / "unreadable.mp4"
+    bad.write_bytes(b"\x00" * 4000)
+    assert run("compare", AOC, bad, "--ref", media["still"], ok=None).exit_code == 4
+
+
 def test_report_pages_and_leaderboard(compared):
     import csv
 

@@ -179,6 +179,11 @@ class Comparison:
         return sum(f.tier in SAME_PERSON for f in heads) / len(heads) if heads else 0.0
 
     @property
+    def same_look_share(self) -> float:
+        """The share of the frames with a head where the head is the reference person in the reference's look."""
+        return self.share(str(Tier.SAME_LOOK), of_heads=True)
+
+    @property
     def verdict(self) -> str:
         """no_head (no head in any sampled frame), drift (a drift event: the person, then another person or look), other_person
         (the person on fewer than half the head frames), other_look (the person, more often in another look than in the
@@ -211,7 +216,7 @@ class Comparison:
             "on_screen": round(sum(f.duration for f in person), 3),
             "shares": {tier: round(self.share(tier), 4) for tier in TIERS},
             "same_person_share": round(self.same_person_share, 4),
-            "same_look_share": round(self.share(str(Tier.SAME_LOOK), of_heads=True), 4),
+            "same_look_share": round(self.same_look_share, 4),
             "worst_segment": None if worst is None else worst.to_dict(),
             "face_frames": sum(f.face for f in heads),  # the person's head shows a face
             "faceless_head_frames": sum(not f.face for f in heads),  # a head seen without a face (profile, back, turned away)
