@@ -122,8 +122,10 @@ class _Plot:
     def y(self, v: float) -> float:
         return self.y1 - (self.y1 - self.y0) * (min(max(v, self.LOW), self.HIGH) - self.LOW) / (self.HIGH - self.LOW)
 
-    def mid(self, f: Frame) -> float:
-        return self.x((f.time + f.end) / 2 if f.end > f.time else f.time)
+    def at(self, f: Frame) -> float:
+        """Where a sampled frame's score is drawn: at its own time (the middle of its interval drew it half a sampling
+        interval late)."""
+        return self.x(f.time)
 
     def bands(self) -> list[str]:
         """The tier of each segment, and under it a strip: the person's face seen (dark) or not (orange)."""
@@ -166,14 +168,14 @@ class _Plot:
 
     def scores(self) -> list[str]:
         """Identity scores (a line through them) and head scores; rings where the head shows no face."""
-        points = [(self.mid(f), self.y(f.identity)) for f in self.c.frames if f.identity is not None]
+        points = [(self.at(f), self.y(f.identity)) for f in self.c.frames if f.identity is not None]
         out = ['<polyline fill="none" stroke="#2f6fd1" stroke-width="1.2" stroke-opacity="0.6" points="'
                + " ".join(f"{px:.1f},{py:.1f}" for px, py in points) + '"/>'] if len(points) > 1 else []
         for f in self.c.frames:
             note = "" if f.face else (", no face, tier carried from the track" if f.carried else ", no face")
             for name, colour, v in (("head", "#8a3fc7", f.head), ("identity", "#2f6fd1", f.identity)):
                 if v is not None:
-                    out.append(f'<circle cx="{self.mid(f):.1f}" cy="{self.y(v):.1f}" r="{2.6 if name == "identity" else 2.3}" '
+                    out.append(f'<circle cx="{self.at(f):.1f}" cy="{self.y(v):.1f}" r="{2.6 if name == "identity" else 2.3}" '
                                f'fill="{colour if f.face else "#ffffff"}" stroke="{colour}" stroke-width="1"><title>{format_time(f.time)} '
                                f'{name} {v:.3f} ({html.escape(TIER_WORDS[f.tier])}{note})</title></circle>')
         return out
