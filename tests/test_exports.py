@@ -283,6 +283,10 @@ def test_both_on_screen_or_one_without_the_other(hamilton_library):
     assert [(h["start"], h["end"]) for h in both] == [(0.852, 1.519)]
     assert {(h["start"], h["end"]) for h in without} == {(h["start"], h["end"]) for h in alone} - {(0.852, 1.519)}
     assert run("query", miranda, "--with", alex, "--without", alex, "--library", hamilton_library, ok=False).exit_code == 2
+    # Miranda's medium shot ends on the cut (7.892 s) where Obama's begins: never on screen together, no moment at the cut.
+    obama = EXAMPLES / "obama_small.jpg"
+    apart = json.loads(run("query", miranda, "--with", obama, "--library", hamilton_library, "--json", "--no-pictures").stdout)
+    assert not [h for h in apart if h["video"].endswith("short_hamilton_clip.mp4") and h["start"] >= 3.588], apart
 
 
 def test_web_export_links_and_the_players_cues(hamilton_library, tmp_path):

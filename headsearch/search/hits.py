@@ -368,9 +368,11 @@ def _merged(ranges: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def _parts(start: float, end: float, others: list[tuple[float, float]], inside: bool) -> list[tuple[float, float]]:
-    """[start, end] within the (merged, sorted) ranges (`inside`), or outside all of them."""
+    """[start, end] within the (merged, sorted) ranges (`inside`), or outside all of them. Ranges that only touch (one
+    track ends on a cut where the other's begins) share no moment; two photos' instants (no duration) share theirs."""
     if inside:
-        return [(max(start, a), min(end, b)) for a, b in others if max(start, a) <= min(end, b)]
+        return [(lo, hi) for a, b in others for lo, hi in [(max(start, a), min(end, b))]
+                if lo < hi or (start == end and a == b and lo == hi)]
     if start == end:  # a photo: a moment without a duration
         return [] if any(a <= start <= b for a, b in others) else [(start, end)]
     out, at = [], start
