@@ -152,6 +152,11 @@ class Site:
         data, _ = export_bytes(".vtt", moments, ExportOptions(), {video.path: shots}, chapters)
         return data, "chapters.vtt" if chapters else "who.vtt"
 
+    def _people_bar(self) -> str:
+        """How people are grouped, as the page says it: "the identity bar 0.387 (calibrated at FAR 0.001)"."""
+        th = people_thresholds(self.library)
+        return f"the identity bar {th.identity:.3f} ({th.source})"
+
     def cards(self, shown: list[ShownHit]) -> list[dict]:
         """Hits with what a card needs: the matched sighting to show boxed, the file's id, the player's address."""
         out = []
@@ -277,7 +282,7 @@ class Site:
                        for s in merge_suggestions(self.library)[:MAX_SUGGESTIONS]]
         return {"people": [{**p.to_dict(), "label": p.label(), "hidden": p.hidden} for p in people],
                 "ungrouped_tracks": max(0, total - max(grouped, measured)), "inbox": len(inbox(self.library)),
-                "suggestions": suggestions, "thresholds": people_thresholds(self.library).source}
+                "suggestions": suggestions, "thresholds": self._people_bar()}
 
     def person_page(self, person_id: int) -> dict:
         try:

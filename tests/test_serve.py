@@ -139,6 +139,7 @@ def test_every_page_and_its_json_twin(client, library):
     assert all(c["track_id"] != track for c in tr["more_like_this"])
     people = client.get("/api/people").json()
     assert people["people"][0].keys() >= {"id", "name", "tracks", "videos", "looks"} and people["ungrouped_tracks"] == 0
+    assert re.search(r"Grouped by the identity bar \d\.\d{3} \((calibrated at FAR|uncalibrated default)", client.get("/people").text)
     assert client.get(f"/api/people/{person}").json()["moments"]
     watch = client.get(f"/api/watch/{vid}?start=3.5&end=6").json()
     assert watch["src"] == f"/media/{vid}" and watch["fragment"] == "#t=3.500,6.000" and watch["direct"]
