@@ -35,6 +35,7 @@ def serve(ctx: click.Context, library: Path | None, host: str, port: int, token:
         token = strong_token()
     app = create_app(library_path(library), token=token, cache_dir=cache_dir,
                      allowed_hosts=(LOOPBACK | {host}) if local else None)
+    listening = _bound(host, port)  # before the address is printed: a busy port is one line, not an address and a traceback
     shown = f"[{host}]" if ":" in host else host
     address = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
     if not local:
@@ -44,4 +45,25 @@ def serve(ctx: click.Context, library: Path | None, host: str, port: int, token:
     click.echo(f"headsearch: {address}  (library {app.state.site.root}; Ctrl+C stops)", err=True)
     # wrong tokens are said whatever the verbosity; -v adds a line per request
     logging.getLogger("serve.guard").setLevel(logging.INFO if ctx.meta.get("verbose") else logging.WARNING)
-    uvicorn.Server(server_config(app, host, port)).run()
+    uvicorn.Server(server_config(app, host, port)).run(sockets=[listening])
+
+
+def _bound(host: str, port: int):
+    """A socket bound to host:port for the server; one line when that address cannot be had (a busy port)."""
+    import socket
+
+    from headsearch.basics.errors import HeadsearchError
+
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as e:
+        raise HeadsearchError(f"{host}:{port}: cannot serve there ({e.strerror or e})") from e
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise HeadsearchError(f"{host}:{port}: cannot serve there ({e.strerror or e}): another program may use the port "
+                              "(`--port N` picks another)") from e
+    return sock

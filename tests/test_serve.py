@@ -617,3 +617,14 @@ def test_compare_page_and_its_twin_answer_as_the_cli(client, library, tmp_path):
     assert r.status_code == 400 and "reference photo" in r.json()["error"]
     r = client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg")})
     assert r.status_code == 400 and "pick a video" in r.json()["error"]
+
+
+def test_serve_on_a_busy_port_is_one_line(library):
+    """Said before any address is printed, in one line, without uvicorn's error."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = run("serve", "--library", library, "--port", str(port), ok=False)
+    assert r.exit_code == 1 and r.stderr.strip().splitlines() == [r.stderr.strip()] and "cannot serve there" in r.stderr
+    assert "headsearch: http" not in r.output and "Traceback" not in r.output
