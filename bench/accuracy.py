@@ -58,7 +58,7 @@ class Sample:
 class BenchCache:
     """In-memory caches of one benchmark run: head crops per photo, vectors per (model, file)."""
 
-    crops: dict[tuple[Path, bool, bool], HeadCrop | HeadsearchError] = field(default_factory=dict)
+    crops: dict[tuple, HeadCrop | HeadsearchError] = field(default_factory=dict)  # a photo's, a labelled head's of a frame
     vectors: dict[tuple[tuple[str, str], Path], Vectors | HeadsearchError] = field(default_factory=dict)
     error_log: Path | None = None  # folder for the traceback of a file's unexpected error (else the temporary folder)
 
@@ -70,11 +70,16 @@ def model_key(embedder: Embedder) -> tuple[str, str]:
 
 def photo_crop(path: Path, detector: FaceDetector, embedder: Embedder, whole_image: bool, cache: BenchCache) -> HeadCrop:
     """The largest head of a photo (or the whole photo), as a query takes it (`photo_heads`), cached; raises HeadsearchError."""
-    key = (path, whole_image, embedder.sees_whole_head)
+    return _cached_crop(cache, (path, whole_image, embedder.sees_whole_head), path,
+                        lambda: photo_heads(photo_pixels(path), path, detector, embedder, whole_image=whole_image)[0].crop)
+
+
+def _cached_crop(cache: BenchCache, key: tuple, path: Path, make: Callable[[], HeadCrop]) -> HeadCrop:
+    """The crop `make` cuts from a file, made once per key; a file's error is kept as well, and raised again."""
     if key not in cache.crops:
         try:
             with file_failures(path, cache.error_log):
-                cache.crops[key] = photo_heads(photo_pixels(path), path, detector, embedder, whole_image=whole_image)[0].crop
+                cache.crops[key] = make()
         except HeadsearchError as e:
             cache.crops[key] = e
         except OSError as e:
@@ -164,23 +169,14 @@ def embed_videos(files: Sequence[LabeledFile], embedder: Embedder, detector: Fac
 def frame_crop(file: LabeledFile, detector: FaceDetector, settings: IndexSettings, cache: BenchCache) -> HeadCrop:
     """A labelled head of a video frame as the indexer cuts it: its box, with the face found inside it (the detection
     whose head box overlaps it most); cached; raises HeadsearchError when the frame shows no face there."""
-    key = (file.path, file.time, file.box)
-    if key not in cache.crops:
-        try:
-            with file_failures(file.path, cache.error_log):
-                rgb = frame_at(file.path, file.time)
-                face = _face_of(file.box, detect_heads(detector, rgb)) or _face_of(file.box, _heads_around(detector, rgb, file.box))
-                if face is None:
-                    raise MediaError(f"{file.path}: no face in the labelled head at {file.time:.3f} s")
-                cache.crops[key] = crop_head(rgb, file.box, face, settings.crop_px)
-        except HeadsearchError as e:
-            cache.crops[key] = e
-        except OSError as e:
-            cache.crops[key] = MediaError(f"{file.path}: cannot read file ({e.strerror or e})")
-    hit = cache.crops[key]
-    if isinstance(hit, HeadsearchError):
-        raise hit
-    return hit
+    def make() -> HeadCrop:
+        rgb = frame_at(file.path, file.time)
+        face = _face_of(file.box, detect_heads(detector, rgb)) or _face_of(file.box, _heads_around(detector, rgb, file.box))
+        if face is None:
+            raise MediaError(f"{file.path}: no face in the labelled head at {file.time:.3f} s")
+        return crop_head(rgb, file.box, face, settings.crop_px)
+
+    return _cached_crop(cache, (file.path, file.time, file.box), file.path, make)
 
 
 FRAME_HEAD_IOU = 0.5  # a detected head is the labelled one from this overlap on

@@ -65,14 +65,19 @@ def _interrupt(cmd: list[str], wait_for, timeout: float = 120, again_after: floa
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def test_ctrl_c_is_exit_130_with_one_line(tmp_path):
+def _clips_and_a_library(tmp_path: Path, clips: int) -> tuple[Path, Path, int]:
+    """A folder of the first `clips` video-retalking clips, a library of the first already, and its thumbnails' count."""
     media = tmp_path / "media"
     media.mkdir()
-    for i in range(1, 6):
+    for i in range(1, clips + 1):
         os.symlink(RETALKING / f"{i}.mp4", media / f"clip{i}.mp4")
     lib = tmp_path / "lib"
     run("index", media / "clip1.mp4", "--library", lib, "-q")
-    thumbs = len(list((lib / "thumbnails").iterdir()))
+    return media, lib, len(list((lib / "thumbnails").iterdir()))
+
+
+def test_ctrl_c_is_exit_130_with_one_line(tmp_path):
+    media, lib, thumbs = _clips_and_a_library(tmp_path, 5)
     cmd = [*CLI, "index", str(media), "--library", str(lib), "-q"]
     # While indexing (the next file's thumbnails are written: a commit is under way or just done).
     result = _interrupt(cmd, lambda: len(list((lib / "thumbnails").iterdir())) > thumbs)
@@ -95,13 +100,7 @@ def test_ctrl_c_is_exit_130_with_one_line(tmp_path):
 
 def test_sigterm_stops_index_as_ctrl_c_does_and_says_so(tmp_path):
     """A service manager's SIGTERM: the run stops where it is safe to, one line, exit 143; the next run finishes."""
-    media = tmp_path / "media"
-    media.mkdir()
-    for i in range(1, 4):
-        os.symlink(RETALKING / f"{i}.mp4", media / f"clip{i}.mp4")
-    lib = tmp_path / "lib"
-    run("index", media / "clip1.mp4", "--library", lib, "-q")
-    thumbs = len(list((lib / "thumbnails").iterdir()))
+    media, lib, thumbs = _clips_and_a_library(tmp_path, 3)
     result = _interrupt([*CLI, "index", str(media), "--library", str(lib), "-q"],
                         lambda: len(list((lib / "thumbnails").iterdir())) > thumbs, sig=signal.SIGTERM)
     assert result.returncode == 143, result.stderr

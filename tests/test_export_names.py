@@ -9,9 +9,9 @@ import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
+from hostile_media import write_video
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,16 +29,7 @@ NAMES = settings(max_examples=40, deadline=None, derandomize=True, database=None
 def clip(tmp_path_factory) -> Path:
     """A 2-second 25 fps clip."""
     path = tmp_path_factory.mktemp("clip") / "clip.mp4"
-    with av.open(str(path), "w") as c:
-        s = c.add_stream("libx264", rate=25, options={"preset": "ultrafast"})
-        s.width, s.height, s.pix_fmt = 64, 48, "yuv420p"
-        for i in range(50):
-            f = av.VideoFrame.from_ndarray(np.full((48, 64, 3), i * 4, np.uint8), format="rgb24")
-            f.pts = i
-            for p in s.encode(f):
-                c.mux(p)
-        for p in s.encode():
-            c.mux(p)
+    write_video(path, (np.full((48, 64, 3), i * 4, np.uint8) for i in range(50)), fps=25, options={"preset": "ultrafast"})
     return path
 
 
