@@ -168,15 +168,20 @@ async def search(request: Request) -> Response:
             raise HTTPException(400, f"k must be between 1 and {MAX_K}")
         all_heads, whole_image, show_weak = _flag(fields.get("all")), _flag(fields.get("whole_image")), _flag(fields.get("show_weak"))
         site = _site(request)
-        answer = await run_in_threadpool(site.search, photo.path, photo.name, k, all_heads, whole_image, show_weak)
-        name = photo.name
+        if photo.path is None:  # the page's options, on the photo searched last
+            photo_id = fields["photo_id"]
+            data, name = site.kept_photo(photo_id)
+        else:
+            data, name = photo.path, photo.name
+            photo_id = None if _wants_json(request) else await run_in_threadpool(site.keep_photo, photo.path, name)
+        answer = await run_in_threadpool(site.search, data, name, k, all_heads, whole_image, show_weak)
     if _wants_json(request):
         from headsearch.search.hits import results_json
 
         return JsonAnswer(results_json(answer.results, all_heads))
     page = await run_in_threadpool(site.query_page, answer, all_heads, name)
     return _page(request, "search.html", {**page, "k": k, "all": all_heads, "whole_image": whole_image, "show_weak": show_weak,
-                                          "photo": name})
+                                          "photo": name, "photo_id": photo_id})
 
 
 async def compare_form(request: Request) -> Response:

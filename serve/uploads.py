@@ -186,9 +186,10 @@ async def read_form(request: Request, limit: int = FORM_LIMIT) -> dict:
 
 @dataclass(frozen=True)
 class Photo:
-    """A query photo received: its temporary file (gone once the request is done), its name, the other fields."""
+    """A query photo received: its temporary file (gone once the request is done; None when the form sent no photo but
+    the id of a kept one, `photo_id`), its name, the other fields."""
 
-    path: Path
+    path: Path | None
     name: str
     fields: dict[str, str]
 
@@ -214,19 +215,25 @@ async def received_photo(request: Request, limit: int, slots: UploadSlots) -> As
             if reading is not None:
                 reading.arrived = True  # whole: its slot is no longer one to take
             file.flush()
+            if name is None:  # no photo sent: the id of one the app kept
+                yield Photo(None, "", fields)
+                return
             path = Path(file.name)
             check_image_file(path)
             yield Photo(path, name, fields)
 
 
-async def _form_photo(request: Request, file, fields: dict[str, str]) -> str:
-    """Copy the form's `photo` into `file` (Starlette spools it to disk past 1 MiB); its other fields into `fields`."""
+async def _form_photo(request: Request, file, fields: dict[str, str]) -> str | None:
+    """Copy the form's `photo` into `file` (Starlette spools it to disk past 1 MiB); its other fields into `fields`.
+    None: no photo, but the id of one the app kept (`photo_id`: the page's options search the last photo again)."""
     form = await request.form(max_files=1, max_fields=20)
     try:
         photo = form.get("photo")
         for key, value in form.multi_items():
             if isinstance(value, str):
                 fields[key] = value
+        if fields.get("photo_id") and (not isinstance(photo, UploadFile) or not photo.filename):
+            return None
         if not isinstance(photo, UploadFile):
             raise UploadRefused(400, "no photo in the form (field `photo`)")
         photo.file.seek(0)

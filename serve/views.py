@@ -64,6 +64,7 @@ INBOX_PAGE = 60  # inbox tracks a page
 FILES_PAGE = 100  # files a page of the Videos page
 REFERENCE_K = 24  # tracks looked at per reference photo for "found by the reference photos"
 KEPT_EXPORTS = 64  # searches whose moments are kept for their export links
+KEPT_PHOTO_BYTES = 64 << 20  # the last searches' photos kept (in memory, at most this much) so their options re-run them
 THUMB_INLINE_BYTES = 32 * 1024  # a thumbnail this small goes inside its card
 
 
@@ -80,15 +81,36 @@ class Site:
         self._comparing = threading.Lock()  # one comparison at a time: it analyses a whole video
         self._kept: dict[str, list[Moment]] = {}  # search moments kept for their export links
         self._kept_lock = threading.Lock()
+        self._photos: dict[str, tuple[bytes, str]] = {}  # the last searches' photos by id: (bytes, name)
         with self.library.browsing() as b:  # the database driver loads now, not on the first page someone asks for
             b.videos()
 
     # ----- searching --------------------------------------------------------------------------------
-    def search(self, photo: Path, name: str, k: int, all_heads: bool, whole_image: bool, show_weak: bool = False) -> Answer:
-        """The answer `headsearch query` gives for an uploaded photo (a temporary file; named `name` in messages): confident
-        hits only unless `show_weak`, never the photo itself. Searches run at once up to the usable cores (the service)."""
+    def search(self, photo: Path | bytes, name: str, k: int, all_heads: bool, whole_image: bool, show_weak: bool = False) -> Answer:
+        """The answer `headsearch query` gives for an uploaded photo (a temporary file, or a kept photo's bytes; named `name`
+        in messages): confident hits only unless `show_weak`, never the photo itself. Searches run at once up to the
+        usable cores (the service)."""
         options = QueryOptions(k=k, all_heads=all_heads, whole_image=whole_image, show_weak=show_weak)
-        return self.service.search_photo(photo.read_bytes(), options, name)
+        return self.service.search_photo(photo if isinstance(photo, bytes) else photo.read_bytes(), options, name)
+
+    def keep_photo(self, photo: Path, name: str) -> str:
+        """Keep a searched photo so that the page's options (k, weak matches, every head) search it again without
+        picking it again; its id. The last ones are kept, KEPT_PHOTO_BYTES together at most."""
+        key = secrets.token_urlsafe(12)
+        data = photo.read_bytes()
+        with self._kept_lock:
+            self._photos[key] = (data, name)
+            while sum(len(d) for d, _ in self._photos.values()) > KEPT_PHOTO_BYTES and len(self._photos) > 1:
+                self._photos.pop(next(iter(self._photos)))
+        return key
+
+    def kept_photo(self, key: str) -> tuple[bytes, str]:
+        """A kept photo's bytes and name; NotFound once it is no longer kept."""
+        with self._kept_lock:
+            found = self._photos.get(key)
+        if found is None:
+            raise NotFound("the last photo is no longer kept: pick it again")
+        return found
 
     # ----- pages ------------------------------------------------------------------------------------
     def query_page(self, answer: Answer, all_heads: bool, name: str = "photo") -> dict:

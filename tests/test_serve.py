@@ -116,6 +116,12 @@ def test_search_page_shows_cards_and_heads(client, library):
     # Confident-only by default, as `query`: what is left out is said, never "the library is empty".
     r = client.post("/", files={"photo": ("two.jpg", TWO_PEOPLE.read_bytes(), "image/jpeg")}, data={"k": "4", "all": "1"})
     assert r.text.count('class="card"') < 8 and "below the identity threshold" in r.text and "weak matches too" in r.text
+    # "weak matches too", as the page suggests, without picking the photo again: the form names the photo it searched.
+    kept = re.search(r'name="photo_id" value="([^"]+)"', r.text).group(1)
+    again = client.post("/", files={"photo": ("", b"", "application/octet-stream")}, data={**weak, "photo_id": kept})
+    assert again.status_code == 200 and again.text.count('class="card"') == 8 and "last: two.jpg" in again.text
+    gone = client.post("/", files={"photo": ("", b"", "application/octet-stream")}, data={**weak, "photo_id": "no-such-id"})
+    assert gone.status_code == 404 and "pick it again" in gone.text
     r = client.post("/", files={"photo": ("lmm.png", MIRANDA.read_bytes(), "image/png")}, data={"k": "2"})
     assert r.text.count('class="card"') == 2 and "short_hamilton_clip.mp4" in r.text and "0:00:0" in r.text
 
