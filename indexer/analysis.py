@@ -223,7 +223,7 @@ def _scan(stream: VideoStream, s: IndexSettings, clock: StageClock, progress: Fr
     `sample_at` (sorted) adds the frames within half a frame period of these times to the samples."""
     wanted = list(sample_at)
     half_period = 0.5 / stream.info.fps if stream.info.fps else 0.02
-    cuts = ShotBoundaryDetector()
+    cuts = ShotBoundaryDetector.for_rate(stream.info.fps)
     shot_start = (0, 0.0)
     next_sample = -1.0
     shots = 0

@@ -149,6 +149,9 @@ def histogram_distance(a: np.ndarray, b: np.ndarray) -> float:
     return 0.5 * float(np.abs(a.ravel() - b.ravel()).sum(dtype=np.float64))
 
 
+MIN_SHOT_S = 0.3  # the shortest shot, in seconds, at low frame rates (`ShotBoundaryDetector.for_rate`)
+
+
 @dataclass
 class ShotBoundaryDetector:
     """Streaming hard-cut detector over consecutive-frame histogram distances (O(1) state)."""
@@ -173,6 +176,19 @@ class ShotBoundaryDetector:
     _n_dist: int = field(default=0, init=False, repr=False)
     _frame: int = field(default=-1, init=False, repr=False)
     _shot_start: int = field(default=0, init=False, repr=False)
+
+    @classmethod
+    def for_rate(cls, fps: float | None) -> ShotBoundaryDetector:
+        """The detector for a stream of `fps` frames a second: at video rates (20 and up: 23.976 too) the tuned `min_shot_frames`;
+        below, as many frames as make about MIN_SHOT_S, at least one, so that a slideshow (a still a second, 1-5 frames
+        a second) is cut at every new picture (8 frames swallowed every cut of a 1 fps slideshow); under 2 frames a
+        second, the absolute threshold alone (a slideshow of one frame a picture has a cut on every frame, which the
+        spike and running-mean rules, made for video, refuse)."""
+        if not fps or fps >= 20:
+            return cls()
+        if fps < 2:  # a frame a second or fewer: every frame may be a new picture, so no spike or running-mean rule
+            return cls(min_shot_frames=1, adaptive_ratio=0.0, spike_ratio=0.0)
+        return cls(min_shot_frames=max(1, round(MIN_SHOT_S * fps)))
 
     def __post_init__(self) -> None:
         """Validate the parameters."""

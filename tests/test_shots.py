@@ -351,3 +351,30 @@ def test_crowd_has_no_cuts() -> None:
 @pytest.mark.parametrize("rel", TALKING_HEADS, ids=[Path(r).parent.name + "/" + Path(r).stem for r in TALKING_HEADS])
 def test_talking_heads_have_no_cuts(rel: str) -> None:
     assert _cuts_over_every_frame(_media(rel), long_side=320) == []
+
+
+@pytest.mark.parametrize("fps", [1, 2, 5, 25])
+def test_a_slideshow_is_cut_at_every_new_picture(fps: int, tmp_path) -> None:
+    """Six different photos of 1 s each (issue 43: one shot for a 1-5 fps slideshow, the minimum shot of 8 frames
+    swallowing every cut), through the indexer's own decode and detector at the stream's rate."""
+    import cv2
+    from hostile_media import write_video
+
+    from headsearch.basics.settings import IndexSettings
+    from headsearch.detection.faces import FaceDetector
+    from headsearch.models import load_embedder
+    from indexer.analysis import analyse_file
+
+    stills = [_media(f"face-api.js/examples/images/bbt{i}.jpg") for i in range(1, 6)] + [_media("face_recognition/examples/two_people.jpg")]
+    frames = [cv2.cvtColor(cv2.resize(cv2.imread(str(p)), (640, 360)), cv2.COLOR_BGR2RGB) for p in stills]
+    video = tmp_path / f"slides-{fps}.mp4"
+    write_video(video, [f for f in frames for _ in range(fps)], fps=fps)
+    result = analyse_file(video, IndexSettings(), FaceDetector(), load_embedder("fake-pixels"))
+    assert [round(s.start_time, 3) for s in result.shots] == [float(i) for i in range(6)]
+
+
+def test_video_rates_keep_the_tuned_minimum_shot() -> None:
+    assert ShotBoundaryDetector.for_rate(29.97).min_shot_frames == ShotBoundaryDetector().min_shot_frames == 8
+    assert ShotBoundaryDetector.for_rate(None).min_shot_frames == 8
+    assert [ShotBoundaryDetector.for_rate(f).min_shot_frames for f in (1, 2, 5, 10)] == [1, 1, 2, 3]
+    assert ShotBoundaryDetector.for_rate(1).spike_ratio == 0 and ShotBoundaryDetector.for_rate(2).spike_ratio == 2
