@@ -214,6 +214,10 @@ def test_a_persons_mlt_selects_render_and_are_found_again(tmp_path):
     render = tmp_path / "render.mp4"
     subprocess.run([melt, str(selects), "-consumer", f"avformat:{render}", "vcodec=libx264", "preset=ultrafast", "an=1", "-silent"],
                    check=True, capture_output=True, timeout=300)
+    import av
+
+    with av.open(str(render)) as out, av.open(str(clips[0])) as source:  # the source's size, not melt's 720x576
+        assert (out.streams.video[0].width, out.streams.video[0].height) == (source.streams.video[0].width, source.streams.video[0].height)
     again = tmp_path / "again"
     run("index", render, "--library", again, "-q")
     shots = json.loads(run("list", "--tracks", "--json", "--library", again).stdout)

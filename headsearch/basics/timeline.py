@@ -111,6 +111,7 @@ class Timing:
     timecode: str | None
     frames: int  # frames on the grid from the first frame to the end (a VFR file's grid counts the frames it skips)
     grid: Fraction | None = None  # the rate the timestamps are spaced at, where it is not `rate` exactly (2997/100)
+    size: tuple[int, int] | None = None  # the frames' width and height as coded (None: not said)
 
     def frame_at(self, seconds: float) -> int:
         """The frame (from 0 at the first frame) presented at `seconds` on the file's timeline, to the nearest."""
@@ -144,6 +145,7 @@ def probe_timing(path: str | Path) -> Timing | None:
             base = stream.guessed_rate or stream.average_rate or stream.base_rate
             times = sorted(float(p.pts * p.time_base) for p in container.demux(stream) if p.pts is not None and p.time_base)
             timecode = _timecode(container, stream)
+            size = (stream.codec_context.width, stream.codec_context.height) if stream.codec_context.width else None
     except (av.error.FFmpegError, OSError, ValueError):
         return None
     if not times or not base:
@@ -152,7 +154,7 @@ def probe_timing(path: str | Path) -> Timing | None:
     rate = editorial_rate(grid)
     steps = {round((b - a) * float(grid)) for a, b in zip(times, times[1:], strict=False)}
     frames = int(round((times[-1] - times[0]) * float(grid))) + 1
-    return Timing(times[0], rate, len(steps) > 1, timecode, frames, grid if grid != rate else None)
+    return Timing(times[0], rate, len(steps) > 1, timecode, frames, grid if grid != rate else None, size)
 
 
 def _timecode(container, stream) -> str | None:

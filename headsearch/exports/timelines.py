@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -292,6 +293,8 @@ def _adapter_bytes(suffix: str, tl, grid: dict[str, Timing]) -> bytes:
             table.setdefault(float(r), f"{r.denominator}/{r.numerator}s")
     names = _printable_names(tl, tokens=suffix == ".fcpxml") if suffix != ".otio" else {}
     text = otio.adapters.write_to_string(tl, adapter, **options)
+    if suffix == ".mlt":
+        text = _with_mlt_profile(text, grid)
     for token, name in names.items():
         text = text.replace(token, xml_attribute(name))
     return text.encode("utf-8")
@@ -305,6 +308,32 @@ def xml_attribute(text: str) -> str:
     for char, entity in XML_ESCAPES:
         text = text.replace(char, entity)
     return text
+
+
+def _with_mlt_profile(text: str, grid: dict[str, Timing]) -> str:
+    """The MLT document with a profile (the first file's frame size and rate): the adapter writes an empty one
+    (`<profile decsription="automatic"/>`, so spelled), with which melt renders its default 720x576 at 25 fps,
+    letterboxed."""
+    import xml.etree.ElementTree as ET
+
+    first = next((t for t in grid.values() if t.size), None)
+    if first is None:
+        return text
+    root = ET.fromstring(text)
+    profile = root.find("profile")
+    if profile is None:
+        profile = ET.Element("profile")
+        root.insert(0, profile)
+    elif profile.get("width"):
+        return text
+    (w, h), rate = first.size, first.rate
+    g = math.gcd(w, h)
+    profile.attrib.clear()
+    profile.attrib.update({"description": f"{w}x{h} {float(rate):.3f} fps", "width": str(w), "height": str(h),
+                           "frame_rate_num": str(rate.numerator), "frame_rate_den": str(rate.denominator), "progressive": "1",
+                           "sample_aspect_num": "1", "sample_aspect_den": "1", "display_aspect_num": str(w // g),
+                           "display_aspect_den": str(h // g)})
+    return ET.tostring(root, encoding="unicode", xml_declaration=True)
 
 
 def _one_track(otio, tl):
