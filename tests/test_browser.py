@@ -278,3 +278,29 @@ def test_the_pages_keep_to_their_content_security_policy(server, page):
     finally:
         strict.close()
     assert not violations, violations
+
+
+def test_the_pages_keep_to_a_390px_phone(server, page):
+    """Inbox, videos, a video, a track and a compare result on a 390 px wide phone: nothing wider than the screen (wide
+    tables and the compare plot scroll in their own boxes); a screenshot of each in the test artefacts."""
+    videos = page.context.request.get(server + "/api/videos").json()["videos"]
+    video = next(v for v in videos if v["kind"] == "video")
+    track = page.context.request.get(server + f"/api/videos/{video['id']}").json()["people"][0]["tracks"][0]
+    track_id = track["id"] if isinstance(track, dict) else track
+    phone = page.context.browser.new_page(viewport={"width": 390, "height": 844}, bypass_csp=True)
+    try:
+        for name, path in (("inbox", "/inbox"), ("videos", "/videos"), ("video", f"/videos/{video['id']}"),
+                           ("track", f"/tracks/{track_id}"), ("compare-form", "/compare")):
+            phone.goto(server + path)
+            phone.wait_for_load_state("networkidle")
+            phone.screenshot(path=str(ARTEFACTS / f"{name}-390.png"), full_page=True)
+            assert phone.evaluate("document.documentElement.scrollWidth") <= 392, name
+        phone.set_input_files("input[name=photo]", str(EXAMPLES / "lin-manuel-miranda.png"))
+        phone.select_option("select[name=video_id]", str(video["id"]))
+        phone.click("form button[type=submit]")
+        phone.wait_for_selector(".plot svg", timeout=120_000)
+        phone.screenshot(path=str(ARTEFACTS / "compare-result-390.png"), full_page=True)
+        assert phone.evaluate("document.documentElement.scrollWidth") <= 392
+        assert phone.evaluate("document.querySelector('.plot svg').getBoundingClientRect().width") >= 600  # readable, scrolls in its box
+    finally:
+        phone.close()
