@@ -229,8 +229,11 @@ class Site:
         folders: dict[str, list[dict]] = {}
         for v in shown:
             folders.setdefault(str(Path(v["path"]).parent), []).append(v)
-        return {"videos": shown, "folders": [{"folder": f, "files": vs} for f, vs in folders.items()], "total": len(files),
-                "page": page, "pages": pages, "per_page": per_page, "q": query, "kind": kind if kind in ("video", "image") else "all", "people": matched}
+        root = _common_folder(list(folders))
+        return {"videos": shown, "root": root,
+                "folders": [{"folder": f, "shown": _under(f, root) or ".", "files": vs} for f, vs in folders.items()],
+                "total": len(files), "page": page, "pages": pages, "per_page": per_page, "q": query,
+                "kind": kind if kind in ("video", "image") else "all", "people": matched}
 
     def video_page(self, video_id: int) -> dict:
         with self.library.people_reading() as store:
@@ -391,8 +394,9 @@ class Site:
         """The Compare page's form: the library's videos to pick from."""
         with self.library.browsing() as b:
             files = [v for v in b.videos() if v.kind == "video"]
-        return {"videos": [{"id": v.id, "name": Path(v.path).name, "path": v.path} for v in sorted(files, key=lambda v: v.path)],
-                "comparison": None}
+        root = _common_folder([str(Path(v.path).parent) for v in files])
+        choices = sorted(({"id": v.id, "name": _under(v.path, root), "path": v.path} for v in files), key=lambda c: c["name"].casefold())
+        return {"videos": choices, "root": root, "comparison": None}  # named by their place under the folder they share
 
     def compare(self, photo: Path, photo_name: str, video_id: int | None = None, clip: Path | None = None,
                 clip_name: str | None = None) -> tuple[dict, dict]:
@@ -550,3 +554,20 @@ def _track(t: TrackRow) -> dict:
     return {"id": t.id, "video_id": t.video_id, "video": t.video, "name": Path(t.video).name, "start": t.start_time,
             "end": t.end_time, "best_time": t.best_time, "sightings": t.n_observations,
             "face_visible_share": round(float(t.face_visible_share), 3)}
+
+
+def _common_folder(folders: list[str]) -> str:
+    """The deepest folder every one of these lies under, above them all ("" for none): the place a page names once, so
+    that each folder is shown by its own path under it."""
+    try:
+        common = os.path.commonpath(folders) if folders else ""
+    except ValueError:  # relative and absolute mixed
+        return ""
+    return os.path.dirname(common) if common in folders else common
+
+
+def _under(path: str, root: str) -> str:
+    """A path as it lies under `root` (the path itself where it does not)."""
+    if root and (path == root or path.startswith(root.rstrip("/") + "/")):
+        return path[len(root.rstrip("/")) + 1 :]
+    return path

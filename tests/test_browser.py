@@ -209,7 +209,9 @@ def test_compare_report_and_page(server, page, miranda_compared):
     assert page.locator("figure img").count() >= 3 and "drift" in page.inner_text(".verdict")
     page.goto(server + "/compare")
     page.set_input_files("input[name=photo]", str(miranda))
-    page.select_option("select[name=video_id]", label=HAMILTON.name)
+    label = next(v["name"] for v in _get_json(server + "/api/compare")["videos"] if v["path"] == str(HAMILTON))
+    assert label.endswith("/" + HAMILTON.name)  # its place under the folder the library's videos share, not a bare name
+    page.select_option("select[name=video_id]", label=label)
     page.click("form.compare-form button")
     page.wait_for_selector("svg.compare-plot", timeout=120_000)
     _images_loaded(page)

@@ -138,6 +138,8 @@ def test_every_page_and_its_json_twin(client, library):
         assert html.status_code == 200 and html.headers["content-type"].startswith("text/html"), page
         assert api.status_code == 200 and api.headers["content-type"] == "application/json", page
     assert {v["name"] for v in client.get("/api/videos").json()["videos"]} >= {"short_hamilton_clip.mp4", "two_people.jpg", "hamilton.avi"}
+    listing = client.get("/api/videos").json()
+    assert listing["root"] and all(not f["shown"].startswith("/") for f in listing["folders"])  # folders under the one root said
     video = client.get(f"/api/videos/{vid}").json()
     assert len(video["shots"]) >= 3 and sum(len(p["tracks"]) for p in video["people"]) == len(ids(library, f"select id from tracks where video_id = {vid}"))
     tr = client.get(f"/api/tracks/{track}?k=4").json()
@@ -599,7 +601,8 @@ def test_compare_page_and_its_twin_answer_as_the_cli(client, library, tmp_path):
     still = tmp_path / "aoc.jpg"
     still.write_bytes(encode_jpeg(frame_at(aoc, 0.5), 95))
     form = client.get("/api/compare").json()
-    video = next(v for v in form["videos"] if v["name"] == aoc.name)
+    video = next(v for v in form["videos"] if v["path"] == str(aoc))
+    assert video["name"].endswith("video-retalking/examples/face/3.mp4")  # its place under the folder the videos share
     assert "Compare" in client.get("/compare").text
     twin = client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg")}, data={"video_id": str(video["id"])})
     assert twin.status_code == 200, twin.text
