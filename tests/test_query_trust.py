@@ -70,7 +70,8 @@ def test_confident_only_by_default(hamilton_library, tmp_path):
     uncal = tmp_path / "dlib"
     run("index", AMY_DIR, "--library", uncal, "--model", "dlib-resnet", "-q")
     uncalibrated = run("query", AMY_DIR / "amy1.png", "--library", uncal, "-k", "2")
-    assert "uncalibrated" in uncalibrated.stderr and len(uncalibrated.stderr.strip().splitlines()) == 1
+    said = uncalibrated.stderr.strip().splitlines()
+    assert len(said) == 2 and "uncalibrated" in said[0] and "`headsearch reindex" in said[1]  # and that the default would do
     assert len(query_json(uncal, AMY_DIR / "amy1.png", "-k", "2")) == 2
 
 

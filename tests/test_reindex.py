@@ -279,3 +279,15 @@ def test_files_that_fail_with_the_new_model_keep_the_old_library_unless_left_out
     assert done.exit_code == 2 and "re-indexed with sface+lite0: 1 of 2 files" in done.stdout, done.output
     assert manifest_model(lib)["name"] == NEW and not reembedding.staging_path(lib).exists()
     assert listed(lib) == {str(AMY_DIR / "amy1.png"): "indexed", str(spoilt): "failed", str(broken): "failed"}
+
+
+def test_a_query_of_a_library_of_an_older_built_in_model_says_reindex_would_move_it(tmp_path, hamilton_library):
+    """An old `sface` (or `dlib-resnet`) library answers as its model did: the answer says that `reindex` moves it to
+    the default; a library of the default says nothing of the kind."""
+    library = tmp_path / "old"
+    run("index", EXAMPLES / "obama_small.jpg", EXAMPLES / "knn_examples" / "train" / "biden" / "biden.jpg", "--library", library,
+        "--model", "sface", "-q")
+    photo = EXAMPLES / "knn_examples" / "train" / "obama" / "obama.jpg"
+    said = run("query", photo, "--library", library, "--no-pictures").stderr
+    assert f"was made by sface, not by the default model ({DEFAULT_MODEL}): `headsearch reindex --library {library}`" in said
+    assert "reindex" not in run("query", photo, "--library", hamilton_library, "--no-pictures").stderr

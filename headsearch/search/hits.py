@@ -117,6 +117,20 @@ def without_face(confidence: Confidence, thresholds: Thresholds | None) -> Confi
                    source=f"appearance threshold {thresholds.appearance:.3f} (the look of a head without a face)")
 
 
+def older_model_note(library: Library) -> str | None:
+    """The one line said when a library was made by a built-in model that is not the default any more (its answers
+    are the older model's: an old `sface` or `dlib-resnet` library ranks people as those did); None otherwise."""
+    from headsearch.models.registry import BUILTIN_MODULES, DEFAULT_MODEL, find_spec
+
+    model = library.model
+    spec = find_spec(model)
+    built_in = spec is not None and getattr(spec.load, "__module__", None) in BUILTIN_MODULES  # not a user's file or plugin
+    if not built_in or model.name == DEFAULT_MODEL or DEFAULT_MODEL in spec.registered_names:
+        return None
+    return (f"note: {library.root} was made by {model.name}, not by the default model ({DEFAULT_MODEL}): `headsearch reindex "
+            f"--library {library.root}` re-embeds it with the default, keeping its people and corrections")
+
+
 def uncalibrated_note(model_name: str) -> str:
     """The one line said when scores cannot be told right from wrong."""
     return (f"note: scores are uncalibrated (no thresholds for {model_name}): the best hits are shown whatever their score; "

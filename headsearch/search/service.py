@@ -33,6 +33,7 @@ from headsearch.search.hits import (
     Scope,
     confidence_for,
     found_hits,
+    older_model_note,
     scoped_search_vectors,
     together,
     uncalibrated_note,
@@ -141,7 +142,8 @@ class SearchService:
                          else options.scope.with_query_file(self.library, Path(photo)))
                 with self._indexes:
                     results = [self._search_head(engine, embedded, options.k, scope, confidence) for embedded in heads]
-        answer = Answer(results, confidence, None if confidence.calibrated else uncalibrated_note(self.library.model.name))
+        notes = [None if confidence.calibrated else uncalibrated_note(self.library.model.name), older_model_note(self.library)]
+        answer = Answer(results, confidence, "\n".join(n for n in notes if n) or None)
         return self._with_pictures(answer, options.pictures)
 
     @staticmethod
