@@ -126,14 +126,19 @@ class Terminated(KeyboardInterrupt):
     and says so."""
 
 
+_terminated = False  # a SIGTERM came: said so at the end, whatever exception carried it out (a database's own included)
+
+
 def _terminate(signum, frame) -> None:
+    global _terminated
+    _terminated = True
     raise Terminated()
 
 
 def _interrupted(line: str = INTERRUPTED) -> None:
     # Leaving with 130 now (143 after a SIGTERM): a second signal (pressed again, or re-raised by a native library on
     # its way out) must not kill the process by signal while it tears down (seen in CI as exit -2).
-    terminated = isinstance(sys.exc_info()[1], Terminated)
+    terminated = _terminated or isinstance(sys.exc_info()[1], Terminated)
     with contextlib.suppress(ValueError):  # ValueError: not the main thread
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
