@@ -63,7 +63,6 @@ class Reading:
     received: int = 0
     arrived: bool = False
     scope: anyio.CancelScope | None = None
-    released: bool = False
 
     def rate(self, now: float) -> float:
         return self.received / max(now - self.started, 1e-6)
@@ -75,10 +74,13 @@ class UploadSlots:
     (503, Retry-After) rather than queued. A body declared no larger than `SMALL_BODY` takes no slot."""
 
     def __init__(self, slots: int = UPLOAD_SLOTS, per_client: int | None = None):
-        self.slots = self.free = slots
+        self.slots = slots
         self.per_client = per_client if per_client is not None else max(1, slots // 2)
-        self._held: dict[str, int] = {}
-        self._readings: list[Reading] = []
+        self._readings: list[Reading] = []  # the uploads holding a slot
+
+    @property
+    def free(self) -> int:
+        return self.slots - len(self._readings)
 
     @contextlib.asynccontextmanager
     async def hold(self, client: str = "-", declared: int | None = None) -> AsyncIterator[Reading | None]:
@@ -86,13 +88,11 @@ class UploadSlots:
             yield None
             return
         # one event loop: nothing runs between these tests and the counts below
-        held = self._held.get(client, 0)
+        held = sum(r.client == client for r in self._readings)
         if held >= self.per_client or (self.free <= 0 and not self._drop_slowest()):
             why = f"{held} of yours are" if held >= self.per_client and self.free > 0 else f"{self.slots} uploads are"
             raise UploadRefused(503, f"busy: {why} being read; try again in a moment", {"Retry-After": str(RETRY_AFTER_S)})
         reading = Reading(client, time.monotonic())
-        self.free -= 1
-        self._held[client] = held + 1
         self._readings.append(reading)
         try:
             with anyio.CancelScope() as reading.scope:
@@ -115,14 +115,8 @@ class UploadSlots:
         return True
 
     def _release(self, reading: Reading) -> None:
-        if reading.released:
-            return
-        reading.released = True
-        self._readings.remove(reading)
-        self.free += 1
-        self._held[reading.client] -= 1
-        if not self._held[reading.client]:
-            del self._held[reading.client]
+        if reading in self._readings:  # not yet: a dropped upload's slot was given away when it was dropped
+            self._readings.remove(reading)
 
 
 def _client(request: Request) -> str:
