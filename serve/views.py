@@ -231,7 +231,7 @@ class Site:
             folders.setdefault(str(Path(v["path"]).parent), []).append(v)
         root = _common_folder(list(folders))
         return {"videos": shown, "root": root,
-                "folders": [{"folder": f, "shown": _under(f, root) or ".", "files": vs} for f, vs in folders.items()],
+                "folders": [{"folder": f, "shown": _under(f, root), "files": vs} for f, vs in folders.items()],
                 "total": len(files), "page": page, "pages": pages, "per_page": per_page, "q": query,
                 "kind": kind if kind in ("video", "image") else "all", "people": matched}
 
@@ -567,7 +567,5 @@ def _common_folder(folders: list[str]) -> str:
 
 
 def _under(path: str, root: str) -> str:
-    """A path as it lies under `root` (the path itself where it does not)."""
-    if root and (path == root or path.startswith(root.rstrip("/") + "/")):
-        return path[len(root.rstrip("/")) + 1 :]
-    return path
+    """A path as it lies under `root`, the folder `_common_folder` found above it (the path itself without one)."""
+    return os.path.relpath(path, root) if root else path
