@@ -11,6 +11,7 @@ timecode plus 20 frames). A variable-frame-rate file is placed on the grid its t
 from __future__ import annotations
 
 import csv
+import html
 import io
 import math
 import uuid
@@ -296,18 +297,8 @@ def _adapter_bytes(suffix: str, tl, grid: dict[str, Timing]) -> bytes:
     if suffix == ".mlt":
         text = _with_mlt_profile(text, grid)
     for token, name in names.items():
-        text = text.replace(token, xml_attribute(name))
+        text = text.replace(token, html.escape(name, quote=True))  # an XML attribute's value, either quote
     return text.encode("utf-8")
-
-
-XML_ESCAPES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&quot;"), ("'", "&apos;"))
-
-
-def xml_attribute(text: str) -> str:
-    """Text escaped for an XML attribute value, either quote."""
-    for char, entity in XML_ESCAPES:
-        text = text.replace(char, entity)
-    return text
 
 
 def _with_mlt_profile(text: str, grid: dict[str, Timing]) -> str:
