@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import stat
 import tempfile
 from collections.abc import Callable
@@ -18,11 +19,10 @@ def atomic_write(path: Path, write: Callable[[Path], None], fsync: bool = True) 
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(name)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    # Made as a plain open() makes a file, its mode from the umask (mkstemp's would be 0600); never an existing one.
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # what a plain open() would have made (mkstemp makes its files 0600)
         write(tmp)
         if fsync:
             with open(tmp, "rb+") as f:
@@ -31,17 +31,6 @@ def atomic_write(path: Path, write: Callable[[Path], None], fsync: bool = True) 
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-
-
-def _umask() -> int:
-    """This process's umask, read without changing it where Linux says it (/proc), else set and put back."""
-    try:
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
-    except (OSError, StopIteration, ValueError, IndexError):
-        mask = os.umask(0o022)
-        os.umask(mask)
-        return mask
 
 
 def write_bytes_atomic(path: Path, data: bytes, fsync: bool = True) -> None:
