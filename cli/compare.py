@@ -94,7 +94,7 @@ Exit status:
 @click.option("--min-segment", type=FiniteFloat(min=0.0), default=1.0, show_default=True,
               help="Seconds: shorter runs of one tier join their neighbour within the shot.")
 @click.option("--json", "as_json", is_flag=True, help='A JSON list, one entry per video and reference: {"video", "reference", '
-              '"verdict", "summary", "segments", "drifts", "shots", "thresholds", "frames"} (README: "compare").')
+              '"verdict", "summary", "segments", "drifts", "shots", "thresholds", "frames"} (docs/guide.md: "Compare").')
 @click.option("--no-frames", is_flag=True, help="Leave the per-frame records out of --json.")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Write an HTML page per video (and for several, index.html and leaderboard.csv) into this folder.")

@@ -2,7 +2,7 @@
 decode-only bound (the same sampling: 2 frames/s, frames no larger than 1280 px).
 
 Each configuration runs in its own process (its peak RSS is its own), `--repeat` times; the table
-shows medians. The levers (see README, "Speed"):
+shows medians. The levers (see docs/benchmarks.md, "Speed and scale"):
   ort      the SFace graph with its weights folded to float, sessions with set threads, no spinning
   subset   one embedded sighting per track per second (the best face of each second)
   overlap  decoding and shot cuts in a thread ahead of detection and embedding

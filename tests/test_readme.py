@@ -1,4 +1,4 @@
-"""The README's command examples name real commands and options."""
+"""The command examples of the README and of the guides it sends readers to name real commands and options."""
 from __future__ import annotations
 
 import re
@@ -9,11 +9,13 @@ from click.testing import CliRunner
 
 from cli.main import main
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+GUIDES = [README, ROOT / "docs" / "guide.md", ROOT / "docs" / "benchmarks.md"]
 
 
 def readme_commands() -> list[list[str]]:
-    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S)
+    blocks = [b for doc in GUIDES for b in re.findall(r"```bash\n(.*?)```", doc.read_text(), flags=re.S)]
     lines = [l.split("#")[0].strip() for b in blocks for l in b.splitlines()]
     cmds = []
     for line in lines:
@@ -28,7 +30,7 @@ def command_path(words: list[str]) -> list[str]:
     """The leading words that name a command and its subcommands (`bench speed`), checked against the CLI."""
     ctx = click.Context(main)
     command, path = main.get_command(ctx, words[0]), [words[0]]
-    assert command is not None, f"README uses unknown command {words[0]!r}"
+    assert command is not None, f"a guide uses unknown command {words[0]!r}"
     for word in words[1:]:
         sub = command.get_command(ctx, word) if isinstance(command, click.Group) else None
         if sub is None:
@@ -45,7 +47,7 @@ def test_readme_examples_match_the_cli():
         name = " ".join(path)
         help_text = CliRunner().invoke(main, [*path, "--help"]).output
         for option in (w.split("=")[0] for w in words[len(path):] if w.startswith("-")):
-            assert re.search(rf"(^|[\s,]){re.escape(option)}([\s,]|$)", help_text, flags=re.M), f"{name}: README option {option} not in --help"
+            assert re.search(rf"(^|[\s,]){re.escape(option)}([\s,]|$)", help_text, flags=re.M), f"{name}: documented option {option} not in --help"
 
 
 def test_readme_runs_headsearch_bare_only_once_the_venv_is_activated():

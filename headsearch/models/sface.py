@@ -151,7 +151,7 @@ def runtime_sface(folder: Path | None = None) -> Path:
     float weights once (`float_sface_model`). ONNX Runtime has no kernel for block-wise
     DequantizeLinear feeding a convolution, so the int8 graph dequantises every weight on every
     call; the folded graph computes the same function (the same float weights) at about twice the
-    speed per thread (measured in the README's speed section)."""
+    speed per thread (measured in docs/benchmarks.md, "Speed and scale")."""
     return _cached(FLOAT_NAME, FLOAT_CONVERSION, lambda: float_sface_model(converted_sface(folder)).SerializeToString(), folder)
 
 

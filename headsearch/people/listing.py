@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # a query reads no people table: no SQLAlchemy on its path
 
 SUGGEST_FAR = 1e-2  # persons whose tracks are this alike on average may be suggested for a merge...
 # ...and no more wrong suggestions than this are expected in a whole library: with N listed persons, N(N-1)/2 pairs are
-# looked at, so each pair is held to FAR = SUGGESTION_BUDGET / pairs (measured on all of ../shared/data: README "People")
+# looked at, so each pair is held to FAR = SUGGESTION_BUDGET / pairs (measured on all of ../shared/data: docs/guide.md "The web app and people")
 SUGGESTION_BUDGET = 0.5
 ALONE = "alone"  # an inbox reason: the track's person has too few tracks to be listed
 

@@ -28,7 +28,7 @@ SEGMENT_SUFFIXES = (RAW_SUFFIX, IDS_SUFFIX, LISTS_SUFFIX, CODES_SUFFIX)
 
 @dataclass(frozen=True)
 class SegmentRecipe:
-    """How segments are built, searched, merged and tuned (chosen by measurement; README "Search at scale")."""
+    """How segments are built, searched, merged and tuned (chosen by measurement; docs/benchmarks.md "Search at scale")."""
 
     pq_bytes: int | None = None  # sub-quantizers of a PQ code, 8 bits each (a code's bytes); None: `pq_size(dim)`
     rerank: int = 100  # a query's PQ shortlist beyond k, re-ranked exactly from the raw vectors

@@ -28,7 +28,7 @@ def gpu_count() -> int:
 
 
 # Past this many vectors a library switches from exact search to an IVF index. The recipe (chosen by
-# measurement, `headsearch bench --speed`; see README "Search at scale"): IndexIVFFlat with
+# measurement, `headsearch bench --speed`; see docs/benchmarks.md "Search at scale"): IndexIVFFlat with
 # nlist ~4 sqrt(n) lists trained by spherical k-means, holding the library's ids itself, and nprobe
 # tuned on the library's own vectors to the smallest value reaching TARGET_RECALL recall@10 against
 # exact search. The index is retrained (and retuned) each time the library has grown RETRAIN_GROWTH
