@@ -33,9 +33,9 @@ from headsearch.detection.crops import picture_of
 from headsearch.detection.faces import FaceDetector
 from headsearch.embedding.photo_heads import PhotoEmbedder
 from headsearch.evaluation.labels import LabeledFile, read_label_set
-from headsearch.evaluation.thresholds import measure_frame_noise, thresholds_for, write_frame_noise
+from headsearch.evaluation.thresholds import measure_frame_noise, write_frame_noise
 from indexer.analysis import analyse_file
-from indexer.compare import Comparer, compare_settings, main_track
+from indexer.compare import Comparer, main_track
 from schemas.records import FileResult, MediaKind, Tier
 
 log = logging.getLogger(__name__)
@@ -274,11 +274,8 @@ def bench_compare(options: CompareBenchOptions, report: Report = print, progress
     if not any(f.kind == MediaKind.VIDEO for f in files):
         raise HeadsearchError("no labelled one-person clips in " + ", ".join(map(str, options.sets)))
     photos = PhotoEmbedder(options.model, detector=FaceDetector.from_settings(options.settings))
-    embedder = photos.embedder
-    thresholds = thresholds_for(None, embedder.describe())
-    if thresholds is None:
-        raise HeadsearchError(f"no thresholds shipped for {embedder.describe().label()}")
-    comparer = Comparer(embedder, thresholds, compare_settings(options.settings), photos.detector)
+    comparer = Comparer.of(photos, options.settings)
+    embedder, thresholds = comparer.embedder, comparer.thresholds
     clips = _Clips(comparer, photos, files, options.still_at, report)
     failed: list[str] = []
     usable: list[LabeledFile] = []

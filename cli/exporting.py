@@ -36,16 +36,17 @@ def check_export_path(path: Path) -> None:
     export_target(path)
 
 
-def export_results(paths: Sequence[Path], results: Sequence, names: Sequence[str], markers: bool, handles: float, order: str) -> None:
-    """The moments of a query's results to each file; every file is checked before any is written."""
-    from headsearch.exports.timelines import ExportOptions, check_one_video, export, export_format
+def export_answers(paths: Sequence[Path], results: Sequence, names: Sequence[str], markers: bool, handles: float, order: str,
+                   shots: dict[str, list[tuple[float, float]]] | None = None, chapters: bool = False, hint: str = "") -> None:
+    """The moments of search results (one result a name: a query head, a person) to each file; every file is checked
+    before any is written; what was written said in a line a file."""
+    from headsearch.basics.text import counted
+    from headsearch.exports.timelines import ExportOptions, export_all
     from headsearch.search.hits import export_moments
 
     moments, photos = export_moments(results, names)
-    for path in paths:
-        check_one_video(export_format(path), moments, hint=": narrow the moments with --under FILE")
-    for path in paths:
-        done = export(path, moments, ExportOptions(markers=markers, handles_s=handles, order=order, name=", ".join(names)))
+    options = ExportOptions(markers=markers, handles_s=handles, order=order, name=", ".join(names) or "headsearch")
+    for done in export_all(paths, moments, options, shots, chapters, hint):
         if photos:
-            done.notes.append(f"{photos} hit{'s' if photos != 1 else ''} in photos left out")
+            done.notes.append(f"{counted(photos, 'moment')} in photos left out")
         click.echo(done.line(), err=True)

@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -338,11 +339,7 @@ def reindex(library: Path | None, model: str | None, sample_fps: float, progress
 @click.option("--without", "without_photo", type=click.Path(path_type=Path), default=None,
               help="Only while the person in this photo is not on screen.")
 @export_options
-def query(image: Path | None, library: Path | None, k: int, all_heads: bool, whole_image: bool, as_json: bool, model: str | None,
-          person: str | None = None, min_score: float | None = None, show_weak: bool = False, videos_only: bool = False,
-          photos_only: bool = False, under: tuple[Path, ...] = (), per_video: bool = False, export_clips: Path | None = None,
-          pictures: bool = True, ranking: str = "appearance", with_photo: Path | None = None, without_photo: Path | None = None,
-          export_to: tuple[Path, ...] = (), markers: bool = False, handles: float = 0.0, order: str = "rank") -> None:
+def query(**given) -> None:
     """Find the moments where the person in IMAGE (or --person NAME) appears.
 
     With thresholds (bundled with the model, or from `bench --calibrate`), only confident hits
@@ -351,65 +348,94 @@ def query(image: Path | None, library: Path | None, k: int, all_heads: bool, who
     tier (same_look, other_look, other_person) and, ranked by appearance, come the same person first,
     same look before other look.
     """
-    from cli.exporting import check_export_path, export_results
-    from headsearch.basics.stages import StageClock
+    QueryRequest(**given).run(click.get_current_context().meta.get("started", cli.STARTED))
 
-    started = click.get_current_context().meta.get("started", cli.STARTED)
-    clock = StageClock()
-    clock.add("start", started)
-    if (image is None) == (person is None):
-        raise click.UsageError("give a photo or --person NAME (one of them)")
-    if with_photo is not None and without_photo is not None:
-        raise click.UsageError("--with and --without exclude each other")
-    if (with_photo or without_photo) and person is not None:
-        raise click.UsageError("--with and --without take a photo, not --person")
-    for target in export_to:
-        check_export_path(target)
-    root = library_path(library)
-    photos = _photo_embedding(root, model, image, all_heads, whole_image) if image is not None else None
-    with clock.stage("imports"):
+
+@dataclass(frozen=True)
+class QueryRequest:
+    """`query`'s options, as the command line fills them."""
+
+    image: Path | None
+    library: Path | None
+    k: int
+    all_heads: bool
+    whole_image: bool
+    as_json: bool
+    model: str | None
+    person: str | None
+    min_score: float | None
+    show_weak: bool
+    videos_only: bool
+    photos_only: bool
+    under: tuple[Path, ...]
+    per_video: bool
+    export_clips: Path | None
+    pictures: bool
+    ranking: str
+    with_photo: Path | None
+    without_photo: Path | None
+    export_to: tuple[Path, ...]
+    markers: bool
+    handles: float
+    order: str
+
+    def check(self) -> None:
+        """Usage errors and export targets, before any work."""
+        from cli.exporting import check_export_path
+
+        if (self.image is None) == (self.person is None):
+            raise click.UsageError("give a photo or --person NAME (one of them)")
+        if self.with_photo is not None and self.without_photo is not None:
+            raise click.UsageError("--with and --without exclude each other")
+        if (self.with_photo or self.without_photo) and self.person is not None:
+            raise click.UsageError("--with and --without take a photo, not --person")
+        for target in self.export_to:
+            check_export_path(target)
+
+    def run(self, started: float) -> None:
+        from headsearch.basics.stages import StageClock
+        from headsearch.search.starting import start_search
+
+        clock = StageClock()
+        clock.add("start", started)
+        self.check()
+        service, heads = start_search(library_path(self.library), self.model, clock, self.image, self.all_heads, self.whole_image)
         from headsearch.basics.failures import file_failures
         from headsearch.search.hits import Scope
-        from headsearch.search.service import QueryOptions, SearchService
-        from headsearch.store.library import Library
-    scope = Scope(videos_only, photos_only, tuple(Path(u).expanduser().resolve() for u in under))
-    with clock.stage("library"):
-        lib = Library.open(root)
-    service = SearchService(lib, model, clock=clock, photos=photos)
-    if person is not None:  # a person's moments are the tracks people put together: all shown, best first, tiered
-        answer = service.search_person(person, scope, pictures)
-    else:
-        options = QueryOptions(k=k, all_heads=all_heads, whole_image=whole_image, scope=scope, min_score=min_score,
-                               show_weak=show_weak, ranking=ranking, pictures=pictures)
-        with file_failures(image, lib.root):  # an unexpected error is one line, its traceback in the library's log
-            if with_photo or without_photo:
-                answer = service.search_together(image, with_photo or without_photo, options, without=without_photo is not None)
-            else:
-                answer = service.search_photo(image, options)
-    if answer.note:
-        click.echo(answer.note, err=True)
-    results, confidence = answer.results, answer.confidence
-    if export_clips is not None:
-        from headsearch.search.clips import export_hit_clips
+        from headsearch.search.service import QueryOptions
 
-        export_hit_clips(export_clips, [h for r in results for h in r.hits])
-    if export_to:
-        names = ([answer.person.label()] if answer.person is not None else
-                 [f"head {r.head.number}" for r in results] if all_heads else [Path(image).stem])
-        export_results(export_to, results, names, markers, handles, order)
-    _say_answer(results, confidence, as_json, all_heads, per_video)
-    log.info("seconds: %s; in all %.2f s since the command started", clock.summary(), time.perf_counter() - started)
-    leave_quickly()
+        scope = Scope(self.videos_only, self.photos_only, tuple(Path(u).expanduser().resolve() for u in self.under))
+        if self.person is not None:  # a person's moments are the tracks people put together: all shown, best first, tiered
+            answer = service.search_person(self.person, scope, self.pictures)
+        else:
+            options = QueryOptions(k=self.k, all_heads=self.all_heads, whole_image=self.whole_image, scope=scope, min_score=self.min_score,
+                                   show_weak=self.show_weak, ranking=self.ranking, pictures=self.pictures)
+            with file_failures(self.image, service.library.root):  # an unexpected error is one line, its traceback in the library's log
+                if self.with_photo or self.without_photo:
+                    answer = service.search_together(self.image, self.with_photo or self.without_photo, options,
+                                                     without=self.without_photo is not None, heads=heads)
+                else:
+                    answer = service.search_photo(self.image, options, heads=heads)
+        if answer.note:
+            click.echo(answer.note, err=True)
+        self.deliver(answer)
+        log.info("seconds: %s; in all %.2f s since the command started", clock.summary(), time.perf_counter() - started)
+        leave_quickly()
 
+    def deliver(self, answer) -> None:
+        """The hits' clips and exports written, the answer said."""
+        from cli.exporting import export_answers
 
-def _photo_embedding(root: Path, model: str | None, image: Path, all_heads: bool, whole_image: bool):
-    """The library's model (or --model) loading, and finding the photo's heads, in a thread while the library's code
-    (SQLAlchemy, DuckDB) loads; None without a library (opening it says why)."""
-    from headsearch.embedding.photo_heads import PhotoEmbedder
-    from headsearch.store.layout import existing_model
+        results = answer.results
+        if self.export_clips is not None:
+            from headsearch.search.clips import export_hit_clips
 
-    made_by = existing_model(root)
-    return PhotoEmbedder(model or made_by.source).start_loading(image, all_heads, whole_image) if made_by is not None else None
+            export_hit_clips(self.export_clips, [h for r in results for h in r.hits])
+        if self.export_to:
+            names = ([answer.person.label()] if answer.person is not None else
+                     [f"head {r.head.number}" for r in results] if self.all_heads else [Path(self.image).stem])
+            export_answers(self.export_to, results, names, self.markers, self.handles, self.order, hint=": narrow the moments with --under FILE")
+        _say_answer(results, answer.confidence, self.as_json, self.all_heads, self.per_video)
 
 
 def _say_answer(results, confidence, as_json: bool, all_heads: bool, per_video: bool) -> None:

@@ -292,36 +292,18 @@ def export_command(ctx: click.Context, args: tuple[str, ...], video: Path | None
                    order: str, library: Path | None) -> None:
     """Write persons' moments to FILE for an editor: one track a person (its format from the extension: .otio, .edl,
     .xml for Premiere and Final Cut 7, .fcpxml, .mlt, .vtt, .csv). PERSON is a name or an id."""
-    from cli.exporting import check_export_path
-    from headsearch.exports.timelines import ExportOptions, check_one_video, export, export_format
-    from headsearch.search.hits import Scope, export_moments
+    from cli.exporting import check_export_path, export_answers
     from headsearch.search.service import SearchService
 
     *persons, target = args
-    target = Path(target)
-    check_export_path(target)
+    check_export_path(Path(target))
     if not persons and video is None:
         raise click.UsageError("name a PERSON (or give --video VIDEO for everyone seen in it)")
-    if chapters and (video is None or target.suffix.lower() != ".vtt"):
+    if chapters and (video is None or Path(target).suffix.lower() != ".vtt"):
         raise click.UsageError("--chapters makes a .vtt FILE of one --video")
-    service = SearchService(_library(ctx, library))
-    shots: dict[str, list[tuple[float, float]]] = {}
-    if video is not None:
-        answers, video_shots = service.on_screen(video)
-        shots[str(Path(video).expanduser().resolve())] = video_shots
-        if persons:
-            keep = {str(p).casefold() for p in persons}
-            answers = [a for a in answers if a.person.label().casefold() in keep or str(a.person.id) in keep]
-    else:
-        answers = [service.search_person(p, Scope(), pictures=False) for p in persons]
-    moments, photos = export_moments([r for a in answers for r in a.results], [a.person.label() for a in answers])
-    check_one_video(export_format(target), moments, chapters, hint=": give --video VIDEO")
-    done = export(target, moments, ExportOptions(markers=markers, handles_s=handles, order=order,
-                                                 name=", ".join(a.person.label() for a in answers) or "headsearch"),
-                  shots=shots, chapters=chapters)
-    if photos:
-        done.notes.append(f"{photos} moment{'s' if photos != 1 else ''} in photos left out")
-    click.echo(done.line(), err=True)
+    answers, shots = SearchService(_library(ctx, library)).people_moments(persons, video)
+    export_answers([Path(target)], [r for a in answers for r in a.results], [a.person.label() for a in answers], markers, handles,
+                   order, shots, chapters, hint=": give --video VIDEO")
 
 
 @people.command("screen-time")

@@ -20,7 +20,7 @@ from headsearch.compare.reference import Reference, ReferenceHead, person_heads,
 from headsearch.compare.timeline import CompareSettings, Comparison, compare_analysis
 from headsearch.detection.faces import FaceDetector
 from headsearch.embedding.photo_heads import PhotoEmbedder
-from headsearch.evaluation.thresholds import Thresholds
+from headsearch.evaluation.thresholds import Thresholds, thresholds_for
 from headsearch.models import Embedder
 from headsearch.models.registry import find_spec
 from headsearch.store.library import Library
@@ -68,6 +68,21 @@ class Comparer:
         self.compare = compare or CompareSettings()
         spec = find_spec(embedder.describe())
         self.appearance_dims = spec.appearance_dims if spec is not None else 0
+
+    @classmethod
+    def of(cls, photos: PhotoEmbedder, settings: IndexSettings | None = None, fps: float | None = None, every_frame: bool = False,
+           min_segment_s: float = 1.0) -> Comparer:
+        """The one way a comparer is made (`compare`, the web app's Compare page, `bench compare`): the model and
+        detector of `photos`, the bars of its library (its own thresholds.json, else its model's) or of the model
+        alone, refused in one line when there are none; `settings` (default: the environment's) sampled at `fps` or
+        every frame, every sampled sighting embedded."""
+        info = photos.embedder.describe()
+        thresholds = thresholds_for(photos.library_root, info)
+        if thresholds is None:
+            raise HeadsearchError(f"no thresholds for {info.label()}: compare tiers frames by calibrated bars (`headsearch bench "
+                                  f"accuracy SET --calibrate 1e-3 --thresholds-out FILE` makes them for a model file)")
+        sampled = compare_settings(settings or IndexSettings.from_env(), fps, every_frame)
+        return cls(photos.embedder, thresholds, sampled, photos.detector, CompareSettings(min_segment_s=min_segment_s))
 
     def analyse(self, path: Path, progress: FrameProgress | None = None) -> FileResult:
         path = Path(path)
@@ -198,18 +213,10 @@ def open_comparison(specs: Sequence[ReferenceSpec], model: str | None = None, li
     thresholds, and make the references; HeadsearchError with one line when any of it cannot be done."""
     from tqdm import tqdm
 
-    from headsearch.evaluation.thresholds import thresholds_for
-
-    settings = compare_settings(settings or IndexSettings.from_env(), fps, every_frame)
+    settings = settings or IndexSettings.from_env()
     lib = Library.open(library) if library is not None else None
-    photos = PhotoEmbedder(model, lib, detector=FaceDetector.from_settings(settings))
-    embedder = photos.embedder
-    info = embedder.describe()
-    thresholds = thresholds_for(lib.root if lib is not None else None, info)
-    if thresholds is None:
-        raise HeadsearchError(f"no thresholds for {info.label()}: compare tiers frames by calibrated bars (`headsearch bench "
-                              f"accuracy SET --calibrate 1e-3 --thresholds-out FILE` makes them for a model file)")
-    comparer = Comparer(embedder, thresholds, settings, photos.detector, CompareSettings(min_segment_s=min_segment_s))
+    photos = PhotoEmbedder(model, lib.root if lib is not None else None, detector=FaceDetector.from_settings(settings))
+    comparer = Comparer.of(photos, settings, fps, every_frame, min_segment_s)
     references = []
     bar = tqdm(desc="reference", unit="frame", disable=not progress, leave=False)
     try:

@@ -18,8 +18,8 @@ import numpy as np
 
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.images import encode_jpeg
-from headsearch.basics.settings import IndexSettings
 from headsearch.basics.timeline import seek_text
+from headsearch.embedding.photo_heads import PhotoEmbedder
 from headsearch.exports.timelines import EXPORT_FORMATS, ExportOptions, Moment, export_bytes
 from headsearch.people.listing import (
     inbox,
@@ -75,7 +75,7 @@ class Site:
         self.library = Library.open(Path(root))
         self.root = self.library.root
         self.cache = MediaCache(cache_dir or cache_folder(self.root, self.library.manifest.get("created_at", "")))
-        self.service = SearchService(self.library, model, media_guard=decoding)
+        self.service = SearchService(self.library, PhotoEmbedder(model, self.root), media_guard=decoding)
         self.files = IndexedFiles()
         self._playback: dict[tuple[int, str], Playback] = {}
         self._comparing = threading.Lock()  # one comparison at a time: it analyses a whole video
@@ -405,26 +405,22 @@ class Site:
         from headsearch.compare.reference import Reference, ReferenceHead
         from headsearch.compare.report import frame_picture, page_data, plot_svg
         from headsearch.detection.crops import picture_of
-        from headsearch.evaluation.thresholds import thresholds_for
-        from indexer.compare import Comparer, compare_settings
+        from indexer.compare import Comparer
 
         if (video_id is None) == (clip is None):
             raise HeadsearchError("pick a video of the library or upload a clip (one of them)")
-        thresholds = thresholds_for(self.root, self.library.model)
-        if thresholds is None:
-            raise HeadsearchError(f"no thresholds for {self.library.model.label()}: compare needs calibrated bars")
+        photos = self.service.photos
+        comparer = Comparer.of(photos)  # the library's bars; refused in one line without them
         if video_id is not None:
             video = self.video_row(video_id)
             self.open_indexed(video).close()  # only the version indexed
             path, name = Path(video.path), Path(video.path).name
         else:
             path, name = clip, clip_name or "clip"
-        photos = self.service.photos
         with self._comparing:
             e = photos.heads(photo, photo_name)[0]  # its largest head
             head = ReferenceHead(e.vectors, e.head.face_visible, encode_jpeg(picture_of(e.head.crop), 90), e.head.box.area)
             reference = Reference.of(Path(photo_name).stem or "reference", [head], [photo_name])
-            comparer = Comparer(photos.embedder, thresholds, compare_settings(IndexSettings.from_env()), photos.detector)
             try:
                 c = comparer.compare_video(path, [reference])[0]
             except HeadsearchError as e:

@@ -7,9 +7,9 @@ checked against the vectors it holds."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,10 +20,8 @@ from headsearch.detection.crops import HeadCrop, crop_head, whole_image_crop
 from headsearch.detection.faces import FaceDetector, detect_heads
 from headsearch.models.base import Embedder
 from headsearch.models.registry import load_embedder
+from headsearch.store.layout import check_model, existing_model  # not the store's database code: it loads meanwhile
 from schemas.records import Box, VectorKind
-
-if TYPE_CHECKING:  # the store's code (SQLAlchemy, DuckDB) loads while the models do (`start_loading`)
-    from headsearch.store.library import Library
 
 CROP_PX = IndexSettings.crop_px  # query head crops are cut as the indexer cuts them
 
@@ -81,51 +79,51 @@ def photo_heads(rgb: np.ndarray, name: Path | str, detector: FaceDetector, embed
 
 class PhotoEmbedder:
     """Photos into one model's vectors. The model (a name or a file, default: the default model) and the face
-    detector load on first use, or in the background from `start_loading`, and are kept; `for_library` takes the
-    library's own model and refuses another (`ModelMismatch`), since a library's vectors are only comparable with
-    vectors of its model."""
+    detector load on first use, or in the background from `start_loading`, and are kept. With `library_root`, the
+    model defaults to the one that made the library (its manifest says which) and another is refused
+    (`ModelMismatch`) when used, since a library's vectors are only comparable with vectors of its model."""
 
-    def __init__(self, model: str | None = None, library: Library | None = None, embedder: Embedder | None = None,
+    def __init__(self, model: str | None = None, library_root: Path | None = None, embedder: Embedder | None = None,
                  detector: FaceDetector | None = None):
-        self._model = model
-        self.library = library
+        self.library_root = Path(library_root) if library_root is not None else None
+        self.made_by = existing_model(self.library_root) if self.library_root is not None else None  # no database read
+        self._model = model or (self.made_by.source if self.made_by is not None else None)
         self._embedder = embedder
         self._detector = detector
         self._loading: threading.Thread | None = None
         self._failed: BaseException | None = None
-        self._early: tuple[tuple, list[EmbeddedHead] | BaseException] | None = None  # the heads `start_loading` found
         self._checked = False  # the model checked against the library
         self._load_lock = threading.Lock()  # concurrent searches load the models once
 
-    @classmethod
-    def for_library(cls, library: Library, model: str | None = None) -> PhotoEmbedder:
-        return cls(model, library)
-
-    def start_loading(self, photo: Path | None = None, all_heads: bool = False, whole_image: bool = False) -> PhotoEmbedder:
+    def start_loading(self, photo: Path | None = None, all_heads: bool = False,
+                      whole_image: bool = False) -> Future[list[EmbeddedHead]] | None:
         """Load the model and the detector in a thread while the caller goes on (ONNX Runtime makes its sessions
-        without holding the GIL), and find the heads of `photo` there too: a cold `query` does both while the
-        library's code loads. `heads` of the same photo then answers with them (or raises what finding them raised)."""
+        without holding the GIL), and find the heads of `photo` there too (a cold query does both while the library's
+        code loads): their future, which raises what finding them raised; None without a photo."""
+        found: Future[list[EmbeddedHead]] | None = Future() if photo is not None else None
+
         def work() -> None:
             try:
                 self._load_models()
             except BaseException as e:  # noqa: BLE001 - raised by `load`, in the caller's thread
                 self._failed = e
+                if found is not None:
+                    found.set_exception(e)
                 return
-            if photo is not None:
-                asked = (Path(photo), all_heads, whole_image)
+            if found is not None:
                 try:
-                    self._early = (asked, self._find_heads(photo, None, all_heads, whole_image))
-                except BaseException as e:  # noqa: BLE001 - raised by `heads`, in the caller's thread
-                    self._early = (asked, e)
+                    found.set_result(self._find_heads(photo, None, all_heads, whole_image))
+                except BaseException as e:  # noqa: BLE001 - raised by the future's `result`, in the caller's thread
+                    found.set_exception(e)
 
         # Not a daemon: a command that fails meanwhile waits for it at exit, never ends the process under it.
         self._loading = threading.Thread(target=work, name="headsearch-models")
         self._loading.start()
-        return self
+        return found
 
     def _load_models(self) -> None:
         if self._embedder is None:
-            self._embedder = load_embedder(self._model or (self.library.model.source if self.library is not None else None))
+            self._embedder = load_embedder(self._model)
         if self._detector is None:
             self._detector = FaceDetector()
             self._detector.load()
@@ -143,8 +141,8 @@ class PhotoEmbedder:
                 failed, self._failed = self._failed, None
                 raise failed
         self._load_models()
-        if self.library is not None and not self._checked:
-            self.library.check_model(self._embedder.describe())
+        if self.made_by is not None and not self._checked:
+            check_model(self.library_root, self.made_by, self._embedder.describe())
             self._checked = True
         return self
 
@@ -162,11 +160,6 @@ class PhotoEmbedder:
         """The heads of a photo (a file, an upload's bytes named `name`, or RGB pixels) with their vectors: the largest
         head, every head numbered left to right (`all_heads`), or the whole photo as the head (`whole_image`)."""
         self.load()
-        early, self._early = self._early, None
-        if early is not None and isinstance(photo, str | Path) and early[0] == (Path(photo), all_heads, whole_image):
-            if isinstance(early[1], BaseException):
-                raise early[1]
-            return early[1]
         return self._find_heads(photo, name, all_heads, whole_image)
 
     def _find_heads(self, photo: Path | bytes | np.ndarray, name: str | None, all_heads: bool, whole_image: bool) -> list[EmbeddedHead]:

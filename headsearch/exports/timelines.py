@@ -184,6 +184,15 @@ def export(path: Path, moments: Sequence[Moment], options: ExportOptions = Expor
     return done
 
 
+def export_all(paths: Sequence[Path], moments: Sequence[Moment], options: ExportOptions = ExportOptions(),
+               shots: dict[str, list[tuple[float, float]]] | None = None, chapters: bool = False, hint: str = "") -> list[Exported]:
+    """The moments to each file (see `export`): every file is checked (its format, its extra, its folder, one video
+    where its format holds one: `hint` says how to narrow them) before any is written."""
+    for path in paths:
+        check_one_video(export_target(path), moments, chapters, hint)
+    return [export(path, moments, options, shots, chapters) for path in paths]
+
+
 def export_bytes(suffix: str, moments: Sequence[Moment], options: ExportOptions = ExportOptions(),
                  shots: dict[str, list[tuple[float, float]]] | None = None, chapters: bool = False) -> tuple[bytes, Exported]:
     """The bytes of an export in format `suffix` (".otio", ...), and what it holds."""

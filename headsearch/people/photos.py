@@ -58,7 +58,7 @@ def add_photo_file(library: Library, person_id: int, path: Path, name: str | Non
     heads), cut and embedded as the indexer does with the library's model (`photos`: the library's photo embedder,
     when the caller keeps one). `name`: how the user named the file (an upload's name), else its path."""
     path = Path(path)
-    photos = photos or PhotoEmbedder.for_library(library)
+    photos = photos or PhotoEmbedder(library_root=library.root)
     try:
         embedded = photos.heads(path, str(name or path))[0]
     except NoHeadFound:

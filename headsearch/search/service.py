@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -81,17 +82,14 @@ class Answer:
 class SearchService:
     """Searches one library with the model that made it (loaded on the first search, kept for the next ones).
 
-    `media_guard` wraps the decoding of the hits' pictures (the web app lets one thread decode at a time);
-    `clock` counts the seconds of each stage (`query -v` shows them); `photos`, the model of `model` started loading
-    before the library opened."""
+    `photos`: the model to embed photos with (default: the library's own; another is refused when used);
+    `start_search` gives one already loading for a cold query. `media_guard` wraps the decoding of the hits' pictures
+    (the web app lets one thread decode at a time); `clock` counts the seconds of each stage (`query -v` shows them)."""
 
-    def __init__(self, library: Library, model: str | None = None,
-                 media_guard: Callable[[], AbstractContextManager] = contextlib.nullcontext, clock: StageClock | None = None,
-                 photos: PhotoEmbedder | None = None):
+    def __init__(self, library: Library, photos: PhotoEmbedder | None = None,
+                 media_guard: Callable[[], AbstractContextManager] = contextlib.nullcontext, clock: StageClock | None = None):
         self.library = library
-        if photos is not None:  # loading already (`PhotoEmbedder.start_loading`): checked against this library when used
-            photos.library = library
-        self.photos = photos or PhotoEmbedder.for_library(library, model)
+        self.photos = photos or PhotoEmbedder(library_root=library.root)
         self._media_guard = media_guard
         self.clock = clock or StageClock()
         # Searches run at once up to the usable cores (a photo's detection and embedding, the database's reads and the
@@ -124,8 +122,10 @@ class SearchService:
         self.library.refresh_indexes()
         return QueryEngine(self.library, self.thresholds(), ranking)
 
-    def search_photo(self, photo: Path | bytes, options: QueryOptions = QueryOptions(), name: str | None = None) -> Answer:
-        """The moments of the person (or each person, `all_heads`) in a photo: a file, or an upload's bytes named `name`."""
+    def search_photo(self, photo: Path | bytes, options: QueryOptions = QueryOptions(), name: str | None = None,
+                     heads: Future[list[EmbeddedHead]] | None = None) -> Answer:
+        """The moments of the person (or each person, `all_heads`) in a photo: a file, or an upload's bytes named `name`;
+        `heads`: the photo's heads being found already (`start_search`), with the options' `all_heads` and `whole_image`."""
         with self._slots, contextlib.ExitStack() as stack:
             # The database and the index first: a cold query's models are still loading in their thread meanwhile.
             with self.clock.stage("database"):
@@ -135,13 +135,13 @@ class SearchService:
             with self.clock.stage("models"):
                 self.photos.load()
             with self.clock.stage("photo"):
-                heads = self.photos.heads(photo, name, options.all_heads, options.whole_image)
+                found = heads.result() if heads is not None else self.photos.heads(photo, name, options.all_heads, options.whole_image)
             with self.clock.stage("search"):
                 confidence = confidence_for(engine.thresholds, options.min_score, options.show_weak)
                 scope = (options.scope.with_query_bytes(self.library, bytes(photo)) if isinstance(photo, bytes | bytearray)
                          else options.scope.with_query_file(self.library, Path(photo)))
                 with self._indexes:
-                    results = [self._search_head(engine, embedded, options.k, scope, confidence) for embedded in heads]
+                    results = [self._search_head(engine, embedded, options.k, scope, confidence) for embedded in found]
         notes = [None if confidence.calibrated else uncalibrated_note(self.library.model.name), older_model_note(self.library)]
         answer = Answer(results, confidence, "\n".join(n for n in notes if n) or None)
         return self._with_pictures(answer, options.pictures)
@@ -154,12 +154,13 @@ class SearchService:
         result.head, result.confidence = head, (bar if bar is not confidence else None)
         return result
 
-    def search_together(self, photo: Path, other: Path, options: QueryOptions = QueryOptions(), without: bool = False) -> Answer:
+    def search_together(self, photo: Path, other: Path, options: QueryOptions = QueryOptions(), without: bool = False,
+                        heads: Future[list[EmbeddedHead]] | None = None) -> Answer:
         """The moments of the person in `photo` while the person in `other` is on screen in the same shot at the same
         time (or, `without`, while they are not): both searched with the options (confident hits only, unless the
         options say otherwise), then each of the first's time ranges cut to the second's."""
         wide = replace(options, k=max(10 * options.k, 200), pictures=False)
-        first, second = self.search_photo(photo, wide), self.search_photo(other, wide)
+        first, second = self.search_photo(photo, wide, heads=heads), self.search_photo(other, wide)
         if len(second.results) != 1:
             raise HeadsearchError(f"{other}: --with and --without take one person (without --all)")
         results = []
@@ -200,6 +201,17 @@ class SearchService:
         people = [p for p in list_people(self.library, with_looks=False) if path in p.videos]
         scope = Scope(under=(Path(path),))
         return [self.search_person(p.id, scope, pictures=False) for p in people], shots
+
+    def people_moments(self, persons: Sequence[str], video: Path | None = None) -> tuple[list[Answer], dict[str, list[tuple[float, float]]]]:
+        """The moments of persons (names or ids), or with `video` their moments in it (every listed person seen there
+        when none is named), with the video's shots (its path -> (start, end) ranges; none without a video)."""
+        if video is None:
+            return [self.search_person(p, Scope(), pictures=False) for p in persons], {}
+        answers, shots = self.on_screen(video)
+        if persons:
+            keep = {str(p).casefold() for p in persons}
+            answers = [a for a in answers if a.person.label().casefold() in keep or str(a.person.id) in keep]
+        return answers, {str(Path(video).expanduser().resolve()): shots}
 
     def _with_pictures(self, answer: Answer, pictures: bool) -> Answer:
         if pictures:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from headsearch.basics.errors import ModelMismatch
 from schemas.records import ModelInfo
 
 FORMAT_VERSION = 7  # the library format this release makes and reads (older ones are upgraded: `headsearch.store.migrations`)
@@ -24,3 +25,13 @@ def existing_model(root: Path) -> ModelInfo | None:
         return ModelInfo.from_dict(json.loads((Path(root) / MANIFEST).read_text())["model"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def check_model(root: Path, made_by: ModelInfo, model: ModelInfo) -> None:
+    """Refuse to mix vectors of `model` into the library at `root`, whose vectors `made_by` made."""
+    if not made_by.same_vectors_as(model):
+        raise ModelMismatch(
+            f"{root}: library vectors were made by {made_by.label()}, not by {model.label()}; use --model "
+            f"{made_by.name}, a new --library, or re-embed this library with `headsearch reindex --model "
+            f"{model.source or model.name} --library {root}` (a model change means re-embedding every video)"
+        )

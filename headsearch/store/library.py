@@ -25,10 +25,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from headsearch.basics.errors import LibraryError, ModelMismatch
+from headsearch.basics.errors import LibraryError
 from headsearch.basics.files import write_json_atomic
 from headsearch.store.database import Database, error_line
-from headsearch.store.layout import DATABASE, FORMAT_VERSION, MANIFEST, PEOPLE_LOCK, PICTURES, THUMBNAILS, UNFINISHED, WRITER_LOCK
+from headsearch.store.layout import (
+    DATABASE,
+    FORMAT_VERSION,
+    MANIFEST,
+    PEOPLE_LOCK,
+    PICTURES,
+    THUMBNAILS,
+    UNFINISHED,
+    WRITER_LOCK,
+    check_model,
+)
 from headsearch.store.query_reader import LibraryReader
 from headsearch.store.rows import LibraryStats
 from headsearch.store.unfinished import clear_unfinished, mark_finished, mark_unfinished, refuse_foreign
@@ -193,13 +203,7 @@ class Library:
 
     def check_model(self, model: ModelInfo) -> None:
         """Refuse to mix vectors of another model into this library."""
-        mine = self.model
-        if not mine.same_vectors_as(model):
-            raise ModelMismatch(
-                f"{self.root}: library vectors were made by {mine.label()}, not by {model.label()}; use --model "
-                f"{mine.name}, a new --library, or re-embed this library with `headsearch reindex --model "
-                f"{model.source or model.name} --library {self.root}` (a model change means re-embedding every video)"
-            )
+        check_model(self.root, self.model, model)
 
     def discard_if_empty(self, remove_folder: bool) -> bool:
         """Delete this library when it holds no file: a run that created it and indexed nothing
