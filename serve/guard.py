@@ -140,54 +140,67 @@ class Guard(BaseHTTPMiddleware):
 
 
 def _token_refused(request: Request, state) -> Response | None:
-    """The response for a request without the right token (None: it has it). A client that sent wrong tokens waits
-    longer after each (`Backoff`): until then even the right one is refused (429)."""
+    """The response for a request without the right token (None: it has it).
+
+    Wrong tokens are counted by their first TOKEN_PREFIX characters, from whichever address (`Backoff`): past the
+    free ones, tokens that begin the same way wait longer after each, the right one too when it begins that way. Only
+    a token that begins as the right one can be right, so the guesses that could ever succeed are bounded however many
+    addresses send them; and a client's wrong tokens never keep out one that begins otherwise: behind a proxy, where
+    every client has the proxy's address, a guesser or a colleague's typos do not lock the others out. Only wrong
+    tokens sharing the right one's first characters (the user's own typos, or a guesser who hit them by chance,
+    without being able to tell) slow the right one down. Each wrong token is logged with its address."""
     given = request.query_params.get("token") or request.cookies.get(TOKEN_COOKIE) or ""
     auth = request.headers.get("authorization", "")
     if auth.lower().startswith("bearer "):
         given = auth[7:].strip()
+    if not given:
+        return PlainTextResponse("a token is needed: open the address `headsearch serve` printed", status_code=401)
     client = request.client.host if request.client else "-"
-    wait = state.backoff.wait(client)
-    if wait > 0 and given:
-        return PlainTextResponse(f"too many wrong tokens from {client}: try again in {wait:.0f} s", status_code=429,
+    key = given[:TOKEN_PREFIX]
+    wait = state.backoff.wait(key)
+    if wait > 0:
+        return PlainTextResponse(f"too many wrong tokens beginning like this one: try again in {wait:.0f} s", status_code=429,
                                  headers={"Retry-After": str(max(1, round(wait)))})
     if not hmac.compare_digest(given.encode("utf-8", "replace"), state.token.encode()):
-        if given:
-            n = state.backoff.failed(client)
-            log.warning("wrong token from %s (%d in a row): %s %s", client, n, printable(request.method), printable(request.url.path))
+        n = state.backoff.failed(key)
+        log.warning("wrong token from %s (%d in a row beginning the same way): %s %s", client, n, printable(request.method),
+                    printable(request.url.path))
         return PlainTextResponse("a token is needed: open the address `headsearch serve` printed", status_code=401)
-    if given:
-        state.backoff.succeeded(client)
+    state.backoff.succeeded(key)
     return None
 
 
-class Backoff:
-    """Wrong tokens per client: the first `free` cost nothing, each one after doubles the wait before the next try
-    (from `first_wait_s`, at most `max_wait_s`); the right token clears the count."""
+TOKEN_PREFIX = 4  # characters: wrong tokens are counted by how they begin (see `_token_refused`)
 
-    def __init__(self, free: int = 5, first_wait_s: float = 1.0, max_wait_s: float = 300.0, clients: int = 10_000):
-        self.free, self.first, self.max, self.clients = free, first_wait_s, max_wait_s, clients
-        self._failures: dict[str, tuple[int, float]] = {}  # client -> (wrong tokens in a row, monotonic time of the last)
+
+class Backoff:
+    """Wrong tokens by key (how they begin): the first `free` cost nothing, each one after doubles the wait before the
+    next try (from `first_wait_s`, at most `max_wait_s`); the right token clears its key's count. At most `keys` keys
+    are kept (the oldest forgotten first)."""
+
+    def __init__(self, free: int = 5, first_wait_s: float = 1.0, max_wait_s: float = 300.0, keys: int = 100_000):
+        self.free, self.first, self.max, self.keys = free, first_wait_s, max_wait_s, keys
+        self._failures: dict[str, tuple[int, float]] = {}  # key -> (wrong tokens in a row, monotonic time of the last)
         self._lock = threading.Lock()
 
-    def wait(self, client: str) -> float:
+    def wait(self, key: str) -> float:
         with self._lock:
-            n, last = self._failures.get(client, (0, 0.0))
+            n, last = self._failures.get(key, (0, 0.0))
         if n < self.free:
             return 0.0
         return max(0.0, last + min(self.max, self.first * 2 ** (n - self.free)) - time.monotonic())
 
-    def failed(self, client: str) -> int:
+    def failed(self, key: str) -> int:
         with self._lock:
-            n = self._failures.get(client, (0, 0.0))[0] + 1
-            self._failures[client] = (n, time.monotonic())
-            if len(self._failures) > self.clients:  # bounded: the oldest client forgotten
+            n = self._failures.pop(key, (0, 0.0))[0] + 1
+            self._failures[key] = (n, time.monotonic())  # last in the order: the oldest are forgotten first
+            if len(self._failures) > self.keys:
                 self._failures.pop(next(iter(self._failures)))
             return n
 
-    def succeeded(self, client: str) -> None:
+    def succeeded(self, key: str) -> None:
         with self._lock:
-            self._failures.pop(client, None)
+            self._failures.pop(key, None)
 
 
 MIN_TOKEN = 16  # characters

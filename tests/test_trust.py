@@ -37,21 +37,29 @@ def library(hamilton_library, tmp_path_factory) -> Path:
 
 # ----- at the door ---------------------------------------------------------------------------------
 def test_a_guesser_is_slowed_and_logged(library, tmp_path, caplog):
+    """Wrong tokens are counted by how they begin, from any address: a guesser spreading over addresses is slowed all
+    the same, and never locks out a right token that begins otherwise (behind a proxy every client has one address)."""
     from serve.guard import Backoff
 
     secret = "a-strong-token-of-24-chars"
     app = create_app(library, token=secret, cache_dir=tmp_path)
     app.state.backoff = Backoff(free=3, first_wait_s=0.4)
-    client = TestClient(app)
+    addresses = [TestClient(app, client=(f"10.0.0.{n}", 40000 + n)) for n in range(4)]
     with caplog.at_level(logging.WARNING, logger="serve.guard"):
-        for n in range(3):
+        for n, client in enumerate(addresses[:3]):
             assert client.get(f"/api/videos?token=guess{n}").status_code == 401
-    assert sum("wrong token from" in r.message for r in caplog.records) == 3
-    r = client.get(f"/api/videos?token={secret}")  # the right one waits out the back-off too
+    assert sum("wrong token from 10.0.0." in r.message for r in caplog.records) == 3
+    r = addresses[3].get("/api/videos?token=guess9")  # a fourth address guessing alike waits out the back-off
     assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+    for client in addresses:  # the right token, from the guessers' addresses too, is never kept out by them
+        assert client.get(f"/api/videos?token={secret}").status_code == 200
+    proxy = TestClient(app, client=("10.0.0.1", 40001))  # wrong tokens that begin as the right one (typos) slow it down
+    for n in range(3):
+        assert proxy.get(f"/api/videos?token={secret[:6]}typo{n}").status_code == 401
+    assert proxy.get(f"/api/videos?token={secret}").status_code == 429
     time.sleep(0.45)
-    assert client.get(f"/api/videos?token={secret}").status_code == 200  # after the wait it works, and clears the count
-    assert client.get("/api/videos?token=guess9").status_code == 401
+    assert proxy.get(f"/api/videos?token={secret}").status_code == 200  # after the wait it works, and clears the count
+    assert proxy.get(f"/api/videos?token={secret[:6]}typo9").status_code == 401
     with pytest.raises(Exception, match="too short"):
         create_app(library, token="short", cache_dir=tmp_path)
     with pytest.raises(Exception, match="blanks"):
