@@ -394,11 +394,12 @@ class QueryRequest:
 
     def run(self, started: float) -> None:
         from headsearch.basics.stages import StageClock
-        from headsearch.search.starting import start_search
 
         clock = StageClock()
         clock.add("start", started)
         self.check()
+        from headsearch.search.starting import start_search  # the models' code: they start loading at once
+
         service, heads = start_search(library_path(self.library), self.model, clock, self.image, self.all_heads, self.whole_image)
         from headsearch.basics.failures import file_failures
         from headsearch.search.hits import Scope
