@@ -99,6 +99,11 @@ def test_query_file_is_never_a_hit_and_scope(mixed_library, tmp_path):
         assert hits and indexed_lin not in {h["video"] for h in hits}
     videos = query_json(lib, OBAMA_DIR / "obama.jpg", "--videos-only", "-k", "10", "--show-weak")
     assert videos and {h["kind"] for h in videos} == {"video"}
+    # Nothing in the clip above the bar: the best score and the way to see the rest (issue 43).
+    best = max(h["id_score"] for h in videos)  # the bar holds the identity score
+    said = run("query", OBAMA_DIR / "obama.jpg", "--library", lib, "--videos-only", "--min-score", f"{best + 0.01:.3f}")
+    assert said.stdout.startswith(f"no confident match: the best score, {best:.3f}, is not above")
+    assert "--show-weak" in said.stdout and said.exit_code == 0
     photos = query_json(lib, OBAMA_DIR / "obama.jpg", "--photos-only", "-k", "10", "--show-weak")
     assert photos and {h["kind"] for h in photos} == {"image"}
     assert str(media / "photos" / "obama.jpg") not in {h["video"] for h in photos}
