@@ -49,9 +49,38 @@ def summary_line(c: Comparison) -> str:
             f"({s['facesim_skipped_frames']} skipped)")
 
 
+def whole_percents(shares: dict[str, float]) -> dict[str, int]:
+    """Shares that add up to 1 as whole percents that add up to 100 (the largest remainders rounded up)."""
+    exact = {k: 100 * v for k, v in shares.items()}
+    out = {k: int(v) for k, v in exact.items()}
+    for k in sorted(exact, key=lambda k: out[k] - exact[k])[: max(0, round(sum(exact.values())) - sum(out.values()))]:
+        out[k] += 1
+    return out
+
+
+def coverage_line(c: Comparison) -> str:
+    """How the frames were judged, in whole percents that add up to 100: "judged by face 62%, by head look 31%, not
+    judged 7%: 5% too small, 2% no head"."""
+    cov = c.summary()["coverage"]
+    reasons = cov["reasons"]
+    pct = whole_percents({"face": cov["face"], "head": cov["head"], **{f"none:{r}": v for r, v in reasons.items()}})
+    none = sum(v for k, v in pct.items() if k.startswith("none:"))
+    why = ", ".join(f"{pct[f'none:{r}']}% {r.replace('_', ' ')}" for r in reasons)
+    return f"judged by face {pct['face']}%, by head look {pct['head']}%, not judged {none}%" + (f": {why}" if why else "")
+
+
+def views_line(c: Comparison) -> str:
+    """The person's views among the judged frames, each with its mean score."""
+    views = c.summary()["views"]
+    shown = [f"{v.replace('_', '-')} {percent(d['share'])}" + ("" if d["mean_score"] is None else f" ({d['mean_score']:.3f})")
+             for v, d in views.items() if d["frames"]]
+    return "views: " + (", ".join(shown) if shown else "none judged")
+
+
 def text_lines(c: Comparison) -> list[str]:
-    """A comparison as text: its summary line, its segments and drift events, times h:mm:ss.mmm."""
-    lines = [summary_line(c)]
+    """A comparison as text: its summary line, how its frames were judged and the person's views, its segments and
+    drift events, times h:mm:ss.mmm."""
+    lines = [summary_line(c), f"  {coverage_line(c)}", f"  {views_line(c)}"]
     if c.warning:
         lines.append(f"  warning: {c.warning}")
     for seg in c.segments:
@@ -281,7 +310,7 @@ def page_data(c: Comparison, pictures: bool = True) -> dict:
             "drifts": [{**d.to_dict(), "time_text": format_time(d.time)} for d in c.drifts],
             "worst": [{"time": f.time, "time_text": format_time(f.time), "tier": f.tier, "identity": f.identity, "head": f.head,
                        "face": f.face, "frame": f} for f in worst],
-            "same_person": SAME_PERSON, "warning": c.warning}
+            "same_person": SAME_PERSON, "warning": c.warning, "coverage_line": coverage_line(c), "views_line": views_line(c)}
 
 
 def _shots_text(shots: list[int]) -> str:

@@ -12,6 +12,11 @@ Per frame, for one reference:
   the head alone (`same_look` above the strict appearance bar, else `other_person`);
 - a sampled frame with no head is `no_head`.
 
+Each frame also says how it was judged (`judged`): `face` (the person's head scored by its face: identity and head
+vectors), `head` (by the look of the head alone: no usable face), or `none`, with the `reason` (`REASONS`); and, where
+judged, the person's `view`: `frontal` (under 30 degrees of yaw), `three_quarter` (30-60), `profile` (over 60), or
+`back` (a head without a face). The summary's `coverage` and `views` add these up over the video's frames.
+
 Segments are runs of one tier on the file's presentation timeline: a frame lasts until the next sampled frame (every
 shot's first frame is sampled, so a segment that starts at a cut starts on the cut's first frame). A run shorter than
 `min_segment_s` joins its neighbour within the same shot; a run bounded by cuts on both sides (a shot of its own) stays.
@@ -41,6 +46,21 @@ NO_HEAD = "no_head"
 TIERS = (str(Tier.SAME_LOOK), str(Tier.OTHER_LOOK), str(Tier.OTHER_PERSON), NO_HEAD)
 RANK = {str(Tier.SAME_LOOK): 2, str(Tier.OTHER_LOOK): 1, str(Tier.OTHER_PERSON): 0}  # no_head has no rank: it is not a fall
 SAME_PERSON = (str(Tier.SAME_LOOK), str(Tier.OTHER_LOOK))
+
+# How a frame was judged, why not, and the person's view.
+JUDGED = ("face", "head", "none")
+REASONS = {  # why a sampled frame was not judged
+    "no_head": "no head in the frame",
+    "too_small": "a face too small to confirm as a person's",
+    "low_confidence": "a face too unsure to confirm (blurred, turned or covered)",
+    "not_a_face": "something face-like whose landmarks lie as on no face (a hand, a pattern)",
+    "static_overlay": "a face that stays put while the picture changes (a poster, a logo)",
+    "unconfirmed_head": "a head found by body keypoints alone, with too little evidence of a person",
+    "no_face": "the head shows no face and the model judges faces only",
+}
+VIEWS = ("frontal", "three_quarter", "profile", "back")
+FRONTAL_MAX_YAW, THREE_QUARTER_MAX_YAW = 30.0, 60.0
+SMALL_FACE_PX = 32.0  # an unconfirmed face shorter than this (analysed pixels) is said too small
 
 # Verdicts of a video.
 VERDICTS = ("no_head", "drift", "other_person", "other_look", "same_look")
@@ -73,16 +93,24 @@ class Frame:
     heads: int = 0  # heads in the frame
     face_identity: float | None = None  # FaceSim-style: the largest face of the frame against the reference's identity
     yaw: float | None = None  # degrees the person's face is turned (signed; `headsearch.detection.pose`), where it shows one
+    judged: str = "none"  # JUDGED: by the face, by the look of the head alone, or not at all
+    reason: str | None = None  # REASONS: why not judged
+    view: str | None = None  # VIEWS: the person's head as seen, where judged
 
     @property
     def duration(self) -> float:
         return max(0.0, self.end - self.time)
 
+    @property
+    def score(self) -> float | None:
+        """The identity score where the face was judged, else the head score."""
+        return self.identity if self.identity is not None else self.head
+
     def to_dict(self) -> dict:
         return {"time": round(self.time, 3), "tier": self.tier, "identity": _round(self.identity), "head": _round(self.head),
                 "face": self.face, "box": None if self.box is None else [round(float(v), 1) for v in self.box], "track": self.track,
                 "carried": self.carried, "heads": self.heads, "shot": self.shot, "frame": self.index,
-                "yaw": None if self.yaw is None else round(self.yaw, 1)}
+                "yaw": None if self.yaw is None else round(self.yaw, 1), "judged": self.judged, "reason": self.reason, "view": self.view}
 
 
 @dataclass
@@ -226,6 +254,7 @@ class Comparison:
             "mean_identity": _round(float(np.mean([f.identity for f in heads if f.identity is not None and not f.carried]))
                                     if any(f.identity is not None and not f.carried for f in heads) else None),
             "drifts": len(self.drifts), "tracks": self.tracks, "tracks_of_person": self.tracks_of_person,
+            "coverage": coverage(frames), "views": views(frames),
         }
 
     def to_dict(self, frames: bool = True) -> dict:
@@ -240,6 +269,51 @@ class Comparison:
         if frames:
             out["frames"] = [f.to_dict() for f in self.frames]
         return out
+
+
+def coverage(frames: Sequence[Frame]) -> dict:
+    """The shares of the frames judged by the face, by the head's look alone, and not judged (by reason): they add up
+    to 1."""
+    n = len(frames) or 1
+    reasons: dict[str, int] = {}
+    for f in frames:
+        if f.judged == "none":
+            reasons[f.reason or "no_head"] = reasons.get(f.reason or "no_head", 0) + 1
+    return {**{j: round(sum(f.judged == j for f in frames) / n, 4) for j in JUDGED},
+            "reasons": {r: round(c / n, 4) for r, c in sorted(reasons.items(), key=lambda rc: -rc[1])}}
+
+
+def views(frames: Sequence[Frame]) -> dict:
+    """Per view of the person's head: its share of the judged frames, their count and mean score (identity where the
+    face was judged, else the head score)."""
+    judged = [f for f in frames if f.view is not None]
+    out = {}
+    for v in VIEWS:
+        mine = [f for f in judged if f.view == v]
+        scores = [f.score for f in mine if f.score is not None]
+        out[v] = {"share": round(len(mine) / len(judged), 4) if judged else 0.0, "frames": len(mine),
+                  "mean_score": _round(float(np.mean(scores))) if scores else None}
+    return out
+
+
+def view_of(face: bool, yaw: float | None) -> str:
+    """A head's view: by the yaw of its face, or `back` without one."""
+    if not face:
+        return "back"
+    turned = abs(yaw) if yaw is not None else 0.0
+    return "frontal" if turned < FRONTAL_MAX_YAW else "three_quarter" if turned <= THREE_QUARTER_MAX_YAW else "profile"
+
+
+def unjudged_reason(obs: Observation, why_dropped: str) -> str:
+    """Why a sighting of a track the analysis did not count as a person (`FileResult.dropped_tracks`) left its frame
+    unjudged (REASONS)."""
+    if why_dropped.startswith("static overlay"):
+        return "static_overlay"
+    if obs.face is None:
+        return "unconfirmed_head"
+    if min(obs.face.box.width, obs.face.box.height) < SMALL_FACE_PX:
+        return "too_small"
+    return "not_a_face" if "implausible landmarks" in why_dropped else "low_confidence"
 
 
 def _round(x: float | None, digits: int = 4) -> float | None:
@@ -316,6 +390,10 @@ def compare_analysis(result: FileResult, references: Sequence[Reference], thresh
     shots = sorted(result.shots, key=lambda s: s.start_frame)
     video_end = shots[-1].end_time if shots else (result.samples[-1][1] if result.samples else 0.0)
     samples = sorted(result.samples)
+    unjudged: dict[int, list[str]] = {}  # frame index -> why its sightings of dropped tracks were not judged
+    for track, why in result.dropped_tracks:
+        for obs in track.observations:
+            unjudged.setdefault(obs.frame_index, []).append(unjudged_reason(obs, why))
     out = []
     for r, ref in enumerate(references):
         scores = {(n, obs.frame_index): _score(obs, ref, thresholds, appearance_dims) for n, tr in enumerate(tracks) for obs in tr.observations}
@@ -324,7 +402,7 @@ def compare_analysis(result: FileResult, references: Sequence[Reference], thresh
         for i, (index, time) in enumerate(samples):
             end = samples[i + 1][1] if i + 1 < len(samples) else max(video_end, time)
             shot = _shot_of(shots, index)
-            frames.append(_frame(time, end, index, shot, at.get(index, []), r, owner, scores, carried, ref))
+            frames.append(_frame(time, end, index, shot, at.get(index, []), r, owner, scores, carried, ref, unjudged.get(index, [])))
         segments = merge_segments(segments_of(frames, shots), settings.min_segment_s)
         out.append(Comparison(result.path, ref, frames, segments, drifts_of(segments, thresholds, settings), [(s.start_time, s.end_time) for s in shots],
                               result.duration, shots[0].start_time if shots else 0.0, thresholds, len(tracks),
@@ -357,12 +435,13 @@ def _shot_of(shots: Sequence, frame_index: int) -> int:
 
 
 def _frame(time: float, end: float, index: int, shot: int, seen: list[tuple[int, Observation]], r: int, owner: list[int | None],
-           scores: dict, carried: dict, ref: Reference) -> Frame:
+           scores: dict, carried: dict, ref: Reference, unjudged: Sequence[str] = ()) -> Frame:
     frame = Frame(time, end, index, shot, NO_HEAD, heads=len(seen))
     faces = [(obs.face.box.area, scores[n, index].identity) for n, obs in seen if obs.face is not None and scores[n, index].identity is not None]
     if faces:
         frame.face_identity = max(faces)[1]
-    if not seen:
+    if not seen:  # the reason of the most sightings left aside here, else none was there
+        frame.reason = max(sorted(set(unjudged)), key=unjudged.count) if unjudged else NO_HEAD
         return frame
 
     def key(item: tuple[int, Observation]) -> tuple:
@@ -381,6 +460,11 @@ def _frame(time: float, end: float, index: int, shot: int, seen: list[tuple[int,
     frame.tier, frame.carried = tier, was_carried
     frame.identity, frame.head, frame.face, frame.yaw = s.identity, s.head, obs.face is not None, face_yaw(obs.face)
     frame.box, frame.track = obs.head.as_tuple(), n + 1
+    frame.judged = "face" if s.identity is not None else "head" if s.head is not None else "none"
+    if frame.judged == "none":
+        frame.reason = "no_face"
+    else:
+        frame.view = view_of(obs.face is not None, frame.yaw)
     return frame
 
 

@@ -1,0 +1,98 @@
+"""`compare` says how each sampled frame was judged (by the face, by the look of the head, or not, and why not) and
+the person's view (frontal, three-quarter, profile, back), with summaries that add up (issue 41)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import DATA, EXAMPLES, HAMILTON, needs_data, run
+
+from headsearch.compare.reference import Reference, ReferenceHead
+from headsearch.compare.report import coverage_line, whole_percents
+from headsearch.compare.timeline import JUDGED, REASONS, VIEWS, compare_analysis, view_of
+from headsearch.evaluation.thresholds import Thresholds
+from schemas.records import Box, FaceDetection, FileResult, FileStamp, HeadTrack, MediaKind, Observation, Shot, VectorKind
+
+FIVE_FRAMES = DATA / "face-api.js" / "test" / "media" / "video.mp4"  # the shortest clip
+THRESHOLDS = Thresholds(far=1e-3, identity=0.4, same_look=0.6, model="m", version="1")
+
+
+def unit(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal(8).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def face(x: float, side: float, score: float = 0.9, yaw_shift: float = 0.0) -> FaceDetection:
+    """A face box with five landmarks as on a face; `yaw_shift` moves the nose sideways (a turned face)."""
+    lm = np.array([[x + 0.3 * side, 0.4 * side], [x + 0.7 * side, 0.4 * side], [x + (0.5 + yaw_shift) * side, 0.6 * side],
+                   [x + 0.35 * side, 0.8 * side], [x + 0.65 * side, 0.8 * side]], np.float32)
+    return FaceDetection(Box(x, 0, x + side, side), lm, score)
+
+
+def sighting(frame: int, f: FaceDetection | None, vector: np.ndarray | None) -> Observation:
+    box = f.box if f is not None else Box(300, 0, 360, 60)
+    return Observation(frame, frame / 10, box, f, {VectorKind.ID: vector} if vector is not None else {})
+
+
+def analysis(tracks: list[HeadTrack], dropped: list[tuple[HeadTrack, str]], frames: int = 6) -> FileResult:
+    return FileResult(FileStamp("clip.mp4", 1, 0.0, "x"), MediaKind.VIDEO, 640, 360, 10.0, frames / 10, frames, frames, "test",
+                      [Shot(0, 0, frames - 1, 0.0, frames / 10)], tracks, dropped_tracks=dropped,
+                      samples=[(i, i / 10) for i in range(frames)])
+
+
+def test_each_frame_is_judged_or_says_why_not_and_the_shares_add_up():
+    me = unit(1)
+    ref = Reference.of("me", [ReferenceHead({VectorKind.ID: me}, True)], ["me.jpg"])
+    mine = HeadTrack(0, [sighting(0, face(10, 100), me), sighting(1, face(10, 100, yaw_shift=0.45), me), sighting(2, None, None)])
+    tiny = HeadTrack(0, [sighting(3, face(400, 20, score=0.5), None)])
+    blur = HeadTrack(0, [sighting(4, face(400, 80, score=0.5), None)])
+    poster = HeadTrack(0, [sighting(4, face(200, 80), None), sighting(5, face(200, 80), None)])
+    frames = compare_analysis(analysis([mine], [(tiny, "no confident face (1 face detections, best score 0.50)"),
+                                                (blur, "no confident face (1 face detections, best score 0.50)"),
+                                                (poster, "static overlay (the box and its pixels stay the same while the picture changes)")]),
+                              [ref], THRESHOLDS)[0].frames
+    assert [(f.judged, f.reason) for f in frames] == [("face", None), ("face", None), ("none", "no_face"), ("none", "too_small"),
+                                                      ("none", "low_confidence"), ("none", "static_overlay")]
+    assert frames[0].view == "frontal" and frames[1].view in ("three_quarter", "profile") and frames[2].view is None
+    assert all(f.judged in JUDGED and (f.reason in REASONS) == (f.judged == "none") for f in frames)
+
+
+def test_views_and_whole_percents():
+    assert [view_of(True, y) for y in (0.0, -29.9, 30.0, 60.0, -61.0, None)] == ["frontal", "frontal", "three_quarter", "three_quarter",
+                                                                                  "profile", "frontal"]
+    assert view_of(False, None) == "back" and set(VIEWS) == {"frontal", "three_quarter", "profile", "back"}
+    for shares in ({"a": 1 / 3, "b": 1 / 3, "c": 1 / 3}, {"a": 0.625, "b": 0.3125, "c": 0.0625}, {"a": 0.995, "b": 0.005}):
+        pct = whole_percents(shares)
+        assert sum(pct.values()) == 100 and all(abs(pct[k] - 100 * v) < 1 for k, v in shares.items())
+
+
+@needs_data
+@pytest.mark.slow
+def test_every_frame_of_real_clips_is_judged_or_told_why_and_alex_turned_is_profile():
+    alex = run("compare", HAMILTON, FIVE_FRAMES, "--ref", EXAMPLES / "alex-lacamoire.png", "--json", "--no-progress")
+    out = json.loads(alex.stdout)
+    assert len(out) == 2
+    for c in out:
+        cov = c["summary"]["coverage"]
+        assert abs(cov["face"] + cov["head"] + cov["none"] - 1) < 1e-3 and abs(sum(cov["reasons"].values()) - cov["none"]) < 1e-3
+        for f in c["frames"]:
+            assert f["judged"] in JUDGED and (f["reason"] in REASONS) == (f["judged"] == "none")
+            assert (f["view"] is None) == (f["judged"] == "none")
+            if f["judged"] == "face" and f["yaw"] is not None and abs(f["yaw"]) > 60:
+                assert f["view"] == "profile"
+    hamilton = out[0]
+    views = hamilton["summary"]["views"]
+    assert views["profile"]["frames"] >= 3 and abs(sum(v["share"] for v in views.values()) - 1) < 1e-3  # Alex turned away
+    text = run("compare", HAMILTON, "--ref", EXAMPLES / "alex-lacamoire.png", "--no-progress").stdout
+    line = next(line for line in text.splitlines() if "judged by face" in line)
+    pcts = [int(w.rstrip("%,:")) for w in line.split() if w.rstrip(",:").endswith("%")]
+    assert sum(pcts[:3]) == 100 and "profile" in text
+
+
+def test_the_coverage_line_adds_up_to_100():
+    me = unit(1)
+    ref = Reference.of("me", [ReferenceHead({VectorKind.ID: me}, True)], ["me.jpg"])
+    mine = HeadTrack(0, [sighting(i, face(10, 100), me) for i in range(2)])
+    c = compare_analysis(analysis([mine], [], frames=3), [ref], THRESHOLDS)[0]
+    assert coverage_line(c) == "judged by face 67%, by head look 0%, not judged 33%: 33% no head"
