@@ -93,6 +93,10 @@ Exit status:
 @click.option("--every-frame", is_flag=True, help="Score every decoded frame (slower).")
 @click.option("--min-segment", type=FiniteFloat(min=0.0), default=1.0, show_default=True,
               help="Seconds: shorter runs of one tier join their neighbour within the shot.")
+@click.option("--chunk-frames", type=click.IntRange(min=2), default=None, metavar="N",
+              help='The clips were generated in chunks of N frames: score each seam (JSON "seams", worst first; drawn on the plot).')
+@click.option("--overlap", "chunk_overlap", type=click.IntRange(min=0), default=0, show_default=True, metavar="M",
+              help="With --chunk-frames: each chunk overlaps the one before by M frames (the seam: the overlap's middle).")
 @click.option("--json", "as_json", is_flag=True, help='A JSON list, one entry per video and reference: {"video", "reference", '
               '"verdict", "summary", "segments", "drifts", "shots", "thresholds", "frames"} (docs/guide.md: "Compare").')
 @click.option("--no-frames", is_flag=True, help="Leave the per-frame records out of --json.")
@@ -106,7 +110,8 @@ Exit status:
 @progress_option
 @click.pass_context
 def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, persons, names, ref_head: int | None, whole_image: bool,
-            library: Path | None, model: str | None, fps: float | None, every_frame: bool, min_segment: float, as_json: bool,
+            library: Path | None, model: str | None, fps: float | None, every_frame: bool, min_segment: float,
+            chunk_frames: int | None, chunk_overlap: int, as_json: bool,
             no_frames: bool, report_dir: Path | None, fail_under: float | None, fail_under_look: float | None,
             progress: bool | None) -> None:
     """Is it still the same person, in the same look? Compare the people in VIDEOS with a reference person.
@@ -116,17 +121,23 @@ def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, pers
     no_head. Runs of one tier are segments; a fall in tier is a drift event. Nothing is stored.
     """
     from headsearch.compare.report import table_lines, write_report
+    from headsearch.compare.timeline import CompareSettings
     from indexer.compare import open_comparison
 
     if not videos:
         raise click.UsageError("give one or more videos to compare")
     if fps is not None and every_frame:
         raise click.UsageError("--fps and --every-frame exclude each other")
+    if chunk_overlap and not chunk_frames:
+        raise click.UsageError("--overlap goes with --chunk-frames")
+    if chunk_frames is not None and chunk_overlap >= chunk_frames:
+        raise click.UsageError(f"--overlap {chunk_overlap} must be under --chunk-frames {chunk_frames}")
     specs = reference_specs(ctx.meta.get("references", []))
     show = show_progress(progress)
     try:
         session = open_comparison(specs, model=model, library=library if (library is not None or persons) else None,
-                                  fps=fps, every_frame=every_frame, min_segment_s=min_segment, ref_head=ref_head,
+                                  fps=fps, every_frame=every_frame, ref_head=ref_head,
+                                  compare=CompareSettings(min_segment_s=min_segment, chunk_frames=chunk_frames, chunk_overlap=chunk_overlap),
                                   whole_image=whole_image, progress=show)
     except HeadsearchError as e:
         click.echo(f"error: {e}", err=True)

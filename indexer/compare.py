@@ -16,6 +16,7 @@ from headsearch.basics.errors import HeadsearchError, MediaError
 from headsearch.basics.failures import file_failures
 from headsearch.basics.media import media_kind
 from headsearch.basics.settings import IndexSettings
+from headsearch.basics.timeline import probe_timing
 from headsearch.compare.reference import Reference, ReferenceHead, person_heads, photo_heads, track_heads
 from headsearch.compare.timeline import CompareSettings, Comparison, compare_analysis
 from headsearch.detection.faces import FaceDetector
@@ -71,7 +72,7 @@ class Comparer:
 
     @classmethod
     def of(cls, photos: PhotoEmbedder, settings: IndexSettings | None = None, fps: float | None = None, every_frame: bool = False,
-           min_segment_s: float = 1.0) -> Comparer:
+           compare: CompareSettings | None = None) -> Comparer:
         """The one way a comparer is made (`compare`, the web app's Compare page, `bench compare`): the model and
         detector of `photos`, the bars of its library (its own thresholds.json, else its model's) or of the model
         alone, refused in one line when there are none; `settings` (default: the environment's) sampled at `fps` or
@@ -82,16 +83,25 @@ class Comparer:
             raise HeadsearchError(f"no thresholds for {info.label()}: compare tiers frames by calibrated bars (`headsearch bench "
                                   f"accuracy SET --calibrate 1e-3 --thresholds-out FILE` makes them for a model file)")
         sampled = compare_settings(settings or IndexSettings.from_env(), fps, every_frame)
-        return cls(photos.embedder, thresholds, sampled, photos.detector, CompareSettings(min_segment_s=min_segment_s))
+        return cls(photos.embedder, thresholds, sampled, photos.detector, compare)
 
-    def analyse(self, path: Path, progress: FrameProgress | None = None) -> FileResult:
+    def analyse(self, path: Path, progress: FrameProgress | None = None, sample_at: Sequence[float] = ()) -> FileResult:
         path = Path(path)
         if not path.is_file():
             raise MediaError(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
-        result = analyse_file(path, self.settings, self.detector, self.embedder, progress=progress)
+        result = analyse_file(path, self.settings, self.detector, self.embedder, progress=progress, sample_at=sample_at)
         if result.kind != MediaKind.VIDEO:
             raise MediaError(f"{path}: a photo, not a video (compare takes videos; give photos as --ref)")
         return result
+
+    def seam_times(self, path: Path) -> list[float]:
+        """For a clip generated in chunks: the times of the frames on either side of each seam, sampled too."""
+        if not self.compare.chunk_frames:
+            return []
+        timing = probe_timing(path)
+        if timing is None:
+            return []
+        return sorted({timing.time_of(f) for at in self.compare.seam_frames(timing.frames) for f in (at - 1, at)})
 
     def video_heads(self, path: Path, progress: FrameProgress | None = None) -> tuple[list[ReferenceHead], str]:
         """The sightings of a reference clip's main person, and what they are in words."""
@@ -103,7 +113,7 @@ class Comparer:
         return track_heads(track), f"{path}: its main person ({len(track.observations)} sightings, {track.start:.3f}-{track.end:.3f} s)"
 
     def compare_video(self, path: Path, references: Sequence[Reference], progress: FrameProgress | None = None) -> list[Comparison]:
-        result = self.analyse(path, progress)
+        result = self.analyse(path, progress, self.seam_times(path))
         return compare_analysis(result, references, self.thresholds, self.appearance_dims, self.compare)
 
     def compare_videos(self, paths: Sequence[Path], references: Sequence[Reference], progress: FrameProgress | None = None,
@@ -207,8 +217,8 @@ def video_paths(paths: Sequence[Path]) -> list[Path]:
 
 
 def open_comparison(specs: Sequence[ReferenceSpec], model: str | None = None, library: Path | None = None, fps: float | None = None,
-                    every_frame: bool = False, min_segment_s: float = 1.0, ref_head: int | None = None, whole_image: bool = False,
-                    progress: bool = False, settings: IndexSettings | None = None) -> CompareSession:
+                    every_frame: bool = False, compare: CompareSettings | None = None, ref_head: int | None = None,
+                    whole_image: bool = False, progress: bool = False, settings: IndexSettings | None = None) -> CompareSession:
     """Load the model (a library's own, where a library is named: its persons and its thresholds are then used), its
     thresholds, and make the references; HeadsearchError with one line when any of it cannot be done."""
     from tqdm import tqdm
@@ -216,7 +226,7 @@ def open_comparison(specs: Sequence[ReferenceSpec], model: str | None = None, li
     settings = settings or IndexSettings.from_env()
     lib = Library.open(library) if library is not None else None
     photos = PhotoEmbedder(model, lib.root if lib is not None else None, detector=FaceDetector.from_settings(settings))
-    comparer = Comparer.of(photos, settings, fps, every_frame, min_segment_s)
+    comparer = Comparer.of(photos, settings, fps, every_frame, compare)
     references = []
     bar = tqdm(desc="reference", unit="frame", disable=not progress, leave=False)
     try:

@@ -96,3 +96,72 @@ def test_the_coverage_line_adds_up_to_100():
     mine = HeadTrack(0, [sighting(i, face(10, 100), me) for i in range(2)])
     c = compare_analysis(analysis([mine], [], frames=3), [ref], THRESHOLDS)[0]
     assert coverage_line(c) == "judged by face 67%, by head look 0%, not judged 33%: 33% no head"
+
+
+# ----- seams of clips generated in chunks ----------------------------------------------------------------
+def test_seam_frames_of_chunks_with_and_without_overlap():
+    from headsearch.compare.timeline import CompareSettings
+
+    assert CompareSettings(chunk_frames=50).seam_frames(200) == [50, 100, 150]
+    assert CompareSettings(chunk_frames=50, chunk_overlap=10).seam_frames(200) == [45, 85, 125, 165]
+    assert CompareSettings(chunk_frames=50).seam_frames(30) == [] and CompareSettings().seam_frames(200) == []
+
+
+def _chunked_clip(out, pieces, seconds: float = 2.0, fps: int = 25):
+    """A clip made of `pieces` ((clip, start s) each, `seconds` long), as a generator writes its chunks one after the other."""
+    import av
+    import cv2
+
+    size = None
+    with av.open(str(out), "w") as dst:
+        stream = dst.add_stream("libx264", rate=fps, options={"preset": "ultrafast"})
+        n = 0
+        for clip, start in pieces:
+            with av.open(str(clip)) as src:
+                taken = 0
+                for frame in src.decode(src.streams.video[0]):
+                    if frame.time < start - 1e-3:
+                        continue
+                    rgb = frame.to_ndarray(format="rgb24")
+                    if size is None:
+                        size = (rgb.shape[1] // 2 * 2, rgb.shape[0] // 2 * 2)
+                        stream.width, stream.height, stream.pix_fmt = *size, "yuv420p"
+                    rgb = np.ascontiguousarray(cv2.resize(rgb, size))
+                    f = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+                    f.pts = n
+                    n, taken = n + 1, taken + 1
+                    for packet in stream.encode(f):
+                        dst.mux(packet)
+                    if taken >= round(seconds * fps):
+                        break
+        for packet in stream.encode():
+            dst.mux(packet)
+    return out
+
+
+@needs_data
+@pytest.mark.slow
+def test_chunk_frames_puts_the_seams_of_the_other_persons_chunk_first(tmp_path):
+    from conftest import RETALKING
+
+    from headsearch.basics.frames import frame_at
+    from headsearch.basics.images import encode_jpeg
+
+    aoc, other = RETALKING / "3.mp4", RETALKING / "1.mp4"
+    clip = _chunked_clip(tmp_path / "chunks.mp4", [(aoc, 0.0), (aoc, 2.0), (other, 0.0), (aoc, 3.0)])  # the third chunk: another person
+    still = tmp_path / "aoc.jpg"
+    still.write_bytes(encode_jpeg(frame_at(aoc, 0.5), 95))
+    report = tmp_path / "report"
+    entry = json.loads(run("compare", clip, "--ref", still, "--chunk-frames", "50", "--json", "--no-frames", "--report", report,
+                           ok=None).stdout)[0]
+    seams = entry["seams"]
+    assert sorted(m["frame"] for m in seams) == [50, 100, 150]
+    assert {m["frame"] for m in seams[:2]} == {100, 150} and seams[0]["drop"] > 2 * (seams[2]["drop"] or 0.0)
+    assert entry["summary"]["worst_seam"] == seams[0] and abs(seams[0]["time"] - seams[0]["frame"] / 25) < 0.05
+    assert 'class="seam"' in next(report.glob("*.html")).read_text()
+    text = run("compare", clip, "--ref", still, "--chunk-frames", "50", "--no-progress", ok=None).stdout
+    assert "3 seams between chunks, the largest moves:" in text
+    assert run("compare", clip, "--ref", still, "--overlap", "4", ok=None).exit_code == 2
+    assert run("compare", clip, "--ref", still, "--chunk-frames", "8", "--overlap", "8", ok=None).exit_code == 2
+    single = json.loads(run("compare", clip, "--ref", still, "--json", "--no-frames", ok=None).stdout)[0]
+    assert "seams" not in single and "worst_seam" not in single["summary"]  # the single-reference JSON as it was

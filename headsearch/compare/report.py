@@ -92,6 +92,11 @@ def text_lines(c: Comparison) -> list[str]:
                      f"frame{'s' if len(seg.frames) != 1 else ''}, {faces} with a face)")
     for d in c.drifts:
         lines.append(f"  drift at {format_time(d.time)}: {d.before} -> {d.after}{' (at a cut)' if d.at_cut else ''}")
+    if c.seams is not None:
+        scored = [m for m in c.seams if m.drop is not None]
+        moves = "; ".join(f"{format_time(m.time)} (frame {m.frame}) {m.before:.3f} -> {m.after:.3f}" for m in scored[:3])
+        lines.append(f"  {len(c.seams)} seam{'s' if len(c.seams) != 1 else ''} between chunks" +
+                     (f", the largest moves: {moves}" if moves else ", none with the person scored on both sides"))
     return lines
 
 
@@ -209,6 +214,17 @@ class _Plot:
                                f'{name} {v:.3f} ({html.escape(TIER_WORDS[f.tier])}{note})</title></circle>')
         return out
 
+    def seams(self) -> list[str]:
+        """Where generated chunks meet: orange dashes, the worst three thicker."""
+        out = []
+        for rank, m in enumerate(self.c.seams or []):
+            px = self.x(m.time)
+            moved = "" if m.drop is None else f": {m.before:.3f} to {m.after:.3f}"
+            out.append(f'<line class="seam" x1="{px:.1f}" x2="{px:.1f}" y1="{self.y0}" y2="{self.y1}" stroke="#e07b26" '
+                       f'stroke-width="{2 if rank < 3 and m.drop is not None else 1}" stroke-dasharray="4,2">'
+                       f'<title>seam at {format_time(m.time)} (frame {m.frame}){moved}</title></line>')
+        return out
+
     def drifts(self, link: Callable[[float], str] | None) -> list[str]:
         out = []
         for d in self.c.drifts:
@@ -223,11 +239,12 @@ class _Plot:
 def plot_svg(c: Comparison, link: Callable[[float], str] | None = None, size: PlotSize = PlotSize()) -> str:
     """The similarity of the reference's head over time, as an SVG: the tier of each segment as a band at the top (and
     whether the face showed), identity and head scores (rings: a head without a face), the bars they are held to, cuts
-    as grey lines, drift events as red markers (links to `link(time)` where given)."""
+    as grey lines, seams between generated chunks as orange dashes, drift events as red markers (links to
+    `link(time)` where given)."""
     plot, w, h = _Plot(c, size), size.width, size.height
     head = [f'<svg xmlns="http://www.w3.org/2000/svg" class="compare-plot" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
             f'aria-label="similarity to {html.escape(c.reference.name)} over time">', f'<rect x="0" y="0" width="{w}" height="{h}" fill="#ffffff"/>']
-    return "\n".join(head + plot.bands() + plot.axes() + plot.scores() + plot.drifts(link) + ["</svg>"])
+    return "\n".join(head + plot.bands() + plot.axes() + plot.seams() + plot.scores() + plot.drifts(link) + ["</svg>"])
 
 
 # ----- pictures of the worst frames -----------------------------------------------------------------
@@ -310,7 +327,8 @@ def page_data(c: Comparison, pictures: bool = True) -> dict:
             "drifts": [{**d.to_dict(), "time_text": format_time(d.time)} for d in c.drifts],
             "worst": [{"time": f.time, "time_text": format_time(f.time), "tier": f.tier, "identity": f.identity, "head": f.head,
                        "face": f.face, "frame": f} for f in worst],
-            "same_person": SAME_PERSON, "warning": c.warning, "coverage_line": coverage_line(c), "views_line": views_line(c)}
+            "same_person": SAME_PERSON, "warning": c.warning, "coverage_line": coverage_line(c), "views_line": views_line(c),
+            "seams": None if c.seams is None else [{**m.to_dict(), "time_text": format_time(m.time)} for m in c.seams]}
 
 
 def _shots_text(shots: list[int]) -> str:

@@ -73,6 +73,17 @@ class CompareSettings:
 
     min_segment_s: float = 1.0  # shorter runs of one tier join their neighbour within the shot
     drift_min_frames: int = 2  # a drift's lower segment holds at least this many frames scored on their own
+    chunk_frames: int | None = None  # the clip was generated in chunks of this many frames (its seams are scored)
+    chunk_overlap: int = 0  # ...each overlapping the one before by this many frames
+
+    def seam_frames(self, frames: int) -> list[int]:
+        """Where chunks meet in a clip of `frames` frames: each chunk after the first starts `chunk_frames - chunk_overlap`
+        frames after the one before; its seam is the middle of the overlap (the chunk's first frame without one)."""
+        if not self.chunk_frames:
+            return []
+        step = self.chunk_frames - self.chunk_overlap
+        seams = (k * step + self.chunk_overlap // 2 for k in range(1, frames // step + 1))
+        return [at for at in seams if at < frames]
 
 
 @dataclass
@@ -174,6 +185,44 @@ class Drift:
                 "score": _round(self.score)}
 
 
+SEAM_WINDOW_S = 1.0  # a seam's scores: the sampled frames within this long before it and after it, inside the chunks
+
+
+@dataclass(frozen=True)
+class Seam:
+    """Where two generated chunks meet: the person's mean score just before and just after, and how far it moves
+    (either way: a fall into another person, or a rise back out of one)."""
+
+    time: float
+    frame: int
+    before: float | None
+    after: float | None
+
+    @property
+    def drop(self) -> float | None:
+        return None if self.before is None or self.after is None else abs(self.before - self.after)
+
+    def to_dict(self) -> dict:
+        return {"time": round(self.time, 3), "frame": self.frame, "before": _round(self.before), "after": _round(self.after),
+                "drop": _round(self.drop)}
+
+
+def seams_of(frames: Sequence[Frame], seam_frames: Sequence[int], fps: float) -> list[Seam]:
+    """The seams at these frame numbers, worst first (the largest move; seams without scores on both sides last): each
+    side's mean score over its judged frames within SEAM_WINDOW_S of the seam, not across the next seam."""
+    window = max(1, round(SEAM_WINDOW_S * fps)) if fps > 0 else 1
+    out = []
+    for k, at in enumerate(seam_frames):
+        low = max(seam_frames[k - 1] if k else 0, at - window)
+        high = min(seam_frames[k + 1] if k + 1 < len(seam_frames) else at + window, at + window)
+        sides = [[f.score for f in frames if lo <= f.index < hi and f.judged != "none" and not f.carried and f.score is not None]
+                 for lo, hi in ((low, at), (at, high))]
+        near = min(frames, key=lambda f: abs(f.index - at), default=None)  # its time: on the frame grid, from the nearest sample
+        time = 0.0 if near is None else near.time + ((at - near.index) / fps if fps > 0 else 0.0)
+        out.append(Seam(time, at, *(float(np.mean(v)) if v else None for v in sides)))
+    return sorted(out, key=lambda m: (m.drop is None, -(m.drop or 0.0), m.frame))
+
+
 @dataclass
 class Comparison:
     """One video against one reference person."""
@@ -191,6 +240,7 @@ class Comparison:
     tracks_of_person: int = 0  # ...that went to this reference
     warning: str | None = None
     size: tuple[int, int] = (0, 0)  # the analysed frames' width and height (boxes are in these pixels)
+    seams: list[Seam] | None = None  # where generated chunks meet, worst first (None: the clip was not said to be chunked)
 
     @property
     def head_frames(self) -> list[Frame]:
@@ -255,6 +305,7 @@ class Comparison:
                                     if any(f.identity is not None and not f.carried for f in heads) else None),
             "drifts": len(self.drifts), "tracks": self.tracks, "tracks_of_person": self.tracks_of_person,
             "coverage": coverage(frames), "views": views(frames),
+            **({} if self.seams is None else {"worst_seam": self.seams[0].to_dict() if self.seams else None}),
         }
 
     def to_dict(self, frames: bool = True) -> dict:
@@ -266,6 +317,8 @@ class Comparison:
                               "appearance": _round(t.appearance), "model": t.model, "version": t.version}}
         if self.warning:
             out["warning"] = self.warning
+        if self.seams is not None:
+            out["seams"] = [m.to_dict() for m in self.seams]
         if frames:
             out["frames"] = [f.to_dict() for f in self.frames]
         return out
@@ -404,9 +457,10 @@ def compare_analysis(result: FileResult, references: Sequence[Reference], thresh
             shot = _shot_of(shots, index)
             frames.append(_frame(time, end, index, shot, at.get(index, []), r, owner, scores, carried, ref, unjudged.get(index, [])))
         segments = merge_segments(segments_of(frames, shots), settings.min_segment_s)
+        seams = seams_of(frames, settings.seam_frames(result.frames_decoded), result.fps) if settings.chunk_frames else None
         out.append(Comparison(result.path, ref, frames, segments, drifts_of(segments, thresholds, settings), [(s.start_time, s.end_time) for s in shots],
                               result.duration, shots[0].start_time if shots else 0.0, thresholds, len(tracks),
-                              sum(o == r for o in owner), result.warning, (result.width, result.height)))
+                              sum(o == r for o in owner), result.warning, (result.width, result.height), seams))
     return out
 
 
