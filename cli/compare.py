@@ -97,6 +97,12 @@ Exit status:
               help='The clips were generated in chunks of N frames: score each seam (JSON "seams", worst first; drawn on the plot).')
 @click.option("--overlap", "chunk_overlap", type=click.IntRange(min=0), default=0, show_default=True, metavar="M",
               help="With --chunk-frames: each chunk overlaps the one before by M frames (the seam: the overlap's middle).")
+@click.option("--spec", "spec_file", type=click.Path(path_type=Path, dir_okay=False), default=None, metavar="FILE",
+              help="Run with this spec (from --write-spec): its model, bars, sample rate and settings; the same spec on the same clip "
+                   "gives the same verdicts.")
+@click.option("--write-spec", "write_spec", type=click.Path(path_type=Path, dir_okay=False), default=None, metavar="FILE",
+              help="Write the spec in force (the model and its weights' digests, the bars and FAR, the sample rate, every setting that "
+                   "changes a verdict) to FILE; without VIDEOS, only that.")
 @click.option("--json", "as_json", is_flag=True, help='A JSON list, one entry per video and reference: {"video", "reference", '
               '"verdict", "summary", "segments", "drifts", "shots", "thresholds", "frames"} (docs/guide.md: "Compare").')
 @click.option("--no-frames", is_flag=True, help="Leave the per-frame records out of --json.")
@@ -111,7 +117,7 @@ Exit status:
 @click.pass_context
 def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, persons, names, ref_head: int | None, whole_image: bool,
             library: Path | None, model: str | None, fps: float | None, every_frame: bool, min_segment: float,
-            chunk_frames: int | None, chunk_overlap: int, as_json: bool,
+            chunk_frames: int | None, chunk_overlap: int, spec_file: Path | None, write_spec: Path | None, as_json: bool,
             no_frames: bool, report_dir: Path | None, fail_under: float | None, fail_under_look: float | None,
             progress: bool | None) -> None:
     """Is it still the same person, in the same look? Compare the people in VIDEOS with a reference person.
@@ -124,8 +130,9 @@ def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, pers
     from headsearch.compare.timeline import CompareSettings
     from indexer.compare import open_comparison
 
-    if not videos:
+    if not videos and write_spec is None:
         raise click.UsageError("give one or more videos to compare")
+    spec = _spec(ctx, spec_file)
     if fps is not None and every_frame:
         raise click.UsageError("--fps and --every-frame exclude each other")
     if chunk_overlap and not chunk_frames:
@@ -138,13 +145,19 @@ def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, pers
         session = open_comparison(specs, model=model, library=library if (library is not None or persons) else None,
                                   fps=fps, every_frame=every_frame, ref_head=ref_head,
                                   compare=CompareSettings(min_segment_s=min_segment, chunk_frames=chunk_frames, chunk_overlap=chunk_overlap),
-                                  whole_image=whole_image, progress=show)
+                                  whole_image=whole_image, progress=show, spec=spec)
     except HeadsearchError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_NOTHING)
+    in_force = session.spec
+    if write_spec is not None:
+        in_force.write(write_spec)
+        click.echo(f"spec: {write_spec} ({in_force.digest})", err=True)
+        if not videos:
+            return
     done, failed = _run(session, [Path(v) for v in videos], as_json)
     if as_json:
-        out = [c.to_dict(frames=not no_frames) for c in done] + [{"video": v, "error": e} for v, e in failed]
+        out = [{**c.to_dict(frames=not no_frames), "spec": in_force.digest} for c in done] + [{"video": v, "error": e} for v, e in failed]
         click.echo(json_text(out))
     elif len(done) > 1:
         click.echo("")
@@ -153,6 +166,26 @@ def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, pers
     if report_dir is not None and done:
         click.echo(f"report: {write_report(report_dir, done, failed)}", err=True)
     sys.exit(_exit_status(done, failed, fail_under, fail_under_look))
+
+
+SPEC_DECIDES = ("model", "fps", "every_frame", "min_segment", "chunk_frames", "chunk_overlap")
+
+
+def _spec(ctx: click.Context, path: Path | None):
+    """The spec of --spec (None without one); a usage error where an option would change what the spec decides."""
+    if path is None:
+        return None
+    from headsearch.compare.spec import CompareSpec
+
+    given = [name for name in SPEC_DECIDES if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
+    if given:
+        raise click.UsageError(f"--spec decides the model, the bars, the sample rate and the settings: leave out "
+                               f"{', '.join('--' + n.replace('_', '-').replace('chunk-overlap', 'overlap') for n in given)}")
+    try:
+        return CompareSpec.read(path)
+    except HeadsearchError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_NOTHING)
 
 
 def _run(session, videos: list[Path], as_json: bool) -> tuple[list, list[tuple[str, str]]]:

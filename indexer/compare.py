@@ -18,6 +18,7 @@ from headsearch.basics.media import media_kind
 from headsearch.basics.settings import IndexSettings
 from headsearch.basics.timeline import probe_timing
 from headsearch.compare.reference import Reference, ReferenceHead, person_heads, photo_heads, track_heads
+from headsearch.compare.spec import CompareSpec
 from headsearch.compare.timeline import CompareSettings, Comparison, compare_analysis
 from headsearch.detection.faces import FaceDetector
 from headsearch.embedding.photo_heads import PhotoEmbedder
@@ -72,13 +73,13 @@ class Comparer:
 
     @classmethod
     def of(cls, photos: PhotoEmbedder, settings: IndexSettings | None = None, fps: float | None = None, every_frame: bool = False,
-           compare: CompareSettings | None = None) -> Comparer:
+           compare: CompareSettings | None = None, thresholds: Thresholds | None = None) -> Comparer:
         """The one way a comparer is made (`compare`, the web app's Compare page, `bench compare`): the model and
         detector of `photos`, the bars of its library (its own thresholds.json, else its model's) or of the model
-        alone, refused in one line when there are none; `settings` (default: the environment's) sampled at `fps` or
-        every frame, every sampled sighting embedded."""
+        alone (or `thresholds`: a spec's), refused in one line when there are none; `settings` (default: the
+        environment's) sampled at `fps` or every frame, every sampled sighting embedded."""
         info = photos.embedder.describe()
-        thresholds = thresholds_for(photos.library_root, info)
+        thresholds = thresholds or thresholds_for(photos.library_root, info)
         if thresholds is None:
             raise HeadsearchError(f"no thresholds for {info.label()}: compare tiers frames by calibrated bars (`headsearch bench "
                                   f"accuracy SET --calibrate 1e-3 --thresholds-out FILE` makes them for a model file)")
@@ -186,6 +187,12 @@ class CompareSession:
         self.progress = progress
         self.error_log = error_log
 
+    @property
+    def spec(self) -> CompareSpec:
+        """What decides this run's verdicts (`headsearch.compare.spec`)."""
+        c = self.comparer
+        return CompareSpec.of(c.embedder.describe(), c.thresholds, c.settings, c.compare)
+
     def run(self, paths: Sequence[Path]) -> Iterator[VideoCompared]:
         """Each video compared in turn (folders: the videos under them, recursively, in name order)."""
         from tqdm import tqdm
@@ -218,15 +225,24 @@ def video_paths(paths: Sequence[Path]) -> list[Path]:
 
 def open_comparison(specs: Sequence[ReferenceSpec], model: str | None = None, library: Path | None = None, fps: float | None = None,
                     every_frame: bool = False, compare: CompareSettings | None = None, ref_head: int | None = None,
-                    whole_image: bool = False, progress: bool = False, settings: IndexSettings | None = None) -> CompareSession:
+                    whole_image: bool = False, progress: bool = False, settings: IndexSettings | None = None,
+                    spec: CompareSpec | None = None) -> CompareSession:
     """Load the model (a library's own, where a library is named: its persons and its thresholds are then used), its
-    thresholds, and make the references; HeadsearchError with one line when any of it cannot be done."""
+    thresholds, and make the references; HeadsearchError with one line when any of it cannot be done. A `spec` decides
+    the model, the bars, the sample rate and every setting (`fps`, `every_frame`, `compare` and `settings` are then
+    not taken), and refuses weights other than its own."""
     from tqdm import tqdm
 
+    if spec is not None:
+        settings, compare, model, fps, every_frame = spec.index_settings(), spec.compare_settings(), model or spec.model["source"], None, False
     settings = settings or IndexSettings.from_env()
     lib = Library.open(library) if library is not None else None
     photos = PhotoEmbedder(model, lib.root if lib is not None else None, detector=FaceDetector.from_settings(settings))
-    comparer = Comparer.of(photos, settings, fps, every_frame, compare)
+    bars = None
+    if spec is not None:
+        spec.check(photos.embedder.describe())
+        bars = spec.thresholds_for(photos.embedder.describe())
+    comparer = Comparer.of(photos, settings, fps, every_frame, compare, bars)
     references = []
     bar = tqdm(desc="reference", unit="frame", disable=not progress, leave=False)
     try:

@@ -1,5 +1,5 @@
-"""`compare` says how each sampled frame was judged (by the face, by the look of the head, or not, and why not) and
-the person's view (frontal, three-quarter, profile, back), with summaries that add up (issue 41)."""
+"""`compare` for generation pipelines (issue 41): how each sampled frame was judged (by the face, by the look of the head,
+or not, and why not) and the person's view, with summaries that add up; the seams of clips generated in chunks; specs."""
 from __future__ import annotations
 
 import json
@@ -165,3 +165,32 @@ def test_chunk_frames_puts_the_seams_of_the_other_persons_chunk_first(tmp_path):
     assert run("compare", clip, "--ref", still, "--chunk-frames", "8", "--overlap", "8", ok=None).exit_code == 2
     single = json.loads(run("compare", clip, "--ref", still, "--json", "--no-frames", ok=None).stdout)[0]
     assert "seams" not in single and "worst_seam" not in single["summary"]  # the single-reference JSON as it was
+
+
+# ----- specs ------------------------------------------------------------------------------------------
+@needs_data
+@pytest.mark.slow
+def test_the_same_spec_gives_the_same_verdicts_and_says_so(tmp_path):
+    from headsearch.compare.spec import CompareSpec
+
+    spec, other = tmp_path / "spec.json", tmp_path / "spec-1fps.json"
+    ref = EXAMPLES / "lin-manuel-miranda.png"
+    assert "spec: " in run("compare", "--ref", ref, "--write-spec", spec).stderr  # without videos: the spec alone
+    runs = [run("compare", FIVE_FRAMES, HAMILTON, "--ref", ref, "--spec", spec, "--json").stdout for _ in range(2)]
+    assert runs[0] == runs[1]  # to the frame (the JSON holds no timings)
+    entries = json.loads(runs[0])
+    assert {e["spec"] for e in entries} == {CompareSpec.read(spec).digest}
+    run("compare", "--ref", ref, "--fps", "1", "--write-spec", other)
+    assert CompareSpec.read(other).digest != CompareSpec.read(spec).digest
+    assert CompareSpec.read(other).analysis["sample_fps"] == 1.0
+    # What the spec decides is not given beside it; a damaged spec, or one of other weights, is one line.
+    assert run("compare", HAMILTON, "--ref", ref, "--spec", spec, "--fps", "1", ok=None).exit_code == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    said = run("compare", HAMILTON, "--ref", ref, "--spec", bad, ok=None)
+    assert said.exit_code == 3 and said.stderr.count("\n") == 1 and "not a compare spec" in said.stderr
+    d = json.loads(spec.read_text())
+    d["model"]["version"] = "another"
+    bad.write_text(json.dumps(d))
+    said = run("compare", HAMILTON, "--ref", ref, "--spec", bad, ok=None)
+    assert said.exit_code == 3 and "the spec was made with" in said.stderr and "Traceback" not in said.stderr
