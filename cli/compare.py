@@ -84,6 +84,9 @@ Exit status:
 @click.option("--person", "persons", multiple=True, metavar="NAME", help="A person of the library (name or id; see `headsearch people`).")
 @click.option("--name", "names", multiple=True, help="Name of the reference person; with several, each --name names the "
               "--ref/--ref-video/--person after it, one person each (every track goes to the best of them, or to nobody).")
+@click.option("--cast", "cast_refs", type=click.Path(path_type=Path), default=None, metavar="REFS",
+              help="A cast: a folder of folders (one per character, named by it, its photos inside) or a CSV of name,photo. Every "
+                   "track goes to one character or to nobody; per character and shot: tier, score and the gap since last seen.")
 @click.option("--ref-head", type=click.IntRange(min=1), default=None, help="In reference photos of several heads, this one "
               "(numbered left to right, as `headsearch query PHOTO --all` numbers them).")
 @click.option("--whole-image", is_flag=True, help="Reference photos are already head crops (e.g. the back of a head).")
@@ -115,7 +118,8 @@ Exit status:
                    "reference's look (hair, glasses, hat).")
 @progress_option
 @click.pass_context
-def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, persons, names, ref_head: int | None, whole_image: bool,
+def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, persons, names, cast_refs: Path | None, ref_head: int | None,
+            whole_image: bool,
             library: Path | None, model: str | None, fps: float | None, every_frame: bool, min_segment: float,
             chunk_frames: int | None, chunk_overlap: int, spec_file: Path | None, write_spec: Path | None, as_json: bool,
             no_frames: bool, report_dir: Path | None, fail_under: float | None, fail_under_look: float | None,
@@ -139,7 +143,9 @@ def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, pers
         raise click.UsageError("--overlap goes with --chunk-frames")
     if chunk_frames is not None and chunk_overlap >= chunk_frames:
         raise click.UsageError(f"--overlap {chunk_overlap} must be under --chunk-frames {chunk_frames}")
-    specs = reference_specs(ctx.meta.get("references", []))
+    if cast_refs is not None and ctx.meta.get("references"):
+        raise click.UsageError("--cast names the characters: leave out --ref, --ref-video, --person and --name")
+    specs = _cast_specs(cast_refs) if cast_refs is not None else reference_specs(ctx.meta.get("references", []))
     show = show_progress(progress)
     try:
         session = open_comparison(specs, model=model, library=library if (library is not None or persons) else None,
@@ -155,6 +161,8 @@ def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, pers
         click.echo(f"spec: {write_spec} ({in_force.digest})", err=True)
         if not videos:
             return
+    if cast_refs is not None:
+        sys.exit(_cast(session, [Path(v) for v in videos], in_force.digest, as_json, no_frames, report_dir, fail_under, fail_under_look))
     done, failed = _run(session, [Path(v) for v in videos], as_json)
     if as_json:
         out = [{**c.to_dict(frames=not no_frames), "spec": in_force.digest} for c in done] + [{"video": v, "error": e} for v, e in failed]
@@ -166,6 +174,54 @@ def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, pers
     if report_dir is not None and done:
         click.echo(f"report: {write_report(report_dir, done, failed)}", err=True)
     sys.exit(_exit_status(done, failed, fail_under, fail_under_look))
+
+
+def _cast_specs(path: Path):
+    """The characters of a cast as references, one each."""
+    from headsearch.compare.cast import read_cast
+    from indexer.compare import ReferenceSpec
+
+    try:
+        return [ReferenceSpec(c.name, list(c.photos)) for c in read_cast(path)]
+    except HeadsearchError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_NOTHING)
+
+
+def _cast(session, videos: list[Path], digest: str, as_json: bool, no_frames: bool, report_dir: Path | None,
+          fail_under: float | None, fail_under_look: float | None) -> int:
+    """Cast mode: each video in turn, then the cast's summary (text or JSON), its report, its gates; the exit status."""
+    from headsearch.basics.files import write_bytes_atomic
+    from headsearch.compare.cast import CastRun, cast_page, gate_lines
+
+    casts, failed = [], []
+    for item in session.run(videos, cast=True):
+        if item.error:
+            click.echo(f"error: {item.error}", err=True)
+            failed.append((str(item.path), item.error))
+        else:
+            casts.append(item.cast)
+    run = CastRun([r.name for r in session.references], casts)
+    if as_json:
+        click.echo(json_text([{**entry, "spec": digest} for entry in run.to_json(frames=not no_frames)]
+                             + [{"video": v, "error": e} for v, e in failed]))
+    else:
+        for line in run.text_lines():
+            click.echo(printable(line))
+    if report_dir is not None and casts:
+        try:
+            report_dir.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(report_dir / "cast.csv", run.csv_text().encode())
+            write_bytes_atomic(report_dir / "cast.html", cast_page(run).encode())
+        except OSError as e:
+            raise HeadsearchError(f"{report_dir}: cannot write the cast report ({e.strerror or e})") from e
+        click.echo(f"report: {report_dir / 'cast.html'}", err=True)
+    if not casts:
+        return EXIT_NOTHING
+    gates = gate_lines(run, fail_under, fail_under_look)
+    for line in gates:
+        click.echo(printable(line), err=True)
+    return EXIT_GATE if gates else EXIT_SOME_FAILED if failed else 0
 
 
 SPEC_DECIDES = ("model", "fps", "every_frame", "min_segment", "chunk_frames", "chunk_overlap")

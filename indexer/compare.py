@@ -17,9 +17,10 @@ from headsearch.basics.failures import file_failures
 from headsearch.basics.media import media_kind
 from headsearch.basics.settings import IndexSettings
 from headsearch.basics.timeline import probe_timing
+from headsearch.compare.cast import CastVideo
 from headsearch.compare.reference import Reference, ReferenceHead, person_heads, photo_heads, track_heads
 from headsearch.compare.spec import CompareSpec
-from headsearch.compare.timeline import CompareSettings, Comparison, compare_analysis
+from headsearch.compare.timeline import CompareSettings, Comparison, cast_heads, compare_analysis
 from headsearch.detection.faces import FaceDetector
 from headsearch.embedding.photo_heads import PhotoEmbedder
 from headsearch.evaluation.thresholds import Thresholds, thresholds_for
@@ -56,6 +57,7 @@ class VideoCompared:
     comparisons: list[Comparison]
     error: str | None = None
     seconds: float = 0.0  # wall time of the analysis and scoring
+    cast: CastVideo | None = None  # in cast mode: every head of every sampled frame, with its character
 
 
 class Comparer:
@@ -117,15 +119,27 @@ class Comparer:
         result = self.analyse(path, progress, self.seam_times(path))
         return compare_analysis(result, references, self.thresholds, self.appearance_dims, self.compare)
 
+    def cast_video(self, path: Path, references: Sequence[Reference], progress: FrameProgress | None = None) -> CastVideo:
+        """A video in cast mode: every head of every sampled frame with the character its track went to."""
+        result = self.analyse(path, progress, self.seam_times(path))
+        shots = sorted(result.shots, key=lambda s: s.start_frame)
+        return CastVideo(result.path, cast_heads(result, references, self.thresholds, self.appearance_dims),
+                         [(s.start_time, s.end_time) for s in shots], result.duration, shots[0].start_time if shots else 0.0)
+
     def compare_videos(self, paths: Sequence[Path], references: Sequence[Reference], progress: FrameProgress | None = None,
-                       error_log: Path | None = None, on_start: Callable[[Path], None] | None = None) -> Iterator[VideoCompared]:
-        """Each video compared in turn; a video that cannot be read gives its one line and the others go on."""
+                       error_log: Path | None = None, on_start: Callable[[Path], None] | None = None,
+                       cast: bool = False) -> Iterator[VideoCompared]:
+        """Each video compared in turn (`cast`: in cast mode); a video that cannot be read gives its one line and the
+        others go on."""
         for path in paths:
             if on_start is not None:
                 on_start(Path(path))
             t0 = time.perf_counter()
             try:
                 with file_failures(Path(path), error_log):
+                    if cast:
+                        yield VideoCompared(Path(path), [], None, time.perf_counter() - t0, self.cast_video(Path(path), references, progress))
+                        continue
                     comparisons = self.compare_video(Path(path), references, progress)
             except HeadsearchError as e:
                 yield VideoCompared(Path(path), [], str(e), time.perf_counter() - t0)
@@ -193,8 +207,8 @@ class CompareSession:
         c = self.comparer
         return CompareSpec.of(c.embedder.describe(), c.thresholds, c.settings, c.compare)
 
-    def run(self, paths: Sequence[Path]) -> Iterator[VideoCompared]:
-        """Each video compared in turn (folders: the videos under them, recursively, in name order)."""
+    def run(self, paths: Sequence[Path], cast: bool = False) -> Iterator[VideoCompared]:
+        """Each video compared in turn (folders: the videos under them, recursively, in name order); `cast`: in cast mode."""
         from tqdm import tqdm
 
         paths = video_paths(paths)
@@ -204,7 +218,7 @@ class CompareSession:
             def started(path: Path) -> None:
                 bar.set_description(Path(path).name[:40])
 
-            yield from self.comparer.compare_videos(paths, self.references, bar, self.error_log, started)
+            yield from self.comparer.compare_videos(paths, self.references, bar, self.error_log, started, cast)
         finally:
             bar.close()
 
@@ -246,8 +260,8 @@ def open_comparison(specs: Sequence[ReferenceSpec], model: str | None = None, li
     references = []
     bar = tqdm(desc="reference", unit="frame", disable=not progress, leave=False)
     try:
-        for spec in specs:
-            references.append(build_reference(spec, comparer, photos, lib, ref_head, whole_image, bar))
+        for one in specs:
+            references.append(build_reference(one, comparer, photos, lib, ref_head, whole_image, bar))
     finally:
         bar.close()
     names = [r.name for r in references]

@@ -3,6 +3,7 @@ or not, and why not) and the person's view, with summaries that add up; the seam
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -194,3 +195,110 @@ def test_the_same_spec_gives_the_same_verdicts_and_says_so(tmp_path):
     bad.write_text(json.dumps(d))
     said = run("compare", HAMILTON, "--ref", ref, "--spec", bad, ok=None)
     assert said.exit_code == 3 and "the spec was made with" in said.stderr and "Traceback" not in said.stderr
+
+
+# ----- a cast across clips and shots ------------------------------------------------------------------
+LIVEPORTRAIT = DATA / "LivePortrait" / "assets" / "examples" / "driving" / "d3.mp4"
+KATIE = DATA / "more" / "SadTalker" / "examples" / "ref_video" / "WDA_KatieHill_000.mp4"
+
+
+def _cast_folder(folder, characters: dict) -> object:
+    """A cast folder: a folder per character, its photos (files, or (clip, time) for a still of a clip) inside."""
+    import shutil
+
+    from headsearch.basics.frames import frame_at
+    from headsearch.basics.images import encode_jpeg
+
+    for name, photos in characters.items():
+        (folder / name).mkdir(parents=True)
+        for n, photo in enumerate(photos):
+            if isinstance(photo, tuple):
+                (folder / name / f"still{n}.jpg").write_bytes(encode_jpeg(frame_at(photo[0], photo[1]), 95))
+            else:
+                shutil.copy(photo, folder / name / photo.name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def cast_run(tmp_path_factory):
+    """Six characters of the labels over the hamilton clip and the video-retalking, LivePortrait and SadTalker clips."""
+    from conftest import RETALKING
+
+    folder = tmp_path_factory.mktemp("cast")
+    cast = _cast_folder(folder / "cast", {
+        "miranda": [EXAMPLES / "lin-manuel-miranda.png"], "obama": sorted((EXAMPLES / "knn_examples" / "train" / "obama").iterdir()),
+        "aoc": [(RETALKING / "3.mp4", 0.5)], "vr1": [(RETALKING / "1.mp4", 0.5)], "lp_d3": [(LIVEPORTRAIT, 0.5)], "katie": [(KATIE, 0.5)]})
+    clips = {RETALKING / "3.mp4": "aoc", RETALKING / "1.mp4": "vr1", LIVEPORTRAIT: "lp_d3", KATIE: "katie"}
+    result = run("compare", "--cast", cast, HAMILTON, *clips, "--json", "--report", folder / "report", "--fail-under-look", "0.9", ok=None)
+    return {"result": result, "entries": json.loads(result.stdout), "clips": clips, "report": folder / "report", "folder": folder}
+
+
+@needs_data
+@pytest.mark.slow
+def test_a_cast_puts_every_labelled_appearance_on_its_character(cast_run):
+    entries = {e["video"]: e for e in cast_run["entries"]}
+    for clip, name in cast_run["clips"].items():
+        heads = entries[str(clip)]["frames"]
+        assert {h["character"] for h in heads} - {None} == {name}, clip  # its own character, none other
+        assert all(h["judged"] in JUDGED and (h["reason"] is not None) == (h["judged"] == "none") for h in heads)
+    hamilton = entries[str(HAMILTON)]["frames"]
+    assert {h["character"] for h in hamilton} - {None} <= {"miranda", "obama"}
+    frontal = [h for h in hamilton if h["shot"] == 2 and h["character"] is not None]  # frames 82-210: Miranda, frontal
+    assert frontal and {h["character"] for h in frontal} == {"miranda"}
+    miranda = next(c for c in entries[str(HAMILTON)]["characters"] if c["character"] == "miranda")
+    apps = miranda["appearances"]  # first seen, then each time after a gap
+    assert apps and apps[0]["gap_shots"] is None and all(a["gap_shots"] is not None and a["gap_s"] >= 0 for a in apps[1:])
+    # Per character: appearances with their gaps; the gate is per character (miranda's same look is under 90%).
+    said = cast_run["result"]
+    assert said.exit_code == 1 and "gate: miranda: same look" in said.stderr
+    rows = (cast_run["report"] / "cast.csv").read_text().splitlines()
+    assert rows[0] == "character,video,shot,start,end,frames,tier,score,gap_shots,gap_s" and len(rows) >= 7
+
+
+@needs_data
+@pytest.mark.slow
+def test_the_cast_report_in_a_browser(cast_run):
+    import os
+
+    from playwright.sync_api import sync_playwright
+
+    chromium = os.environ.get("HEADSEARCH_CHROMIUM", "/usr/bin/chromium")
+    if not Path(chromium).is_file() and not os.environ.get("CI"):
+        pytest.skip(f"no Chromium at {chromium}")
+    artefacts = Path(os.environ.get("HEADSEARCH_ARTEFACTS", Path(__file__).resolve().parents[1] / "test-artefacts"))
+    artefacts.mkdir(parents=True, exist_ok=True)
+    page_url = (cast_run["report"] / "cast.html").as_uri()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
+        try:
+            for width, name in ((1000, "cast-report.png"), (390, "cast-report-390.png")):
+                page = browser.new_page(viewport={"width": width, "height": 900})
+                page.goto(page_url)
+                assert page.locator("svg.cast-plot").count() == 1 and page.locator("table tr").count() >= 8
+                assert page.evaluate("document.scrollingElement.scrollWidth") <= width  # wide tables scroll in their card
+                page.screenshot(path=str(artefacts / name), full_page=True)
+                page.close()
+        finally:
+            browser.close()
+
+
+@needs_data
+@pytest.mark.slow
+def test_cast_mode_finds_the_switch_of_two_joined_clips(tmp_path):
+    from conftest import RETALKING
+
+    from bench.compare import join_clips
+
+    aoc, other = RETALKING / "3.mp4", RETALKING / "1.mp4"
+    joined = tmp_path / "joined.mp4"
+    join = join_clips(aoc, other, joined, seconds=3.0)
+    cast = _cast_folder(tmp_path / "cast", {"aoc": [(aoc, 0.5)], "vr1": [(other, 0.5)]})
+    (tmp_path / "cast.csv").write_text("name,photo\n" + "".join(f"{c},cast/{c}/still0.jpg\n" for c in ("aoc", "vr1")))
+    for refs in (cast, tmp_path / "cast.csv"):  # a folder of folders, or a CSV of name,photo
+        entry = json.loads(run("compare", "--cast", refs, joined, "--json", "--no-frames").stdout)[0]
+        apps = {c["character"]: c["appearances"] for c in entry["characters"]}
+        assert abs(apps["aoc"][-1]["end"] - join) <= 0.5 and abs(apps["vr1"][0]["start"] - join) <= 0.5
+    (tmp_path / "bad.csv").write_text("name,photo\naoc,nowhere.jpg\n")
+    said = run("compare", "--cast", tmp_path / "bad.csv", joined, ok=None)
+    assert said.exit_code == 3 and "nowhere.jpg: no such photo" in said.stderr and said.stderr.count("\n") == 1
+    assert run("compare", "--cast", cast, "--ref", EXAMPLES / "lin-manuel-miranda.png", joined, ok=None).exit_code == 2

@@ -464,6 +464,83 @@ def compare_analysis(result: FileResult, references: Sequence[Reference], thresh
     return out
 
 
+@dataclass
+class CastHead:
+    """One head of one sampled frame, in cast mode: the character its track went to (None: nobody), its tier against
+    that character, how it was judged; or, with `character` None and `tier` no_head, a sampled frame without a head."""
+
+    time: float
+    index: int  # the decoded frame's number
+    shot: int
+    character: str | None
+    tier: str
+    judged: str
+    reason: str | None = None
+    view: str | None = None
+    identity: float | None = None
+    head: float | None = None
+    box: tuple[float, float, float, float] | None = None
+    carried: bool = False
+    end: float = 0.0  # the next sampled frame's time
+
+    @property
+    def score(self) -> float | None:
+        return self.identity if self.identity is not None else self.head
+
+    def to_dict(self) -> dict:
+        return {"time": round(self.time, 3), "character": self.character, "tier": self.tier, "judged": self.judged, "reason": self.reason,
+                "view": self.view, "identity": _round(self.identity), "head": _round(self.head),
+                "box": None if self.box is None else [round(float(v), 1) for v in self.box], "frame": self.index, "shot": self.shot}
+
+
+def cast_heads(result: FileResult, references: Sequence[Reference], thresholds: Thresholds, appearance_dims: int = 0) -> list[CastHead]:
+    """Every head of every sampled frame, each with the character (reference) its track went to, or nobody; a frame
+    without a head is one entry of its own (no_head, and why). A head that went to nobody is tiered `other_person`, its
+    scores those against the character it is most like."""
+    tracks = sorted(result.tracks, key=lambda tr: (tr.start, tr.shot_index))
+    owner = assign_tracks(tracks, references, thresholds, appearance_dims)
+    scores = [{(n, o.frame_index): _score(o, ref, thresholds, appearance_dims) for n, tr in enumerate(tracks) for o in tr.observations}
+              for ref in references]
+    carried = {n: _carried_tiers(tr, n, scores[owner[n]]) for n, tr in enumerate(tracks) if owner[n] is not None}
+    at: dict[int, list[tuple[int, Observation]]] = {}
+    for n, track in enumerate(tracks):
+        for obs in track.observations:
+            at.setdefault(obs.frame_index, []).append((n, obs))
+    unjudged: dict[int, list[str]] = {}
+    for track, why in result.dropped_tracks:
+        for obs in track.observations:
+            unjudged.setdefault(obs.frame_index, []).append(unjudged_reason(obs, why))
+    shots = sorted(result.shots, key=lambda s: s.start_frame)
+    video_end = shots[-1].end_time if shots else (result.samples[-1][1] if result.samples else 0.0)
+    samples = sorted(result.samples)
+    out = []
+    for i, (index, time) in enumerate(samples):
+        end = samples[i + 1][1] if i + 1 < len(samples) else max(video_end, time)
+        shot = _shot_of(shots, index)
+        seen = at.get(index, [])
+        if not seen:
+            why = unjudged.get(index, [])
+            out.append(CastHead(time, index, shot, None, NO_HEAD, "none", max(sorted(set(why)), key=why.count) if why else NO_HEAD,
+                                end=end))
+            continue
+        for n, obs in sorted(seen, key=lambda x: x[1].head.center[0]):
+            r = owner[n]
+            if r is None:  # nobody's: scored against the character it is most like
+                s = max((sc[n, index] for sc in scores), key=lambda x: (x.identity if x.identity is not None else -2.0,
+                                                                        x.head if x.head is not None else -2.0), default=None)
+                tier, was_carried, name = str(Tier.OTHER_PERSON), False, None
+            else:
+                s = scores[r][n, index]
+                (tier, was_carried), name = carried[n][index], references[r].name
+            identity, head = (s.identity, s.head) if s is not None else (None, None)
+            judged = "face" if identity is not None else "head" if head is not None else "none"
+            yaw = face_yaw(obs.face)
+            out.append(CastHead(time, index, shot, name, tier, judged, "no_face" if judged == "none" else None,
+                                None if judged == "none" else view_of(obs.face is not None, yaw), identity, head,
+                                obs.head.as_tuple(), was_carried, end))
+    return out
+
+
 def _carried_tiers(track: HeadTrack, n: int, scores: dict) -> dict[int, tuple[str, bool]]:
     """Each sighting's tier in a track (frame index -> (tier, carried)): a sighting with a face by its own scores; one
     without, by the track's nearest sighting with a face in time, or by its own look where the track never shows one."""
