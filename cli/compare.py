@@ -112,7 +112,8 @@ Exit status:
 @click.option("--report", "report_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Write an HTML page per video (and for several, index.html and leaderboard.csv) into this folder.")
 @click.option("--fail-under", type=Share(), default=None, metavar="SHARE",
-              help=f"Exit {EXIT_GATE} when a video's same-person share (of its frames with a head) is below SHARE: 0.95, or 95%.")
+              help=f"Exit {EXIT_GATE} when a video's same-person share (of its frames with a head; with --cast, a character's share of its "
+                   "frames) is below SHARE: 0.95, or 95%.")
 @click.option("--fail-under-look", type=Share(), default=None, metavar="SHARE",
               help=f"Exit {EXIT_GATE} when a video's same-look share (of its frames with a head) is below SHARE: the person in the "
                    "reference's look (hair, glasses, hat).")
