@@ -12,7 +12,7 @@ from headsearch.evaluation.thresholds import read_thresholds_file, shipped_thres
 from headsearch.models import DEFAULT_MODEL, load_embedder
 from headsearch.models.base import WEIGHTS_DIR
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]  # the real default model
 
 LEONARD = FACES / "leonard"  # glasses in 1, 4, 5; none in 2, 3
 

@@ -3,6 +3,7 @@ from keypoint heads and are followed between the frames the finder runs on."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from conftest import DATA, needs_data
 from test_tracker import head, textured_frame
 
@@ -102,6 +103,7 @@ def _first_frame(path) -> np.ndarray:
 
 
 @needs_data
+@pytest.mark.slow  # a real video
 def test_movenet_finds_the_walking_crowd():
     rgb = _first_frame(CROWD)
     people = PoseDetector().people(rgb, side=512, tiles=3)
@@ -125,6 +127,7 @@ class _CountedPose(PoseDetector):
 
 
 @needs_data
+@pytest.mark.slow  # a real photo
 def test_a_first_look_spares_the_pass_where_every_person_is_a_face_and_not_in_a_crowd():
     from headsearch.basics.images import read_image_rgb
     from headsearch.detection.faces import FaceDetector, detect_heads

@@ -3,10 +3,9 @@ file takes in: a folder walk, a path named on the command line, a labelled set, 
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
-from conftest import AMY_DIR, FACES, needs_data, run
+from conftest import made_photo, run
 from fake_model import FAKE_MODEL
 
 from headsearch.basics.media import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, is_media_name, media_kind
@@ -34,29 +33,25 @@ def test_walk_and_named_paths_agree_on_every_known_extension():
     assert not IMAGE_EXTENSIONS & VIDEO_EXTENSIONS
 
 
-@needs_data
 def test_a_gif_and_a_jfif_are_photos_walked_or_named(tmp_path):
-    from PIL import Image
-
     media = tmp_path / "media"
     media.mkdir()
-    Image.open(AMY_DIR / "amy1.png").convert("RGB").save(media / "amy.gif", format="GIF")
-    shutil.copy(FACES / "bbt1.jpg", media / "bbt.jfif")
+    made_photo(media / "one.gif", seed=1)
+    made_photo(media / "two.jfif", seed=2, fmt="JPEG")
     walked, named = tmp_path / "walked", tmp_path / "named"
     run("index", media, "--library", walked, "--model", FAKE_MODEL, "-q")  # the model is incidental: the tests' fake
-    run("index", media / "amy.gif", media / "bbt.jfif", "--library", named, "--model", FAKE_MODEL, "-q")
+    run("index", media / "one.gif", media / "two.jfif", "--library", named, "--model", FAKE_MODEL, "-q")
     for lib in (walked, named):
         files = json.loads(run("list", "--library", lib, "--json").stdout)
         kinds = {f["path"].rsplit("/", 1)[-1]: f["kind"] for f in files}
-        assert kinds == {"amy.gif": "image", "bbt.jfif": "image"}, (lib, files)
+        assert kinds == {"one.gif": "image", "two.jfif": "image"}, (lib, files)
 
 
-@needs_data
 def test_a_labelled_jfif_counts_as_a_photo(tmp_path):
-    shutil.copy(FACES / "bbt1.jpg", tmp_path / "bbt.jfif")
-    shutil.copy(AMY_DIR / "amy1.png", tmp_path / "amy.gif")
+    made_photo(tmp_path / "two.jfif", seed=2, fmt="JPEG")
+    made_photo(tmp_path / "one.gif", seed=1)
     csv = tmp_path / "labels.csv"
-    csv.write_text("path,identity,appearance_state\nbbt.jfif,bbt,a\namy.gif,amy,a\n")
+    csv.write_text("path,identity,appearance_state\ntwo.jfif,b,a\none.gif,a,a\n")
     counts = read_label_set(csv).to_dict()
     assert (counts["photos"], counts["videos"]) == (2, 0)
 

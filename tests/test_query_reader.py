@@ -29,6 +29,7 @@ def library(tmp_path_factory) -> Library:
 
 
 @needs_data
+@pytest.mark.slow  # the real clip indexed with the default model
 def test_a_querys_reads_are_the_tables_rows(library):
     with library.reader() as conn:
         vectors = conn.execute(sa.select(t.vectors.c.id, t.vectors.c.track_id, t.vectors.c.observation_id, t.vectors.c.kind,

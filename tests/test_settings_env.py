@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
+from fake_model import FAKE_MODEL
 
 from cli.main import main
 from headsearch.basics.errors import HeadsearchError
@@ -24,7 +25,7 @@ def test_a_setting_that_is_no_finite_number_is_one_line(monkeypatch, raw):
 def test_the_cli_says_it_in_one_line(tmp_path):
     photo = tmp_path / "photo.png"
     photo.write_bytes(b"not a photo")
-    result = CliRunner().invoke(main, ["index", str(photo), "--library", str(tmp_path / "library")],
+    result = CliRunner().invoke(main, ["index", str(photo), "--library", str(tmp_path / "library"), "--model", FAKE_MODEL],
                                 env={"HEADSEARCH_MAX_IMAGE_PIXELS": "inf"})
     assert result.exit_code != 0 and "Traceback" not in result.output
     assert "HEADSEARCH_MAX_IMAGE_PIXELS: a finite number is expected, got 'inf'" in result.output

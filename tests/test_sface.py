@@ -18,6 +18,8 @@ from headsearch.models import sface as sface_module
 from headsearch.models.sface_hsv import SFACE_WEIGHT, hsv_vector
 from schemas.records import Box, VectorKind
 
+pytestmark = pytest.mark.slow  # the real SFace and Lite0 (their files, conversions and sessions)
+
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import DATA as DATA_DIR
+from conftest import made_picture
 
 from indexer.shots import ShotBoundaryDetector, histogram_distance, hsv_histogram
 
@@ -311,6 +312,7 @@ def _cuts_and_distances(frames: Iterator[np.ndarray]) -> tuple[list[int], np.nda
     return cuts, np.asarray(distances)
 
 
+@pytest.mark.slow  # real videos
 @pytest.mark.parametrize(
     ("rel", "expected"), [(HAMILTON, [20, 82, 211]), (GOLDENEYE, [60, 140])], ids=["hamilton", "goldeneye"]
 )
@@ -344,10 +346,12 @@ def _cuts_over_every_frame(path: Path, long_side: int) -> list[int]:
     return cuts
 
 
+@pytest.mark.slow  # a real video
 def test_crowd_has_no_cuts() -> None:
     assert _cuts_over_every_frame(_media(CROWD), long_side=480) == []
 
 
+@pytest.mark.slow  # real videos
 @pytest.mark.parametrize("rel", TALKING_HEADS, ids=[Path(r).parent.name + "/" + Path(r).stem for r in TALKING_HEADS])
 def test_talking_heads_have_no_cuts(rel: str) -> None:
     assert _cuts_over_every_frame(_media(rel), long_side=320) == []
@@ -355,9 +359,8 @@ def test_talking_heads_have_no_cuts(rel: str) -> None:
 
 @pytest.mark.parametrize("fps", [1, 2, 5, 25])
 def test_a_slideshow_is_cut_at_every_new_picture(fps: int, tmp_path) -> None:
-    """Six different photos of 1 s each (issue 43: one shot for a 1-5 fps slideshow, the minimum shot of 8 frames
+    """Six different pictures of 1 s each (issue 43: one shot for a 1-5 fps slideshow, the minimum shot of 8 frames
     swallowing every cut), through the indexer's own decode and detector at the stream's rate."""
-    import cv2
     from hostile_media import write_video
 
     from headsearch.basics.settings import IndexSettings
@@ -365,8 +368,7 @@ def test_a_slideshow_is_cut_at_every_new_picture(fps: int, tmp_path) -> None:
     from headsearch.models import load_embedder
     from indexer.analysis import analyse_file
 
-    stills = [_media(f"face-api.js/examples/images/bbt{i}.jpg") for i in range(1, 6)] + [_media("face_recognition/examples/two_people.jpg")]
-    frames = [cv2.cvtColor(cv2.resize(cv2.imread(str(p)), (640, 360)), cv2.COLOR_BGR2RGB) for p in stills]
+    frames = [made_picture(seed, 640, 360) for seed in range(6)]
     video = tmp_path / f"slides-{fps}.mp4"
     write_video(video, [f for f in frames for _ in range(fps)], fps=fps)
     result = analyse_file(video, IndexSettings(), FaceDetector(), load_embedder("fake-pixels"))

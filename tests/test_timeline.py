@@ -8,14 +8,12 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from conftest import EXAMPLES, HAMILTON, RETALKING, library_db, needs_data, query_json, run
+from conftest import EXAMPLES, HAMILTON, RETALKING, library_db, made_picture, needs_data, query_json, run
 from fake_model import FAKE_MODEL
 from test_library_format import format1_library
 
 from headsearch.basics.timeline import format_time
 from indexer.decode import VideoStream
-
-pytestmark = needs_data
 
 LIN = EXAMPLES / "lin-manuel-miranda.png"
 
@@ -42,6 +40,15 @@ def late_start_copy(src: Path, dst: Path, seconds: float = 2.5) -> Path:
     return dst
 
 
+def made_clip(path: Path, fps: int = 30, frames: int = 45) -> Path:
+    """A generated clip: a picture sliding one way, `frames` frames at `fps`."""
+    from hostile_media import write_video
+
+    picture = made_picture(0)
+    write_video(path, [np.roll(picture, 4 * i, axis=1) for i in range(frames)], fps=fps)
+    return path
+
+
 def stored_times(library: Path, video: Path) -> tuple[list[tuple], list[tuple]]:
     with library_db(library) as con:
         vid = con.execute("select id from videos where path = ?", [str(video)]).fetchone()[0]
@@ -50,6 +57,8 @@ def stored_times(library: Path, video: Path) -> tuple[list[tuple], list[tuple]]:
     return shots, obs
 
 
+@needs_data
+@pytest.mark.slow  # the real clip, indexed with the default model
 def test_hamilton_times_are_pyav_presentation_times(hamilton_library):
     truth = pyav_times(HAMILTON)
     assert truth[0] == pytest.approx(0.852, abs=1e-3)
@@ -68,9 +77,10 @@ def test_hamilton_times_are_pyav_presentation_times(hamilton_library):
 
 @pytest.mark.parametrize("decoder", ["decord", "pyav"])
 def test_late_start_video_both_decoders(tmp_path, decoder):
-    late = late_start_copy(RETALKING / "1.mp4", tmp_path / "late.mp4")
+    source = made_clip(tmp_path / "clip.mp4")
+    late = late_start_copy(source, tmp_path / "late.mp4")
     truth = pyav_times(late)
-    assert truth[0] == pytest.approx(2.533, abs=1e-3)  # 2.5 s late, and the source itself starts at 0.033 s
+    assert truth[0] == pytest.approx(2.5 + pyav_times(source)[0], abs=1e-3)  # 2.5 s later than the source starts
     stream = VideoStream(late, decoders=(decoder,))
     assert stream.info.decoder == decoder and stream.info.start_time == pytest.approx(truth[0], abs=1e-4)
     times = [f.time for f in stream]
@@ -78,6 +88,8 @@ def test_late_start_video_both_decoders(tmp_path, decoder):
     assert np.abs(np.array(times) - np.array(truth)).max() < 1e-4
 
 
+@needs_data
+@pytest.mark.slow  # a real clip: its sightings' times need heads found
 def test_late_start_video_indexed_and_queried(tmp_path):
     late = late_start_copy(RETALKING / "1.mp4", tmp_path / "late.mp4")
     lib = tmp_path / "lib"
@@ -91,6 +103,8 @@ def test_late_start_video_indexed_and_queried(tmp_path):
     assert duration == pytest.approx(truth[-1] - truth[0] + (truth[1] - truth[0]), abs=0.05)  # how long it plays, not where it ends
 
 
+@needs_data
+@pytest.mark.slow  # the committed library names a real clip
 def test_format1_library_times_moved_onto_the_timeline(tmp_path):
     """The committed format-1 library (decord times counted from the first frame) is upgraded in place:
     its video's shots, tracks and sightings move by where the video stream starts."""

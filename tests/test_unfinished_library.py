@@ -6,7 +6,7 @@ import json
 
 import duckdb
 import pytest
-from conftest import AMY_DIR, needs_data, run
+from conftest import made_photo, run
 from fake_model import FAKE_MODEL
 
 import headsearch.store.library as library_module
@@ -14,28 +14,31 @@ from headsearch.models import load_embedder
 from headsearch.store.layout import UNFINISHED
 from headsearch.store.library import Library
 
-pytestmark = needs_data
-PHOTO = AMY_DIR / "amy1.png"
 REFUSED = "folder exists, is not empty, and holds no headsearch library"
 FAKE = ("--model", FAKE_MODEL)  # the model is incidental here: the tests' fake, registered as a real one is
+
+
+@pytest.fixture
+def photo(tmp_path):
+    return made_photo(tmp_path / "photo.png")
 
 
 def indexed_paths(lib) -> list[str]:
     return [f["path"] for f in json.loads(run("list", "--library", lib, "--json").stdout)]
 
 
-def test_a_folder_holding_only_thumbnails_is_made_into_a_library(tmp_path):
+def test_a_folder_holding_only_thumbnails_is_made_into_a_library(tmp_path, photo):
     """What a first run killed before its first commit left with earlier releases."""
     lib = tmp_path / "lib"
     (lib / "thumbnails").mkdir(parents=True)
     (lib / "thumbnails" / "3.jpg").write_bytes(b"\xff\xd8 a thumbnail cut short")
-    run("index", PHOTO, "--library", lib, *FAKE, "-q")
-    assert indexed_paths(lib) == [str(PHOTO)]
+    run("index", photo, "--library", lib, *FAKE, "-q")
+    assert indexed_paths(lib) == [str(photo)]
     assert not (lib / UNFINISHED).exists()
     assert not (lib / "thumbnails" / "3.jpg").exists()
 
 
-def test_a_creation_killed_before_the_manifest_is_cleared_and_made_again(tmp_path, monkeypatch):
+def test_a_creation_killed_before_the_manifest_is_cleared_and_made_again(tmp_path, photo, monkeypatch):
     lib = tmp_path / "lib"
 
     def killed(*args, **kwargs):
@@ -49,17 +52,17 @@ def test_a_creation_killed_before_the_manifest_is_cleared_and_made_again(tmp_pat
     (lib / "vectors_id.faiss").write_bytes(b"half a cache")
     (lib / "vectors_head.segments").mkdir()
     (lib / "vectors_head.segments" / "seg-0123456789ab.f32").write_bytes(b"half a segment")
-    run("index", PHOTO, "--library", lib, *FAKE, "-q")
-    assert indexed_paths(lib) == [str(PHOTO)]
+    run("index", photo, "--library", lib, *FAKE, "-q")
+    assert indexed_paths(lib) == [str(photo)]
     assert not (lib / UNFINISHED).exists() and not (lib / "vectors_head.segments" / "seg-0123456789ab.f32").exists()
 
 
-def test_an_unfinished_database_without_marker_is_cleared(tmp_path):
+def test_an_unfinished_database_without_marker_is_cleared(tmp_path, photo):
     lib = tmp_path / "lib"
     (lib / "thumbnails").mkdir(parents=True)
     (lib / "library.duckdb").write_bytes(b"DUCK" * 100)  # cut short while its tables were being made
-    run("index", PHOTO, "--library", lib, *FAKE, "-q")
-    assert indexed_paths(lib) == [str(PHOTO)]
+    run("index", photo, "--library", lib, *FAKE, "-q")
+    assert indexed_paths(lib) == [str(photo)]
 
 
 def test_a_run_that_indexes_nothing_removes_the_folder_a_killed_run_made(tmp_path):
@@ -74,7 +77,7 @@ def test_a_run_that_indexes_nothing_removes_the_folder_a_killed_run_made(tmp_pat
 
 
 @pytest.mark.parametrize("case", ["user-file", "user-photo-in-thumbnails", "user-database", "user-file-with-marker"])
-def test_a_folder_holding_the_users_files_is_refused_untouched(tmp_path, case):
+def test_a_folder_holding_the_users_files_is_refused_untouched(tmp_path, photo, case):
     lib = tmp_path / "lib"
     (lib / "thumbnails").mkdir(parents=True)
     if case == "user-file":
@@ -89,7 +92,7 @@ def test_a_folder_holding_the_users_files_is_refused_untouched(tmp_path, case):
         (lib / UNFINISHED).write_text("{}")
         (lib / "holiday.mp4").write_bytes(b"mine")
     before = sorted((p.relative_to(lib), p.read_bytes() if p.is_file() else None) for p in lib.rglob("*"))
-    result = run("index", PHOTO, "--library", lib, *FAKE, "-q", ok=False)
+    result = run("index", photo, "--library", lib, *FAKE, "-q", ok=False)
     assert REFUSED in result.stderr and "Traceback" not in result.output
     assert len([line for line in result.stderr.splitlines() if line.strip()]) == 1, result.stderr
     after = sorted((p.relative_to(lib), p.read_bytes() if p.is_file() else None) for p in lib.rglob("*"))

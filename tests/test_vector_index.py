@@ -127,6 +127,7 @@ def test_an_ivf_index_of_0_1_0_is_rebuilt(tmp_path):
 
 
 @needs_data
+@pytest.mark.slow  # real photos: its query needs heads found
 def test_a_library_with_a_0_1_0_ivf_index_answers_from_its_database(tmp_path):
     """A library whose saved IVF index has the shifted ids of 0.1.0 answers right: the index is rebuilt."""
     import faiss
