@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from headsearch.basics.errors import HeadsearchError, MediaError, ModelMismatch
+from headsearch.basics.errors import HeadsearchError, MediaError, ModelMismatch, unreadable
 from headsearch.basics.failures import file_failures
 from headsearch.basics.frames import frame_at
 from headsearch.basics.settings import IndexSettings
@@ -83,7 +83,7 @@ def _cached_crop(cache: BenchCache, key: tuple, path: Path, make: Callable[[], H
         except HeadsearchError as e:
             cache.crops[key] = e
         except OSError as e:
-            cache.crops[key] = MediaError(f"{path}: cannot read file ({e.strerror or e})")
+            cache.crops[key] = unreadable(path, e)
     hit = cache.crops[key]
     if isinstance(hit, HeadsearchError):
         raise hit
@@ -156,7 +156,7 @@ def embed_videos(files: Sequence[LabeledFile], embedder: Embedder, detector: Fac
             except HeadsearchError as e:
                 hit = e
             except OSError as e:
-                hit = MediaError(f"{f.path}: cannot read file ({e.strerror or e})")
+                hit = unreadable(f.path, e)
             cache.vectors[(key, f.path)] = hit
         if isinstance(hit, HeadsearchError):
             failed.append(str(hit))

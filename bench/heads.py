@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from headsearch.basics.errors import HeadsearchError
+from headsearch.basics.errors import HeadsearchError, cannot_read
 from headsearch.basics.failures import file_failures
 from headsearch.basics.frames import frame_at
 from headsearch.basics.settings import IndexSettings
@@ -163,7 +163,7 @@ def _run_faces(frames: list[HeadFrame], settings: IndexSettings, failed: dict[st
             with file_failures(f.path, None):
                 pairs.append((f, faces_in_frame(f, detector)))
         except (HeadsearchError, OSError) as e:
-            failed[f.file] = str(e) if isinstance(e, HeadsearchError) else f"{f.path}: cannot read file ({e.strerror or e})"
+            failed[f.file] = str(e) if isinstance(e, HeadsearchError) else cannot_read(f.path, e)
     return pairs, MethodResult("faces", HeadScores(), time.perf_counter() - t0, len(pairs))
 
 
@@ -185,7 +185,7 @@ def _run_indexer(method: str, frames: list[HeadFrame], settings: IndexSettings, 
             with file_failures(path, None):
                 analysed = analyse_file(path, settings, detector, _NoVectors(), sample_at=[f.time for f in its_frames])
         except (HeadsearchError, OSError) as e:
-            failed[its_frames[0].file] = str(e) if isinstance(e, HeadsearchError) else f"{path}: cannot read file ({e.strerror or e})"
+            failed[its_frames[0].file] = str(e) if isinstance(e, HeadsearchError) else cannot_read(path, e)
             continue
         found = indexed_heads(analysed, its_frames)
         pairs += [(f, found[f.time]) for f in its_frames]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from headsearch.basics.errors import MediaError, first_line
+from headsearch.basics.errors import MediaError, first_line, unreadable
 from headsearch.basics.quiet import native_stderr_silenced
 from headsearch.basics.settings import MediaLimits
 from headsearch.basics.timeline import decord_offset
@@ -91,7 +91,7 @@ def check_video_header(path: Path, limits: MediaLimits) -> int:
     try:
         st = path.stat()
     except OSError as e:
-        raise MediaError(f"{path}: cannot read file ({e.strerror or e})") from e
+        raise unreadable(path, e) from e
     if not stat.S_ISREG(st.st_mode):
         raise MediaError(f"{path}: not a regular file")
     import av

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from headsearch.basics.errors import HeadsearchError, LibraryError, MediaError, is_disk_full
+from headsearch.basics.errors import HeadsearchError, LibraryError, MediaError, cannot_read, is_disk_full, unreadable
 from headsearch.basics.failures import unexpected_error_line
 from headsearch.basics.media import fingerprint, is_media_name, media_kind
 from headsearch.basics.settings import IndexSettings
@@ -74,7 +74,7 @@ def discover(paths: Iterable[Path]) -> tuple[list[Path], list[str], list[Path]]:
         p = Path(p).expanduser()
         if p.is_dir():
             folders.append(p.resolve())
-            for root, dirs, names in os.walk(p, onerror=lambda e: problems.append(f"{e.filename}: cannot read folder ({e.strerror})")):
+            for root, dirs, names in os.walk(p, onerror=lambda e: problems.append(cannot_read(e.filename, e, "folder"))):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for n in sorted(names):
                     if is_media_name(n):
@@ -308,7 +308,7 @@ class Indexer:
         try:
             stat = path.stat()
         except OSError as e:
-            raise MediaError(f"{path}: cannot read file ({e.strerror})") from e
+            raise unreadable(path, e) from e
         if not os.access(path, os.R_OK):
             raise MediaError(f"{path}: permission denied")
         if stored is not None and stored.size == stat.st_size and stored.mtime == stat.st_mtime:

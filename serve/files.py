@@ -95,6 +95,11 @@ def _open_error(e: OSError, path: str, what: str) -> FileNotServed:
         return FileNotServed(f"{what}: {path} now leads through a symbolic link the library did not index; not served")
     if e.errno == errno.ENOTDIR:
         return FileNotServed(f"{what}: {path} is not there as indexed (a file stands where a folder was)")
+    return _unreadable(e, path, what)
+
+
+def _unreadable(e: OSError, path: str, what: str) -> FileNotServed:
+    """A file the system would not open, for a reason without a line of its own."""
     return FileNotServed(f"{what}: cannot read {path} ({e.strerror or e})")
 
 
@@ -158,7 +163,7 @@ def open_in_folder(base: Path, relative: str, what: str) -> OpenFile:
             raise FileNotServed(f"{what}: {shown} is missing (a file stands where its folder was)") from e
         if e.errno == errno.EINVAL:
             raise FileNotServed(f"{what}: {shown} is not a file of the library folder") from e
-        raise FileNotServed(f"{what}: cannot read {shown} ({e.strerror or e})") from e
+        raise _unreadable(e, shown, what) from e
     return _opened(fd, shown, what)
 
 

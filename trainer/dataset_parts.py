@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
-from headsearch.basics.errors import HeadsearchError, NoHeadFound, is_disk_full
+from headsearch.basics.errors import HeadsearchError, NoHeadFound, cannot_read, is_disk_full
 from headsearch.basics.failures import unexpected_error_line
 from headsearch.basics.images import encode_jpeg
 from headsearch.basics.settings import IndexSettings
@@ -210,7 +210,7 @@ def analysed_part(analyser: Analyser, path: Path, source: str, part_dir: Path, s
         return part
     try:
         if not os.access(path, os.R_OK):
-            raise HeadsearchError(f"{path}: cannot read file" if path.exists() else f"{path}: no such file")
+            raise HeadsearchError(cannot_read(path) if path.exists() else f"{path}: no such file")
         analyse_to_part(analyser, path, part_dir, progress)
     except HeadsearchError as e:
         summary.fail(source, str(e), report)

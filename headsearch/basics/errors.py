@@ -26,6 +26,18 @@ class MediaError(HeadsearchError):
         self.detail = detail
 
 
+def cannot_read(path: object, error: OSError | None = None, what: str = "file") -> str:
+    """The one line for a file (or folder: `what`) that cannot be read: "<path>: cannot read file (<why>)", the why being
+    what the system said (`strerror`, else the whole error); without an error, no why."""
+    why = "" if error is None else f" ({error.strerror or error})"
+    return f"{path}: cannot read {what}{why}"
+
+
+def unreadable(path: object, error: OSError | None = None, what: str = "file") -> MediaError:
+    """`cannot_read`'s line as the MediaError a reader raises (`raise unreadable(path, e) from e`)."""
+    return MediaError(cannot_read(path, error, what))
+
+
 class NoHeadFound(HeadsearchError):
     """A photo in which no head was detected."""
 

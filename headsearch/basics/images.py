@@ -16,7 +16,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from headsearch.basics.errors import MediaError
+from headsearch.basics.errors import MediaError, unreadable
 from headsearch.basics.quiet import native_stderr_silenced
 from headsearch.basics.settings import MediaLimits
 
@@ -162,7 +162,7 @@ def read_image_rgb(path: str | Path, limits: MediaLimits | None = None) -> np.nd
                              f"({limits.max_image_bytes / 2**20:,.0f} MiB limit, ${limits.env_name('max_image_bytes')})")
         data = np.fromfile(str(path), dtype=np.uint8)
     except OSError as e:
-        raise MediaError(f"{path}: cannot read file ({e.strerror or e})") from e
+        raise unreadable(path, e) from e
     return decode_image_rgb(data, path, limits)
 
 

@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from headsearch.basics.errors import MediaError
+from headsearch.basics.errors import MediaError, unreadable
 from schemas.records import FileStamp, MediaKind
 
 # One rule for what is a photo and what is a video, by the file name, for every road a file takes
@@ -75,4 +75,4 @@ def file_stamp(path: Path) -> FileStamp:
             raise MediaError(f"{path}: not a regular file")
         return FileStamp(str(path), st.st_size, st.st_mtime, fingerprint(path, st.st_size))
     except OSError as e:
-        raise MediaError(f"{path}: cannot read file ({e.strerror or e})") from e
+        raise unreadable(path, e) from e
