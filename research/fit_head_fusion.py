@@ -36,7 +36,6 @@ Crops and vectors are cached in --cache (default /tmp/headfusion-cache); delete 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import pickle
@@ -51,6 +50,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from headsearch.basics.files import sha256_file  # noqa: E402
 from headsearch.detection.crops import HeadCrop  # noqa: E402
 from headsearch.models.base import Embedder, ModelSpec, l2_normalise, mean_vector  # noqa: E402
 from schemas.records import VectorKind  # noqa: E402
@@ -76,7 +76,7 @@ class Lite0Onnx:
         self.path = Path(path)
         self.session = inference_session(self.path, threads)
         self.size = int(self.session.get_inputs()[0].shape[1])
-        self.sha256 = hashlib.sha256(self.path.read_bytes()).hexdigest()
+        self.sha256 = sha256_file(self.path)
 
     def features(self, images: Sequence[np.ndarray], batch: int = 16) -> np.ndarray:
         import cv2

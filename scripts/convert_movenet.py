@@ -24,7 +24,6 @@ What it does:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -39,6 +38,9 @@ PINS = ["tensorflow-cpu==2.21.0", "tf-keras==2.21.0", "tf2onnx==1.17.0", "onnx==
         "opencv-python-headless==5.0.0.93"]
 NO_DEPS_PINS = ["tensorflowjs==4.22.0", "tfjs-graph-converter==1.6.3"]
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.append(str(ROOT))  # after the venv's packages: the repository's folders shadow none of them
+from headsearch.basics.files import sha256_file  # noqa: E402  (stdlib only: runs in the throwaway venv too)
+
 DEFAULT_OUT = ROOT / "headsearch" / "models" / "movenet_multipose_lightning.onnx"
 # Real frames to compare TF and ONNX on: (file relative to the data folder, decoded frame index).
 CHECK_FRAMES = [
@@ -50,14 +52,6 @@ CHECK_FRAMES = [
     ("facenet-pytorch/data/multiface.jpg", 0),
 ]
 CHECK_SIDES = (256, 512)
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -364,9 +358,9 @@ def inner(args) -> None:
 
     package = Path(args.package)
     model_json = package / MODEL_JSON
-    source_sha = sha256(model_json)
+    source_sha = sha256_file(model_json)
     print(f"source {model_json} sha256 {source_sha}")
-    print(f"source {model_json.with_suffix('.bin')} sha256 {sha256(model_json.with_suffix('.bin'))}")
+    print(f"source {model_json.with_suffix('.bin')} sha256 {sha256_file(model_json.with_suffix('.bin'))}")
     graph_def = load_frozen_graph(model_json)
     fp32 = canonicalize(finish_model(to_onnx(graph_def), source_sha, "float32"))
     fp16 = canonicalize(finish_model(float16_weights(fp32), source_sha,
@@ -394,7 +388,7 @@ def inner(args) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(paths[dtype].read_bytes())
-    print(json.dumps({"out": str(out), "dtype": dtype, "bytes": out.stat().st_size, "sha256": sha256(out),
+    print(json.dumps({"out": str(out), "dtype": dtype, "bytes": out.stat().st_size, "sha256": sha256_file(out),
                       "max_diff": worst}, indent=1))
 
 

@@ -39,7 +39,6 @@ Needs torch, timm, onnx and OpenCV (the dev/training install), and onnxruntime f
 from __future__ import annotations
 
 import argparse
-import hashlib
 import itertools
 import sys
 from pathlib import Path
@@ -329,7 +328,9 @@ def export(out: Path, size: int, input_size: int, dtype: str, variant: dict | No
     onnx.checker.check_model(model)
     out.write_bytes(model.SerializeToString())
     check(out, size, input_size, variant)
-    return hashlib.sha256(out.read_bytes()).hexdigest()
+    from headsearch.basics.files import sha256_file
+
+    return sha256_file(out)
 
 
 def check(path: Path, size: int, input_size: int, variant: dict | None = None) -> None:

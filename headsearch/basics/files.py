@@ -1,7 +1,9 @@
-"""Writing files so that readers see the old version or the complete new one, never a part."""
+"""Writing files so that readers see the old version or the complete new one, never a part; a file's SHA-256; the model
+cache folder."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import secrets
 import stat
@@ -41,6 +43,33 @@ def write_bytes_atomic(path: Path, data: bytes, fsync: bool = True) -> None:
 def write_json_atomic(path: Path, data: object, indent: int | None = 2) -> None:
     """Write JSON atomically."""
     atomic_write(path, lambda tmp: tmp.write_text(json_text(data, indent) + "\n", encoding="utf-8"))
+
+
+_SHA256: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> SHA-256, for this process
+
+
+def sha256_file(path: str | Path) -> str:
+    """The SHA-256 of a file's content (64 hex digits), read in 1 MiB blocks, hashed once per version of the file in
+    this process (its path, size and modification time)."""
+    key = _version(path)
+    if key not in _SHA256:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _SHA256[key] = h.hexdigest()
+    return _SHA256[key]
+
+
+def known_sha256(path: str | Path, digest: str) -> None:
+    """Take `digest` as the SHA-256 of the file as it is now (from a record written when it was hashed, the file unchanged
+    since): `sha256_file` then hashes nothing for this version."""
+    _SHA256[_version(path)] = digest
+
+
+def _version(path: str | Path) -> tuple[str, int, int]:
+    st = os.stat(path)
+    return str(path), st.st_size, st.st_mtime_ns
 
 
 def model_cache_dir() -> Path:

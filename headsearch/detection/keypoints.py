@@ -39,7 +39,6 @@ scaled by HEAD_IN_BOX.
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
 import logging
 import threading
@@ -50,6 +49,7 @@ import cv2
 import numpy as np
 
 from headsearch.basics.errors import ModelError
+from headsearch.basics.files import sha256_file
 from schemas.records import Box, HeadDetection, HeadSource
 
 log = logging.getLogger(__name__)
@@ -84,14 +84,6 @@ class KeypointRule:
     same_iou: float = 0.2  # a keypoint head overlapping a face's head this much is that head
     screen_side: int = 192  # a first look at this long side (about 1/5 of a pass at `side`) may spare the pass (0: never)
     screen_max_people: int = 2  # ...when it sees at most this many people (and no more than the faces), all faces' heads
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class PoseDetector:

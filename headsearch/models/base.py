@@ -5,7 +5,6 @@ in, L2-normalised vectors out, of one or two kinds), with what embedders share (
 """
 from __future__ import annotations
 
-import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ import cv2
 import numpy as np
 
 from headsearch.basics.errors import ModelError
+from headsearch.basics.files import sha256_file
 from headsearch.detection.crops import HeadCrop
 from schemas.records import ModelInfo, VectorKind
 
@@ -175,8 +175,4 @@ def align_face(crop: HeadCrop, size: int = 112, exact: bool = False) -> np.ndarr
 
 def file_digest(path: Path) -> str:
     """A model file's version: the first 16 hex digits of its SHA-256."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()[:16]
+    return sha256_file(path)[:16]

@@ -22,11 +22,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from headsearch.basics.errors import ModelError
+from headsearch.basics.files import sha256_file
 from headsearch.detection.crops import HeadCrop
 from headsearch.models.base import WEIGHTS_DIR, Embedder, ModelSpec, l2_normalise
 from headsearch.models.registry import register_model
 from headsearch.models.sface import SPEC as SFACE_SPEC
-from headsearch.models.sface import SFaceEmbedder, sha256_file
+from headsearch.models.sface import SFaceEmbedder
 from schemas.records import VectorKind
 
 LITE0_FILE = "efficientnet_lite0_head_regions.onnx"
