@@ -70,13 +70,14 @@ def decord_offset(path: str | Path, decord_first: float = 0.0) -> float:
     return first - float(decord_first)
 
 
-def format_time(seconds: float) -> str:
-    """h:mm:ss.mmm, as players show a position."""
+def format_time(seconds: float, hour_digits: int = 1) -> str:
+    """h:mm:ss.mmm, as players show a position, to the nearest millisecond (negative times as 0); with `hour_digits=2`
+    hh:mm:ss.mmm, as WebVTT cues write it."""
     ms = max(0, round(float(seconds) * 1000))
     h, rest = divmod(ms, 3_600_000)
     m, rest = divmod(rest, 60_000)
     s, ms = divmod(rest, 1000)
-    return f"{h}:{m:02d}:{s:02d}.{ms:03d}"
+    return f"{h:0{hour_digits}d}:{m:02d}:{s:02d}.{ms:03d}"
 
 
 def seek_time(seconds: float) -> float:

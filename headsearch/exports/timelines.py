@@ -24,7 +24,7 @@ from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.extras import install_hint, missing
 from headsearch.basics.files import write_bytes_atomic
 from headsearch.basics.text import counted, printable, shown_bytes
-from headsearch.basics.timeline import Timing, probe_timing
+from headsearch.basics.timeline import Timing, format_time, probe_timing
 
 EXPORT_EXTRA = ("opentimelineio",)
 
@@ -379,11 +379,8 @@ def _printable_names(tl, tokens: bool) -> dict[str, str]:
 
 # ----- WebVTT and CSV ------------------------------------------------------------------------------
 def vtt_time(seconds: float) -> str:
-    ms = max(0, round(float(seconds) * 1000))
-    h, rest = divmod(ms, 3_600_000)
-    m, rest = divmod(rest, 60_000)
-    s, ms = divmod(rest, 1000)
-    return f"{h:02d}:{m:02d}:{s:02d}.{ms:03d}"
+    """A cue's time: hh:mm:ss.mmm."""
+    return format_time(seconds, hour_digits=2)
 
 
 def vtt(moments: Sequence[Moment], shots: dict[str, list[tuple[float, float]]], chapters: bool = False) -> bytes:
