@@ -12,6 +12,7 @@ from headsearch.search.ranking import rank_hits
 from headsearch.store.library import Library
 from headsearch.store.query_reader import LibraryReader
 from headsearch.store.rows import HitRow
+from headsearch.vectors.index_cache import Index
 from schemas.records import SearchHit, VectorKind
 
 log = logging.getLogger(__name__)
@@ -35,36 +36,15 @@ class QueryEngine:
     def _search_faces(self, query: dict[VectorKind, np.ndarray], k: int) -> list[SearchHit]:
         """Models that see faces only: tracks found by their identity vectors, the head score of the sighting that matched."""
         index = self.library.vector_index(VectorKind.ID)
-        total = len(index)
-        if total == 0 or k <= 0:
+        if len(index) == 0 or k <= 0:
             return []
         # Appearance ranking re-orders the best tracks by identity: consider more of them than k.
         wanted = k if self.ranking == "identity" or self.thresholds is None else max(4 * k, 32)
-        fetch = min(total, max(64, 32 * wanted))
         with self.library.reading() as reader:
-            while True:
-                scores, ids = index.search(query[VectorKind.ID], fetch)
-                best = self._best_per_track(reader, scores[0], ids[0])
-                if len(best) >= wanted or fetch >= total:
-                    break
-                fetch = min(total, fetch * 4)
-            ranked = sorted(best.items(), key=lambda kv: -kv[1][0])[:wanted]
+            ranked = nearest_tracks(reader, index, query[VectorKind.ID], wanted)
             rows = reader.hits([(track_id, obs_id) for track_id, (_, obs_id) in ranked])
             hits = [self._hit(reader, rows[track_id, obs_id], track_id, score, obs_id, query) for track_id, (score, obs_id) in ranked]
         return rank_hits(hits, self.ranking)[:k]
-
-    @staticmethod
-    def _best_per_track(reader: LibraryReader, scores: np.ndarray, ids: np.ndarray) -> dict[int, tuple[float, int]]:
-        """Each track's best score among the found vectors, with the sighting that gave it."""
-        where = reader.locate(ids)
-        best: dict[int, tuple[float, int]] = {}
-        for s, i in zip(scores, ids, strict=True):
-            if int(i) not in where:
-                continue
-            track_id, obs_id = where[int(i)]
-            if track_id not in best or s > best[track_id][0]:
-                best[track_id] = (float(s), obs_id)
-        return best
 
     def _hit(self, reader: LibraryReader, row: HitRow, track_id: int, score: float, obs_id: int,
              query: dict[VectorKind, np.ndarray]) -> SearchHit:
@@ -116,14 +96,33 @@ class WholeHeadSearch:
 
     def _tracks_by(self, reader: LibraryReader, kind: VectorKind, vector: np.ndarray, wanted: int) -> list[int]:
         """The `wanted` tracks whose vectors of one kind are nearest, nearest first."""
-        index = self.library.vector_index(kind)
-        total = len(index)
-        fetch = min(total, max(64, 32 * wanted))
-        best: dict[int, tuple[float, int]] = {}
-        while fetch > 0:
-            scores, ids = index.search(vector, fetch)
-            best = QueryEngine._best_per_track(reader, scores[0], ids[0])
-            if len(best) >= wanted or fetch >= total:
-                break
-            fetch = min(total, fetch * 4)
-        return [tr for tr, _ in sorted(best.items(), key=lambda kv: -kv[1][0])[:wanted]]
+        return [tr for tr, _ in nearest_tracks(reader, self.library.vector_index(kind), vector, wanted)]
+
+
+def nearest_tracks(reader: LibraryReader, index: Index, vector: np.ndarray, wanted: int) -> list[tuple[int, tuple[float, int]]]:
+    """The `wanted` distinct tracks with the vectors nearest `vector` in `index`, nearest first, each as (track id, (its
+    best score, the sighting that gave it)). Tracks have many vectors: the search asks for 32 per track wanted (64 at
+    least), then four times as many until it finds enough tracks or has searched the whole index."""
+    total = len(index)
+    fetch = min(total, max(64, 32 * wanted))
+    best: dict[int, tuple[float, int]] = {}
+    while fetch > 0:
+        scores, ids = index.search(vector, fetch)
+        best = _best_per_track(reader, scores[0], ids[0])
+        if len(best) >= wanted or fetch >= total:
+            break
+        fetch = min(total, fetch * 4)
+    return sorted(best.items(), key=lambda kv: -kv[1][0])[:wanted]
+
+
+def _best_per_track(reader: LibraryReader, scores: np.ndarray, ids: np.ndarray) -> dict[int, tuple[float, int]]:
+    """Each track's best score among the found vectors, with the sighting that gave it."""
+    where = reader.locate(ids)
+    best: dict[int, tuple[float, int]] = {}
+    for s, i in zip(scores, ids, strict=True):
+        if int(i) not in where:
+            continue
+        track_id, obs_id = where[int(i)]
+        if track_id not in best or s > best[track_id][0]:
+            best[track_id] = (float(s), obs_id)
+    return best
