@@ -349,3 +349,62 @@ def screen_time_command(ctx: click.Context, person: str | None, as_json: bool, a
                        f"{format_time(t.first)}-{format_time(t.last)}  {printable(t.video)}")
         if not times:
             click.echo("no one on screen (no listed person has tracks in videos)")
+
+
+def _removed(row) -> str:
+    """What one forgetting removed, counted."""
+    return ", ".join(counted(n, word) for n, word in (
+        (row.tracks, "track"), (row.sightings, "sighting"), (row.vectors, "vector"), (row.thumbnails, "thumbnail"),
+        (row.pictures, "picture"), (row.reference_photos, "reference photo"), (row.corrections, "correction")))
+
+
+@people.command("forget")
+@click.argument("person")
+@click.option("--yes", is_flag=True, help="Do not ask first (needed when the input is not a terminal).")
+@library_option
+@click.pass_context
+def forget_command(ctx: click.Context, person: str, yes: bool, library: Path | None) -> None:
+    """Forget PERSON (a name or an id) for good: their tracks, sightings, vectors (every vector index), thumbnails,
+    pictures, reference photos, name, verdicts and suggestions leave the library in one step that a kill cannot leave
+    half done, and no file of the library keeps their vectors. The videos stay indexed, with everyone else in them.
+    The library keeps a record (when, who, how much was removed: `headsearch people forgotten`)."""
+    import sys
+
+    from headsearch.basics.errors import HeadsearchError
+    from headsearch.people.forgetting import forget, person_to_forget
+
+    if not yes and not sys.stdin.isatty():
+        raise HeadsearchError("people forget asks first, and the input is not a terminal: give --yes to forget without asking")
+    lib = _library(ctx, library)
+    found = person_to_forget(lib, person)
+    files = found.videos + found.photos
+    what = (f"{printable(found.label())} (person {found.id}: {counted(len(found.tracks), 'track')} in {counted(len(files), 'file')}, "
+            f"{counted(found.references, 'reference photo')})")
+    if not yes and not click.confirm(f"Forget {what} for good? Their tracks, vectors, pictures and photos are deleted", default=False,
+                                     err=True):
+        raise HeadsearchError(f"nothing forgotten: {printable(found.label())} stays")
+    row = forget(lib, found)
+    click.echo(f"forgot {what}: removed {_removed(row)}")
+
+
+@people.command("forgotten")
+@click.option("--json", "as_json", is_flag=True, help='A JSON list of {"id", "person_id", "name", "forgotten_at", "tracks", "sightings", '
+                                                      '"vectors", "thumbnails", "pictures", "reference_photos", "corrections"}.')
+@library_option
+@click.pass_context
+def forgotten_command(ctx: click.Context, as_json: bool, library: Path | None) -> None:
+    """The persons forgotten (`headsearch people forget`), oldest first: when, who, and how much was removed."""
+    import time
+    from dataclasses import asdict
+
+    from headsearch.people.forgetting import forgotten
+
+    rows = forgotten(_library(ctx, library))
+    if as_json:
+        click.echo(json_text([asdict(r) for r in rows]))
+        return
+    if not rows:
+        click.echo("nobody has been forgotten in this library")
+    for r in rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.forgotten_at))
+        click.echo(f"{when}  person {r.person_id}" + (f" ({printable(r.name)})" if r.name else "") + f": removed {_removed(r)}")

@@ -225,3 +225,21 @@ person_photos = Table(
     Column("head_vector", LargeBinary, nullable=True),  # float32, unit (None for models without head vectors)
     Column("added_at", Double, nullable=False),
 )
+
+# Persons forgotten (format 8; `headsearch people forget`): one row each, saying when and how much was removed, kept as
+# the library's record of the erasure. Never a vector, a picture or where the person was seen.
+forgotten_people = Table(
+    "forgotten_people",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("person_id", BigInteger, nullable=False),
+    Column("name", String, nullable=True),  # the name the person had, if a user gave one
+    Column("forgotten_at", Double, nullable=False),
+    Column("tracks", BigInteger, nullable=False),
+    Column("sightings", BigInteger, nullable=False),
+    Column("vectors", BigInteger, nullable=False),
+    Column("thumbnails", BigInteger, nullable=False),  # files deleted
+    Column("pictures", BigInteger, nullable=False),  # cached pictures of the frames they were in, deleted
+    Column("reference_photos", BigInteger, nullable=False),
+    Column("corrections", BigInteger, nullable=False),  # verdicts on tracks and answers about pairs that named them
+)

@@ -9,6 +9,7 @@ import pytest
 from headsearch.store.rows import (
     FailedFile,
     FeedbackRow,
+    ForgottenRow,
     MembershipRow,
     PersonPairRow,
     PersonPhotoRow,
@@ -24,7 +25,8 @@ from schemas import tables as t
 
 ROWS = [(VideoRow, t.videos), (ShotRow, t.shots), (SightingRow, t.observations), (VectorRow, t.vectors), (FailedFile, t.failed_files),
         (PersonRow, t.people), (MembershipRow, t.person_tracks), (FeedbackRow, t.person_feedback), (TrackQualityRow, t.track_quality),
-        (PersonPairRow, t.person_pairs), (PersonPhotoRow, t.person_photos)]
+        (PersonPairRow, t.person_pairs), (PersonPhotoRow, t.person_photos),
+        (ForgottenRow, t.forgotten_people)]
 
 
 @pytest.mark.parametrize(("row", "table"), ROWS)

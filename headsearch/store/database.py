@@ -15,7 +15,7 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -235,6 +235,49 @@ class Database:
                                          "WHERE key = 'generation'"))
         except sa.exc.DBAPIError as e:  # disk full, I/O error...: the transaction was rolled back
             raise LibraryError(f"{self.root}: could not commit ({error_line(e)}); the library keeps its last committed state") from e
+
+    # ----- the file written again ------------------------------------------------------------------
+    def write_copy(self, target: Path, keep: dict[str, tuple[str, list]],
+                   then: Callable[[duckdb.DuckDBPyConnection, str], None]) -> None:
+        """Write a new database file at `target` holding this one's tables with their indexes (DuckDB's `COPY FROM
+        DATABASE ... (SCHEMA)`) and their rows: of a table `keep` names, only those its SQL condition keeps (with its
+        parameters); `then(conn, catalog)` runs on the copy, in the same transaction, before the file is closed.
+
+        Rows left out are never written, so nothing of them is in the new file (DuckDB leaves a deleted row's bytes
+        in its file until the block is used again: a CHECKPOINT or VACUUM does not clear them, measured with duckdb
+        2.0.1). This file is checkpointed first, so that no write-ahead log of it holds a change the copy has and the
+        file not (the caller holds every writer off meanwhile); the copy itself reads it read-only, so readers go on."""
+        for stale in (target, target.with_name(target.name + ".wal")):
+            stale.unlink(missing_ok=True)
+        writer = Database(self.root, read_only=False)._open()
+        try:
+            with self._errors_said():
+                writer.execute("CHECKPOINT")
+        finally:
+            self._close(writer)
+        conn = Database(self.root, read_only=True)._open()
+        try:
+            with self._errors_said():
+                self._check_intact(conn)
+                (source,) = conn.execute("SELECT current_database()").fetchone()
+                tables = [name for (name,) in conn.execute(
+                    "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() ORDER BY table_name").fetchall()]
+                conn.execute("ATTACH ? AS forgetting_copy (READ_WRITE)", [str(target)])
+                try:
+                    conn.execute(f'COPY FROM DATABASE "{source}" TO forgetting_copy (SCHEMA)')
+                    conn.execute("BEGIN")
+                    for name in tables:
+                        where, params = keep.get(name, ("TRUE", []))
+                        conn.execute(f'INSERT INTO forgetting_copy.main."{name}" SELECT * FROM "{source}".main."{name}" WHERE {where}',
+                                     params)
+                    then(conn, "forgetting_copy")
+                    conn.execute("COMMIT")
+                finally:
+                    conn.execute("DETACH forgetting_copy")
+        except duckdb.Error as e:
+            raise LibraryError(f"{self.root}: could not write the database again ({error_line(e)}); the library is as it was") from e
+        finally:
+            self._close(conn)
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[sa.Connection]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from headsearch.basics.errors import ModelMismatch
 from schemas.records import ModelInfo
 
-FORMAT_VERSION = 7  # the library format this release makes and reads (older ones are upgraded: `headsearch.store.migrations`)
+FORMAT_VERSION = 8  # the library format this release makes and reads (older ones are upgraded: `headsearch.store.migrations`)
 MANIFEST = "manifest.json"  # the format and the model; written last, so a folder with one is a complete library
 DATABASE = "library.duckdb"  # the source of truth, vectors included
 THUMBNAILS = "thumbnails"  # one JPEG per track, `thumbnails/<track id>.jpg`
@@ -16,6 +16,8 @@ PERSON_PHOTOS = "person-photos"  # reference photos of persons (their head crops
 WRITER_LOCK = ".writer.lock"
 UNFINISHED = ".unfinished"  # written first when a library is made or discarded, removed when that is done
 PEOPLE_LOCK = ".people.lock"
+FORGETTING = ".forgetting"  # written first when a person is forgotten, removed when that is done (`headsearch.store.forgetting`)
+FORGOTTEN_DATABASE = ".library.duckdb.forgetting"  # the database written again without the person, renamed over DATABASE
 
 
 def existing_model(root: Path) -> ModelInfo | None:

@@ -30,6 +30,7 @@ from headsearch.basics.files import write_json_atomic
 from headsearch.store.database import Database, error_line
 from headsearch.store.layout import (
     DATABASE,
+    FORGETTING,
     FORMAT_VERSION,
     MANIFEST,
     PEOPLE_LOCK,
@@ -40,7 +41,7 @@ from headsearch.store.layout import (
     check_model,
 )
 from headsearch.store.query_reader import LibraryReader
-from headsearch.store.rows import LibraryStats
+from headsearch.store.rows import ForgottenRow, LibraryStats
 from headsearch.store.unfinished import clear_unfinished, mark_finished, mark_unfinished, refuse_foreign
 from headsearch.store.vector_source import DatabaseVectors
 from headsearch.vectors.index_cache import VECTOR_INDEX_GLOB, Index, IndexCache
@@ -179,6 +180,10 @@ class Library:
         lib = cls(root, manifest, read_only)
         if version < FORMAT_VERSION:
             lib._upgrade(version)
+        if (root / FORGETTING).exists():  # a run killed while it forgot a person: undone or finished now
+            from headsearch.store.forgetting import finish_forgetting
+
+            finish_forgetting(lib)
         return lib
 
     def _upgrade(self, version: int) -> None:
@@ -324,6 +329,21 @@ class Library:
             self.save_indexes()
         return removed, unmatched
 
+    # ----- people forgotten (`headsearch.store.forgetting`) -----------------------------------
+    def forget_person(self, person_id: int) -> ForgottenRow:
+        """Remove a person, their tracks, sightings, vectors, thumbnails, pictures, reference photos, verdicts and
+        answers in one step a kill cannot leave half done, leaving no file of the library with their vectors; returns
+        the record the library keeps of it (counts, no biometric data). Allowed on a library opened read-only (a web
+        page's "forget"): it takes the writer lock itself."""
+        from headsearch.store.forgetting import forget_person
+
+        return forget_person(self, person_id)
+
+    def forgotten(self) -> list[ForgottenRow]:
+        """The record of persons forgotten, oldest first."""
+        with self.people_reading() as store:
+            return store.forgotten()
+
     # ----- vectors -------------------------------------------------------------------------
     def index_path(self, kind: VectorKind) -> Path:
         return self._index_cache.path(VectorKind(kind))
@@ -347,6 +367,12 @@ class Library:
     def save_indexes(self) -> None:
         """Save every loaded FAISS index with the current generation."""
         self._index_cache.save()
+
+    def rewrite_vector_indexes(self) -> None:
+        """Write the saved index of every vector kind of the library's model again from the database alone (the
+        writer's, under the writer lock): nothing of a removed vector stays in their files (`IndexCache.rewrite`)."""
+        for kind in self.model.kinds:
+            self._index_cache.rewrite(kind, self.model.dim_of(kind))
 
     # ----- reading -------------------------------------------------------------------------
     def stats(self) -> LibraryStats:

@@ -120,6 +120,11 @@ def _face_yaw(conn: sa.Connection) -> None:
     conn.execute(sa.text("ALTER TABLE observations ADD COLUMN IF NOT EXISTS yaw DOUBLE"))
 
 
+def _forgotten_people(conn: sa.Connection) -> None:
+    """Format 8: the record of persons forgotten (`headsearch people forget`), empty at first."""
+    t.forgotten_people.create(conn, checkfirst=True)
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: Migration(1, "record the library format in the database", _record_format_in_database),
     2: Migration(2, "add the people tables", _add_people_tables),
@@ -127,6 +132,7 @@ MIGRATIONS: dict[int, Migration] = {
     4: Migration(4, "how each sighting's head was found (face, keypoints, followed)", _how_heads_were_found),
     5: Migration(5, "people's curation: track quality, answers to merge suggestions, reference photos", _people_curation),
     6: Migration(6, "how far each sighting's face is turned (yaw)", _face_yaw),
+    7: Migration(7, "the record of persons forgotten", _forgotten_people),
 }
 
 

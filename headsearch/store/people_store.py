@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from headsearch.store.readers import BrowseReader, rows_of
 from headsearch.store.rows import (
     FeedbackRow,
+    ForgottenRow,
     MembershipRow,
     PersonPairRow,
     PersonPhotoRow,
@@ -203,3 +204,13 @@ class PeopleStore(BrowseReader):
 
     def delete_photo(self, photo_id: int) -> None:
         self._conn.execute(sa.delete(t.person_photos).where(t.person_photos.c.id == int(photo_id)))
+
+    # ----- persons forgotten -------------------------------------------------------------------------
+    def forgotten(self) -> list[ForgottenRow]:
+        """The record of persons forgotten (`headsearch.store.forgetting`), oldest first."""
+        return rows_of(ForgottenRow, self._conn.execute(sa.select(t.forgotten_people).order_by(t.forgotten_people.c.id)))
+
+    def keep_forgotten(self, rows: list[ForgottenRow]) -> None:
+        """The record of persons forgotten replaced by these rows (a library re-embedded from another keeps its record)."""
+        self._conn.execute(sa.delete(t.forgotten_people))
+        bulk_insert(self._conn, t.forgotten_people, rows)

@@ -329,6 +329,23 @@ class PersonPhotoRow:
     added_at: float
 
 
+@dataclass(frozen=True)
+class ForgottenRow:
+    """A person forgotten, as the library records it: its `forgotten_people` row (counts, never vectors or pictures)."""
+
+    id: int
+    person_id: int
+    name: str | None
+    forgotten_at: float
+    tracks: int
+    sightings: int
+    vectors: int
+    thumbnails: int
+    pictures: int
+    reference_photos: int
+    corrections: int  # verdicts on tracks and answers about pairs that named the person or their tracks
+
+
 # ----- the library as a whole ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class LibraryStats:

@@ -197,6 +197,32 @@ class IndexCache:
             if kind in self._indexes:
                 self._indexes[kind].add(ids, vecs)
 
+    def rewrite(self, kind: VectorKind, dim: int) -> None:
+        """Write one kind's saved index again from the source alone, in the form it had (segments while the source
+        holds enough vectors for them, else one file), and delete every file of the old one: vectors removed from
+        a saved index may stay in its files (a segment keeps a removed vector's raw bytes and codes until it is
+        compacted), and its lists and codebooks were trained on them. The writer's, under the writer lock."""
+        loaded = self._indexes.pop(kind, None)
+        self._generations.pop(kind, None)
+        if isinstance(loaded, SegmentedIndex):
+            loaded.close()
+        folder, path = self.segments_folder(kind), self.path(kind)
+        current = self._source.generation()
+        index: Index
+        if (folder / STATE).is_file() and self._source.count(kind) >= MIN_VECTORS:
+            index = SegmentedIndex.create(folder, dim, self._source.chunks(kind), current)
+            for stale in (path, path.with_suffix(".json")):
+                stale.unlink(missing_ok=True)
+        else:
+            index = VectorIndex(dim)
+            for ids, vectors in self._source.chunks(kind):
+                index.add(ids, vectors)
+            index.make_approximate_if_large()
+            index.save(path, current)
+            if folder.exists():
+                shutil.rmtree(folder)
+        self._indexes[kind], self._generations[kind] = index, current
+
     def clear(self) -> None:
         for index in self._indexes.values():
             if isinstance(index, SegmentedIndex):
