@@ -29,7 +29,8 @@ def _grey(rgb: np.ndarray) -> np.ndarray:
     return cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
 
 
-def _patch(grey: np.ndarray, box: Box, size: int = TEMPLATE_PX) -> np.ndarray:
+def head_template(grey: np.ndarray, box: Box, size: int = TEMPLATE_PX) -> np.ndarray:
+    """The grey patch of a head region, `size` pixels square: what following matches."""
     scale = size / max(box.width, 1.0)
     m = np.array([[scale, 0, -box.x1 * scale], [0, scale, -box.y1 * scale]], dtype=np.float32)
     return cv2.warpAffine(grey, m, (size, size), flags=cv2.INTER_AREA, borderMode=cv2.BORDER_REPLICATE)
@@ -81,7 +82,7 @@ class HeadTracker:
         # Tracks no detection continued: where their head region went. A detection that lies where a track's
         # head was followed to continues that track (it moved further than IoU allows), not a new one.
         followed = {ti: found for ti, a in enumerate(self._active) if ti not in used_t
-                    and (found := self._follow_box(a, time, grey, rgb.shape)) is not None}
+                    and (found := self._follow_box(a, time, grey)) is not None}
         late, used_late = self._associate([followed[ti][0] if ti in followed else None for ti in range(len(self._active))],
                                           detections, set(), set(used_d))
         for ti, di in late.items():
@@ -136,37 +137,43 @@ class HeadTracker:
         a.last_box, a.last_time = d.head, time
         if found:
             a.last_found_time = time
-            a.template = _patch(grey, d.head)
+            a.template = head_template(grey, d.head)
         return a.track, obs
 
-    def _follow_box(self, a: _ActiveTrack, time: float, grey: np.ndarray, shape: tuple) -> tuple[Box, float] | None:
+    def _follow_box(self, a: _ActiveTrack, time: float, grey: np.ndarray) -> tuple[Box, float] | None:
         """Where the track's head region lies now, searched near where it was last seen, and how well it
         matched (None: not found)."""
         if a.template is None or time - a.last_found_time > self.max_gap_s:
             return None
-        box = a.last_box
-        side = box.width
-        scale = TEMPLATE_PX / max(side, 1.0)
-        search = Box(box.x1 - side, box.y1 - side, box.x2 + side, box.y2 + side)
-        m = np.array([[scale, 0, -search.x1 * scale], [0, scale, -search.y1 * scale]], dtype=np.float32)
-        size = (round(search.width * scale), round(search.height * scale))
-        region = cv2.warpAffine(grey, m, size, flags=cv2.INTER_AREA, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-        if float(a.template.std()) < 4.0 or float(region.std()) < 4.0:  # flat patches match anything
-            return None
-        result = cv2.matchTemplate(region, a.template, cv2.TM_CCOEFF_NORMED)
-        _, best, _, (bx, by) = cv2.minMaxLoc(result)
-        if best < self.follow_min_score:
-            return None
-        x1, y1 = search.x1 + bx / scale, search.y1 + by / scale
-        found = Box(x1, y1, x1 + side, y1 + side)
-        h, w = shape[:2]
-        ix = max(0.0, min(found.x2, w) - max(found.x1, 0.0)) * max(0.0, min(found.y2, h) - max(found.y1, 0.0))
-        if ix < 0.5 * found.area:  # mostly outside the frame: the head left the picture
-            return None
-        return found, float(best)
+        return find_head_region(grey, a.template, a.last_box, self.follow_min_score)
 
     def _followed(self, a: _ActiveTrack, frame_index: int, time: float, box: Box, score: float) -> tuple[HeadTrack, Observation]:
         obs = Observation(frame_index=frame_index, time=time, head=box, face=None, found_by=HeadSource.FOLLOWED, follow_score=score)
         a.track.observations.append(obs)
         a.last_box, a.last_time = box, time
         return a.track, obs
+
+
+def find_head_region(grey: np.ndarray, template: np.ndarray, box: Box, min_score: float) -> tuple[Box, float] | None:
+    """Where a head region (its `head_template`) lies in a frame (grey pixels), searched within one box side of `box`,
+    where it was last seen, and how well it matched (normalised correlation); None: no match of at least `min_score`,
+    a flat patch (it would match anything), or a match mostly outside the frame (the head left the picture)."""
+    side = box.width
+    scale = TEMPLATE_PX / max(side, 1.0)
+    search = Box(box.x1 - side, box.y1 - side, box.x2 + side, box.y2 + side)
+    m = np.array([[scale, 0, -search.x1 * scale], [0, scale, -search.y1 * scale]], dtype=np.float32)
+    size = (round(search.width * scale), round(search.height * scale))
+    region = cv2.warpAffine(grey, m, size, flags=cv2.INTER_AREA, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+    if float(template.std()) < 4.0 or float(region.std()) < 4.0:  # flat patches match anything
+        return None
+    result = cv2.matchTemplate(region, template, cv2.TM_CCOEFF_NORMED)
+    _, best, _, (bx, by) = cv2.minMaxLoc(result)
+    if best < min_score:
+        return None
+    x1, y1 = search.x1 + bx / scale, search.y1 + by / scale
+    found = Box(x1, y1, x1 + side, y1 + side)
+    h, w = grey.shape[:2]
+    ix = max(0.0, min(found.x2, w) - max(found.x1, 0.0)) * max(0.0, min(found.y2, h) - max(found.y1, 0.0))
+    if ix < 0.5 * found.area:  # mostly outside the frame: the head left the picture
+        return None
+    return found, float(best)
