@@ -376,6 +376,16 @@ async def person_different(request: Request) -> Response:
     return _done(request, "/people" if back == "/people" else f"/people/{pid}", {"id": pid, "different": other})
 
 
+async def person_forget(request: Request) -> Response:
+    """Forget a person for good (`headsearch people forget`): the form's `confirm` must be their name (or "person ID")."""
+    from dataclasses import asdict
+
+    pid = request.path_params["person_id"]
+    confirm = str((await _form(request)).get("confirm", ""))
+    row = await run_in_threadpool(_site(request).forget, pid, confirm)
+    return _done(request, "/people", {"forgotten": asdict(row)})
+
+
 async def people_update(request: Request) -> Response:
     await _form(request)
     summary = await run_in_threadpool(update_people, _site(request).library)
@@ -513,6 +523,7 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
             Route(f"{prefix}/tracks/{{track_id:id}}/not-this-person", track_not_this_person, methods=["POST"]),
             Route(f"{prefix}/tracks/{{track_id:id}}/move", track_move, methods=["POST"]),
             Route(f"{prefix}/people/{pid}/different", person_different, methods=["POST"]),
+            Route(f"{prefix}/people/{pid}/forget", person_forget, methods=["POST"]),
         ]
     routes += [
         Route("/media/{video_id:id}", media),

@@ -21,6 +21,7 @@ from headsearch.basics.images import encode_jpeg
 from headsearch.basics.timeline import seek_text
 from headsearch.embedding.photo_heads import PhotoEmbedder
 from headsearch.exports.timelines import EXPORT_FORMATS, ExportOptions, Moment, export_bytes
+from headsearch.people.forgetting import forget, person_to_forget
 from headsearch.people.listing import (
     inbox,
     inbox_reasons,
@@ -46,7 +47,7 @@ from headsearch.search.pictures import pictures_folder, render_picture
 from headsearch.search.service import Answer, QueryOptions, SearchService
 from headsearch.store.layout import PERSON_PHOTOS, PICTURES, THUMBNAILS
 from headsearch.store.library import Library
-from headsearch.store.rows import ListedFile, TrackRow, TrackSummary, VideoRow
+from headsearch.store.rows import ForgottenRow, ListedFile, TrackRow, TrackSummary, VideoRow
 from schemas.records import SearchHit, Tier, VectorKind
 from serve.files import FileChanged, FileNotServed, IndexedFiles, OpenFile, open_in_folder
 from serve.media import PREVIEW_PAD_S, MediaCache, Playback, cache_folder, decoding, probe_playback
@@ -56,6 +57,10 @@ MAX_K = 100
 
 class NotFound(HeadsearchError):
     """No such video, track, sighting or person (by id)."""
+
+
+class NotConfirmed(HeadsearchError):
+    """A change that asks to be confirmed was not (the person page's "forget")."""
 
 
 MAX_CHOICES = 500  # persons offered in a picker, the most alike first
@@ -334,6 +339,18 @@ class Site:
                 "moments": [{**c, "moment": True} for c in self.cards(moments)],
                 "screen_time": [t.to_dict() for t in screen_time(self.library, person_id)],
                 "exports": self.export_links(f"/people/{person_id}/export", export_moments(answer.results, [person.label()])[0])}
+
+    def forget(self, person_id: int, confirm: str) -> ForgottenRow:
+        """Forget a person for good (`headsearch people forget`) once `confirm` is their name, or "person ID" when they
+        have none; the searches and photos the app keeps go too (they may show the person)."""
+        person = person_to_forget(self.library, person_id)
+        if " ".join(str(confirm).split()).casefold() != person.label().casefold():
+            raise NotConfirmed(f"type {person.label()!r} to forget this person: nothing was forgotten")
+        row = forget(self.library, person)
+        with self._kept_lock:
+            self._kept.clear()
+            self._photos.clear()
+        return row
 
     def found_by_references(self, references: list[dict[VectorKind, np.ndarray]], mine: set[int]) -> list[dict]:
         """The library searched with a person's reference photos: confident hits (same person by the library's

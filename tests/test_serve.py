@@ -481,7 +481,7 @@ def test_every_change_needs_the_same_origin_and_the_session_token(library, tmp_p
     people = json.loads(run("people", "--library", library, "--json", "--all").stdout)
     person, other = people[0], people[1]
     posts = sorted({r.path for r in app.routes if isinstance(r, Route) and "POST" in r.methods} - {"/api/query", "/api/compare"})
-    assert len(posts) == 18  # POST /, POST /compare and eight corrections, each with its /api twin
+    assert len(posts) == 20  # POST /, POST /compare and nine corrections (forget among them), each with its /api twin
     token = client.get("/api/csrf").json()["token"]
     stranger = TestClient(app, base_url=own).get("/api/csrf").json()["token"]  # another session's token
     refused = [{CSRF_HEADER: token},  # names no origin (neither Origin nor Referer)
