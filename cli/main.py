@@ -45,6 +45,7 @@ LAZY_COMMANDS = {  # name -> module:command, imported when used
     "build-dataset": "cli.dataset:build_dataset_command",
     "compare": "cli.compare:compare",
     "people": "cli.people:people",
+    "redact": "cli.redact:redact",
     "serve": "cli.serve:serve",
     "train": "cli.train:train",
 }

@@ -1,0 +1,83 @@
+"""`headsearch redact`: hide people's heads in every frame of a video (thin: options, progress, the summary line)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from cli.options import FiniteFloat, library_path, model_option, progress_option, show_progress
+from headsearch.basics.errors import HeadsearchError
+from headsearch.basics.text import printable
+
+
+@click.command("redact")
+@click.argument("video", type=click.Path(path_type=Path))
+@click.option("--out", "-o", "out", type=click.Path(path_type=Path), required=True,
+              help="The redacted video to write (in an existing folder; never the source). Its audit trail goes beside it: "
+                   "OUT.redactions.json, every hidden box of every frame.")
+@click.option("--person", default=None, metavar="NAME|ID", help="Hide this person of the library (see `headsearch people`).")
+@click.option("--ref", "refs", multiple=True, type=click.Path(path_type=Path), metavar="PHOTO",
+              help="Hide the person in this photo (repeatable, or a folder: several photos of one person make one template).")
+@click.option("--all-except", "spare", multiple=True, metavar="NAME|PHOTO",
+              help="Hide everyone but this person (a person of the library, or a photo of one; repeatable, one person each).")
+@click.option("--everyone", is_flag=True, help="Hide every head.")
+@click.option("--style", type=click.Choice(["blur", "pixelate", "box"]), default="blur", show_default=True,
+              help="How a head is hidden: a strong blur, large blocks, or a black box.")
+@click.option("--margin", type=FiniteFloat(0.0, 4.0), default=0.2, show_default=True,
+              help="Share of the head box added around it, half on each side (0.2: a fifth of its width and height).")
+@click.option("--preview", "preview", type=click.Path(path_type=Path, file_okay=False), default=None, metavar="DIR",
+              help="Also write a contact sheet of output frames with the boxes drawn, to check before publishing: "
+                   "DIR/OUT-NAME.redactions.png.")
+@click.option("--library", "-l", type=click.Path(path_type=Path), default=None, envvar="HEADSEARCH_LIBRARY",
+              help="A library: its people (--person, --all-except NAME) and its analysis of the video where it is indexed "
+                   "unchanged (default with --person: $HEADSEARCH_LIBRARY or ./headsearch-library; else none: the video is analysed).")
+@model_option("--model", "-m", prefix="Model", suffix=" (default: the library's, else the default model).")
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON (the output, audit trail, contact "
+              "sheet, frames, boxes and tracks).")
+@progress_option
+def redact(video: Path, out: Path, person: str | None, refs: tuple[Path, ...], spare: tuple[str, ...], everyone: bool, style: str,
+           margin: float, preview: Path | None, library: Path | None, model: str | None, as_json: bool, progress: bool | None) -> None:
+    """Hide people's heads in every frame of VIDEO, written to --out.
+
+    Whom: --person NAME|ID or --ref PHOTO (one person), --all-except NAME|PHOTO (everyone else), or --everyone. The
+    whole head is hidden (hair and the back of the head, not only the face), in every frame it is on screen: heads are
+    found and followed as `index` finds them (the library's analysis where the video is indexed unchanged), and a track
+    is the person when it is judged the same person at the model's calibrated bars. The output keeps the source's
+    frame count, frame rate, size, duration, audio and other streams (copied, not encoded again); the source is never
+    written to, and a run stopped half way leaves nothing under the output's name.
+    """
+    from tqdm import tqdm
+
+    from cli.main import _interrupted
+    from headsearch.basics.json_text import json_text
+    from indexer.redact import Whom
+    from indexer.redact import redact as run_redact
+
+    try:
+        whom = Whom(person, tuple(refs), tuple(spare), everyone)
+    except HeadsearchError as e:
+        raise click.UsageError(str(e)) from e
+    if whom.needs_library and library is None:
+        library = library_path(None)
+    bar = tqdm(desc="redact", unit="frame", disable=not show_progress(progress), leave=False)
+    try:
+        summary = run_redact(video, whom, out, style, margin, preview, library, model, bar)
+    except KeyboardInterrupt:
+        bar.close()
+        _interrupted(f"interrupted: nothing was written to {printable(str(out))}; run the same command again")
+    finally:
+        bar.close()
+    for note in summary.notes:
+        click.echo(f"note: {note}", err=True)
+    if as_json:
+        click.echo(json_text({"output": summary.out, "audit": summary.audit, "preview": summary.preview, "analysis": summary.analysis,
+                              "frames": summary.written.frames, "frames_with_boxes": summary.written.frames_hidden,
+                              "boxes": summary.written.boxes, "seconds": round(summary.seconds, 3),
+                              "analysis_seconds": round(summary.analysis_seconds, 3), "encoder": summary.written.encoder,
+                              "video_seconds": round(summary.video_seconds, 3), "notes": summary.notes,
+                              "tracks": [{"track": c.track.key, "who": c.who, "why": c.why} for c in summary.chosen]}))
+        return
+    click.echo(printable(summary.line()))
+    click.echo(f"audit trail: {printable(str(summary.audit))}", err=True)
+    if summary.preview is not None:
+        click.echo(f"contact sheet: {printable(str(summary.preview))}", err=True)

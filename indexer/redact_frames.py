@@ -1,0 +1,672 @@
+"""Heads hidden in every frame of a video: where each chosen head lies in each frame, how it is hidden, and the one pass
+that decodes, hides and encodes the video frame by frame (its audio and other streams copied, packet for packet), with
+the audit trail of every box and a contact sheet to check before publishing.
+
+An analysis sees heads at sampled frames (`indexer.analysis`: two a second, and every shot's first frame); a head's
+box in the frames between comes from its track's sightings, within its shot (nothing crosses a cut):
+
+* between two sightings: the box interpolated between them; before a track's first sighting, back to the frame after
+  the sampled frame before it in its shot (the shot's first frame at most), the first sighting's box; after its last
+  sighting, up to the frame before the next sampled frame of its shot (the shot's last frame at most), the last one's;
+* joined with where the head region was followed to, frame by frame, from the last sighting (the tracker's template
+  matching, `indexer.tracker.find_head_region`), where it matched well within one box side of that box (a head that
+  moves and comes back between two samples);
+* and joined with the head the face detector finds there in this very frame: it looks only at a small copy of the
+  region around that box (REFINE_SIDE pixels: a few milliseconds a head), and its head box counts where it continues
+  the track as the tracker associates heads (a face that leans, opens its mouth, comes closer);
+* the box then grows by the margin (a share of its width and height, half on each side) and is clipped to the frame.
+
+Heads are hidden on the decoded frame's own planes (YUV, no colour conversion): every pixel outside the boxes reaches
+the encoder as decoded. The frames keep their presentation times, so the output keeps the source's frame count, rate,
+duration and start; the first video stream is encoded again (its codec where PyAV can encode it, else H.264, else
+MPEG-4 Part 2), every other stream is copied; another video stream (an alternate angle) would show the heads: it is
+left out, and said.
+"""
+from __future__ import annotations
+
+import bisect
+import contextlib
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import cv2
+import numpy as np
+
+from headsearch.basics.errors import MediaError, first_line
+from headsearch.basics.files import write_bytes_atomic
+from headsearch.basics.json_text import json_text
+from headsearch.basics.timeline import format_time
+from headsearch.detection.faces import FaceDetector, head_box_from_face
+from indexer.tracker import association_score, find_head_region, head_template
+from schemas.records import Box, FaceDetection
+
+log = logging.getLogger(__name__)
+
+STYLES = ("blur", "pixelate", "box")
+BLUR_CELLS = 6  # blur: the head is averaged down to about this many cells across, then smoothed back (nothing of a face is left)
+PIXEL_CELLS = 8  # pixelate: this many blocks across the head
+FOLLOW_REACH = 1.0  # a followed head region counts within this many box sides of the interpolated box
+REFINE_REACH = 1.0  # the detector looks this many box sides around the interpolated box...
+REFINE_SIDE = 192  # ...on a copy of that region this many pixels across at most (a face of a tenth of it or more is found)
+PREVIEW_TILES = 12  # frames on the contact sheet (more when more tracks are hidden: one frame of each, up to PREVIEW_MAX)
+PREVIEW_MAX = 24
+PREVIEW_TILE_W = 360
+# The codec's encoder where PyAV has one; else H.264, else MPEG-4 Part 2. Quality near the source's (a redacted copy
+# is published: it should not look worse than the original outside the heads); x264's veryfast preset encoded the
+# hamilton clip 2-3x faster than fast on 2 cores, in a file 8% larger at the same quality (crf 18).
+ENCODERS = {"h264": "libx264", "hevc": "libx265", "vp8": "libvpx", "vp9": "libvpx-vp9", "mpeg4": "mpeg4", "mjpeg": "mjpeg",
+            "ffv1": "ffv1", "av1": "libsvtav1"}
+FALLBACK_ENCODERS = ("libx264", "mpeg4")
+ENCODER_OPTIONS = {"libx264": {"crf": "18", "preset": "veryfast"}, "libx265": {"crf": "20", "preset": "fast", "x265-params": "log-level=error"},
+                   "libvpx": {"crf": "8", "b": "8M"}, "libvpx-vp9": {"crf": "24", "b": "0", "row-mt": "1", "cpu-used": "4"},
+                   "libsvtav1": {"crf": "28", "preset": "8"}}
+QUANTISED = {"mpeg4", "mjpeg"}  # encoders held to a fine quantiser (2-3) instead of their low default bit rate
+# Planar formats whose planes are hidden in place: 8 bits, or 10-16 bits little-endian (two bytes a sample).
+PLANAR = {"yuv420p", "yuvj420p", "yuv422p", "yuvj422p", "yuv444p", "yuvj444p", "yuv440p", "yuvj440p", "yuv411p", "gray",
+          "yuv420p10le", "yuv422p10le", "yuv444p10le", "yuv420p12le", "yuv422p12le", "yuv444p12le", "gray10le", "gray12le"}
+
+
+class FrameProgress(Protocol):
+    """A progress bar over the frames (tqdm's interface)."""
+
+    def reset(self, total: int | None = None) -> object: ...
+
+    def update(self, n: int = 1) -> object: ...
+
+
+# ----- where each head is --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HeadPath:
+    """One chosen track through its shot: who it is, its sightings (frame index, box in the analysis' pixels, upright), and
+    the frames it covers (`first`..`last`, inclusive)."""
+
+    track: int
+    who: str
+    sightings: tuple[tuple[int, Box], ...]
+    first: int
+    last: int
+
+
+def covered_frames(sighted: Sequence[int], shot: tuple[int, int], samples: Sequence[int] | None = None,
+                   period: int = 1) -> tuple[int, int]:
+    """The frames a track covers: its sightings' frames (sorted), reaching back to the frame after the sampled frame
+    before its first sighting and on to the frame before the sampled frame after its last, within its shot (`shot`:
+    first and last frame). `samples` (sorted frame indexes of every sampled frame), or, where they are not known, one
+    sample every `period` frames."""
+    first, last = sighted[0], sighted[-1]
+    start, end = shot
+    if samples is not None:
+        i = bisect.bisect_left(samples, first)
+        before = samples[i - 1] if i > 0 else None
+        j = bisect.bisect_right(samples, last)
+        after = samples[j] if j < len(samples) else None
+    else:
+        before, after = first - period, last + period
+    lo = max(start, before + 1) if before is not None else start
+    hi = min(end, after - 1) if after is not None else end
+    return min(lo, first), max(hi, last)
+
+
+def to_stored(box: Box, turns: int, width: int, height: int) -> Box:
+    """A box on the upright picture as a box on the stored frame (`width` x `height`), which is shown upright turned
+    `turns` quarter turns anticlockwise (`np.rot90(stored, turns)`, as the decoder turns a phone's portrait video)."""
+    turns %= 4
+    if turns == 1:
+        return Box(width - box.y2, box.x1, width - box.y1, box.x2)
+    if turns == 2:
+        return Box(width - box.x2, height - box.y2, width - box.x1, height - box.y1)
+    if turns == 3:
+        return Box(box.y1, height - box.x2, box.y2, height - box.x1)
+    return box
+
+
+def to_upright(box: Box, turns: int, width: int, height: int) -> Box:
+    """The inverse of `to_stored`: a box on the stored frame (`width` x `height`) as a box on the upright picture."""
+    turns %= 4
+    if turns == 1:
+        return Box(box.y1, width - box.x2, box.y2, width - box.x1)
+    if turns == 2:
+        return Box(width - box.x2, height - box.y2, width - box.x1, height - box.y1)
+    if turns == 3:
+        return Box(height - box.y2, box.x1, height - box.y1, box.x2)
+    return box
+
+
+def _lerp(a: tuple[int, Box], b: tuple[int, Box], frame: int) -> Box:
+    t = (frame - a[0]) / max(b[0] - a[0], 1)
+    return Box(*(p + t * (q - p) for p, q in zip(a[1].as_tuple(), b[1].as_tuple(), strict=True)))
+
+
+def _union(a: Box, b: Box) -> Box:
+    return Box(min(a.x1, b.x1), min(a.y1, b.y1), max(a.x2, b.x2), max(a.y2, b.y2))
+
+
+def grown(box: Box, margin: float) -> Box:
+    """The box grown by `margin` of its width and height, half on each side."""
+    dx, dy = margin * box.width / 2, margin * box.height / 2
+    return Box(box.x1 - dx, box.y1 - dy, box.x2 + dx, box.y2 + dy)
+
+
+def pixel_box(box: Box, width: int, height: int) -> tuple[int, int, int, int] | None:
+    """The whole pixels a box touches, clipped to the frame (None: none)."""
+    x1, y1 = max(0, math.floor(box.x1)), max(0, math.floor(box.y1))
+    x2, y2 = min(width, math.ceil(box.x2)), min(height, math.ceil(box.y2))
+    return (x1, y1, x2, y2) if x2 > x1 and y2 > y1 else None
+
+
+@dataclass
+class _Following:
+    """One path's state frame after frame: its next sighting, and the head region followed from the last one."""
+
+    path: HeadPath  # its sightings in the stored frame's pixels
+    upright: HeadPath  # as given (for the audit trail's names)
+    next: int = 0  # index of the first sighting at or after the current frame
+    template: np.ndarray | None = None
+    box: Box | None = None  # where the head region was last seen
+
+
+class HeadBoxes:
+    """Each chosen head's box in each frame, asked frame after frame in decoding order (`at`), in the stored frame's
+    pixels: see the module's docstring."""
+
+    def __init__(self, paths: Sequence[HeadPath], scale: tuple[float, float], turns: int, stored: tuple[int, int], margin: float,
+                 follow_min_score: float, detector: FaceDetector | None = None, min_iou: float = 0.3):
+        width, height = stored
+        sx, sy = scale
+
+        def placed(box: Box) -> Box:
+            return to_stored(Box(box.x1 * sx, box.y1 * sy, box.x2 * sx, box.y2 * sy), turns, width, height)
+
+        self._waiting = sorted((_Following(HeadPath(p.track, p.who, tuple((f, placed(b)) for f, b in p.sightings), p.first, p.last), p)
+                                for p in paths), key=lambda f: f.path.first, reverse=True)
+        self._active: list[_Following] = []
+        self.margin, self.stored, self.min_score = margin, stored, follow_min_score
+        self.detector, self.min_iou, self.turns = detector, min_iou, turns
+
+    def at(self, index: int, luma: Callable[[], np.ndarray],
+           region: Callable[[Box, int], tuple[np.ndarray, float, float, float]] | None = None) -> list[tuple[HeadPath, tuple[int, int, int, int]]]:
+        """The heads in frame `index` (the next frame decoded): each path with its pixel box, grown by the margin and
+        clipped to the frame. `luma` gives the frame's grey pixels (asked for only when a head is followed); `region(box,
+        side)`, a small RGB copy of a region of the frame (pixels, scale, left, top), for the detector."""
+        while self._waiting and self._waiting[-1].path.first <= index:
+            self._active.append(self._waiting.pop())
+        self._active = [f for f in self._active if f.path.last >= index]
+        out = []
+        grey = None
+        for f in self._active:
+            if f.path.first > index:
+                continue
+            if grey is None:
+                grey = luma()
+            box = self._box(f, index, grey, region)
+            placed = pixel_box(grown(box, self.margin), *self.stored)
+            if placed is not None:
+                out.append((f.upright, placed))
+        return out
+
+    def _box(self, f: _Following, index: int, grey: np.ndarray, region) -> Box:
+        s = f.path.sightings
+        while f.next < len(s) and s[f.next][0] < index:
+            f.next += 1
+        if f.next < len(s) and s[f.next][0] == index:  # a sighting: the analysis' box; following starts again from it
+            box = s[f.next][1]
+            f.template, f.box = head_template(grey, box), box
+            return box
+        if f.next == 0:
+            predicted = s[0][1]
+        else:
+            predicted = _lerp(s[f.next - 1], s[f.next], index) if f.next < len(s) else s[-1][1]
+        box = predicted
+        followed = self._follow(f, grey, predicted)
+        if followed is not None:
+            box = _union(box, followed)
+        detected = self._detect(predicted, region) if region is not None else None
+        if detected is not None:
+            box = _union(box, detected)
+        return box
+
+    def _follow(self, f: _Following, grey: np.ndarray, predicted: Box) -> Box | None:
+        if f.template is None or f.box is None:
+            return None
+        found = find_head_region(grey, f.template, f.box, self.min_score)
+        if found is not None:
+            (cx, cy), (px, py) = found[0].center, predicted.center
+            if math.hypot(cx - px, cy - py) <= FOLLOW_REACH * max(predicted.width, 1.0):
+                f.box = found[0]
+                return found[0]
+        f.box = predicted  # lost: looked for again near where the head should be
+        return None
+
+    def _detect(self, predicted: Box, region) -> Box | None:
+        """The head the face detector finds in this frame around the predicted box, where it continues the track. The
+        detector looks at the upright picture (a phone's portrait video is stored turned)."""
+        if self.detector is None:
+            return None
+        width, height = self.stored
+        up = to_upright(predicted, self.turns, width, height)
+        reach = REFINE_REACH * max(up.width, up.height, 1.0)
+        around = to_stored(Box(up.x1 - reach, up.y1 - reach, up.x2 + reach, up.y2 + reach), self.turns, width, height)
+        rgb, scale, left, top = region(around, REFINE_SIDE)
+        if rgb.size == 0:
+            return None
+        corner = to_upright(Box(left, top, left + rgb.shape[1] / scale, top + rgb.shape[0] / scale), self.turns, width, height)
+        if self.turns:
+            rgb = np.ascontiguousarray(np.rot90(rgb, self.turns))
+        best, best_score = None, self.min_iou
+        for face in self.detector.detect(rgb):
+            head = to_stored(head_box_from_face(_placed(face, scale, corner.x1, corner.y1)), self.turns, width, height)
+            score = association_score(predicted, head)
+            if score >= best_score:
+                best, best_score = head, score
+        return best
+
+
+def _placed(face: FaceDetection, scale: float, left: float, top: float) -> FaceDetection:
+    """A face found on a region's copy (scaled by `scale`, its corner at `left`, `top`) in the frame's pixels."""
+    b = face.box
+    return FaceDetection(Box(b.x1 / scale + left, b.y1 / scale + top, b.x2 / scale + left, b.y2 / scale + top),
+                         face.landmarks / scale + np.array([left, top], np.float32), face.score)
+
+
+# ----- how a head is hidden -------------------------------------------------------------------------
+def _blurred(region: np.ndarray) -> np.ndarray:
+    """The region averaged down to about BLUR_CELLS cells across, then smoothed back to its size."""
+    h, w = region.shape
+    side = max(h, w)
+    cw, ch = max(1, round(w * BLUR_CELLS / side)), max(1, round(h * BLUR_CELLS / side))
+    small = cv2.resize(region, (cw, ch), interpolation=cv2.INTER_AREA)
+    mid = cv2.resize(small, (cw * 8, ch * 8), interpolation=cv2.INTER_LINEAR)  # smoothed at a small size, whatever the head's
+    mid = cv2.GaussianBlur(mid, (0, 0), 4.0)
+    return cv2.resize(mid, (w, h), interpolation=cv2.INTER_LINEAR)
+
+
+def _pixelated(region: np.ndarray) -> np.ndarray:
+    h, w = region.shape
+    cell = max(1.0, max(h, w) / PIXEL_CELLS)
+    small = cv2.resize(region, (max(1, math.ceil(w / cell)), max(1, math.ceil(h / cell))), interpolation=cv2.INTER_AREA)
+    return cv2.resize(small, (w, h), interpolation=cv2.INTER_NEAREST)
+
+
+def _planes(frame) -> list[tuple[np.ndarray, float, float, bool]]:
+    """A planar frame's planes as writable arrays (views of its buffers), each with its scale to the frame's pixels and
+    whether it holds colour (chroma)."""
+    name = frame.format.name
+    wide = name.endswith("le")
+    dtype = np.dtype("<u2") if wide else np.dtype(np.uint8)
+    out = []
+    for i, plane in enumerate(frame.planes):
+        stride = plane.line_size // dtype.itemsize
+        rows = np.frombuffer(plane, dtype, count=plane.height * stride).reshape(plane.height, stride)
+        out.append((rows[:, :plane.width], plane.width / frame.width, plane.height / frame.height, i > 0 and not name.startswith("gray")))
+    return out
+
+
+def hide(frame, boxes: Sequence[tuple[int, int, int, int]], style: str):
+    """Hide the boxes (frame pixels) of a planar frame in `style`, on each plane; returns the frame (writable: its
+    buffers copied where the decoder still holds them)."""
+    frame.make_writable()
+    name = frame.format.name
+    bits = 8 if not name.endswith("le") else int("".join(c for c in name.rsplit("p", 1)[-1] if c.isdigit()) or 8)
+    full_range = name.startswith("yuvj") or name.startswith("gray") or int(frame.color_range or 0) == 2
+    for array, rx, ry, chroma in _planes(frame):
+        for x1, y1, x2, y2 in boxes:
+            px1, py1 = math.floor(x1 * rx), math.floor(y1 * ry)
+            px2, py2 = min(array.shape[1], math.ceil(x2 * rx)), min(array.shape[0], math.ceil(y2 * ry))
+            if px2 <= px1 or py2 <= py1:
+                continue
+            region = array[py1:py2, px1:px2]
+            if style == "box":
+                region[...] = (128 << (bits - 8)) if chroma else (0 if full_range else 16 << (bits - 8))
+            elif style == "pixelate":
+                region[...] = _pixelated(np.ascontiguousarray(region))
+            else:
+                region[...] = _blurred(np.ascontiguousarray(region))
+    return frame
+
+
+def _region(frame, box: Box, side: int, whole: list) -> tuple[np.ndarray, float, float, float]:
+    """A region of a frame (a box in its pixels, clipped) as RGB pixels no larger than `side` across: (pixels, their scale
+    to the frame's, the region's left and top). A 4:2:0 frame's region is converted alone; another frame is converted
+    whole once (kept in `whole`)."""
+    width, height = frame.width, frame.height
+    x1, y1 = max(0, math.floor(box.x1)), max(0, math.floor(box.y1))
+    x2, y2 = min(width, math.ceil(box.x2)), min(height, math.ceil(box.y2))
+    if frame.format.name in ("yuv420p", "yuvj420p"):
+        x1, y1 = x1 - x1 % 2, y1 - y1 % 2
+        x2, y2 = x2 - (x2 - x1) % 2, y2 - (y2 - y1) % 2
+    if x2 - x1 < 2 or y2 - y1 < 2:
+        return np.zeros((0, 0, 3), np.uint8), 1.0, 0.0, 0.0
+    if frame.format.name in ("yuv420p", "yuvj420p"):
+        planes = [a for a, _, _, _ in _planes(frame)]
+        parts = [planes[0][y1:y2, x1:x2], planes[1][y1 // 2:y2 // 2, x1 // 2:x2 // 2], planes[2][y1 // 2:y2 // 2, x1 // 2:x2 // 2]]
+        i420 = np.concatenate([np.ascontiguousarray(p).ravel() for p in parts]).reshape((y2 - y1) * 3 // 2, x2 - x1)
+        rgb = cv2.cvtColor(i420, cv2.COLOR_YUV2RGB_I420)
+    else:
+        if not whole:
+            whole.append(frame.to_ndarray(format="rgb24"))
+        rgb = whole[0][y1:y2, x1:x2]
+    scale = min(1.0, side / max(x2 - x1, y2 - y1))
+    if scale < 1.0:
+        rgb = cv2.resize(rgb, (max(1, round((x2 - x1) * scale)), max(1, round((y2 - y1) * scale))), interpolation=cv2.INTER_AREA)
+    return np.ascontiguousarray(rgb), scale, float(x1), float(y1)
+
+
+def _luma(frame) -> np.ndarray:
+    """A frame's grey pixels (8 bits): its Y plane where it has one, else a conversion."""
+    name = frame.format.name
+    if name in PLANAR:
+        y = _planes(frame)[0][0]
+        return np.ascontiguousarray(y if y.dtype == np.uint8 else (y >> (int(name[-4:-2]) - 8)).astype(np.uint8))
+    return frame.to_ndarray(format="gray")
+
+
+# ----- the audit trail and the contact sheet ----------------------------------------------------------------
+class AuditTrail:
+    """The JSON sidecar of a redaction, written as the frames go by (a long video's boxes are never all held): what was
+    redacted and how (`head`), then every frame with a box (`frames`: frame number, time, and each box with its track and
+    who it is, in the frame's upright pixels), then the totals (`tail`). Written beside its final name and moved there by
+    `commit`."""
+
+    def __init__(self, path: Path, head: dict):
+        self.path = Path(path)
+        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        self._file = open(self.tmp, "w", encoding="utf-8")  # noqa: SIM115 - closed by `close` or `discard`
+        self._file.write(json_text(head, indent=1)[:-2].rstrip() + ',\n "frames": [')
+        self._first = True
+
+    def frame(self, index: int, seconds: float, boxes: list[dict]) -> None:
+        self._file.write(("\n  " if self._first else ",\n  ") + json_text({"frame": index, "time": round(seconds, 6), "boxes": boxes}, indent=None))
+        self._first = False
+
+    def close(self, tail: dict) -> None:
+        rest = json_text(tail, indent=1)[1:]  # without its opening brace: the tail's keys follow the frames
+        self._file.write("\n ],\n" + rest.lstrip("\n") + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+
+    def commit(self) -> None:
+        os.replace(self.tmp, self.path)
+
+    def discard(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def preview_frames(paths: Sequence[HeadPath], frames: int, tiles: int = PREVIEW_TILES) -> list[int]:
+    """The frames a contact sheet shows: the middle frame of each hidden track's span (up to PREVIEW_MAX), and more
+    spread evenly over the frames with a box up to `tiles`; evenly over the video where nothing is hidden."""
+    spans = sorted((p.first, p.last) for p in paths)
+    if not spans:
+        return sorted({round((i + 0.5) * frames / 4) for i in range(4)} & set(range(frames))) if frames else [0]
+    chosen = {(a + b) // 2 for a, b in spans[:PREVIEW_MAX]}
+    merged: list[list[int]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    total = sum(b - a + 1 for a, b in merged)
+    wanted = max(0, min(tiles, PREVIEW_MAX) - len(chosen))
+    apart = max(1, total // (2 * max(tiles, 1)))  # an evenly spread frame this near one chosen already adds nothing
+    for i in range(wanted):
+        k = int((i + 0.5) * total / wanted)
+        for a, b in merged:
+            if k <= b - a:
+                if all(abs(a + k - c) >= apart for c in chosen):
+                    chosen.add(a + k)
+                break
+            k -= b - a + 1
+    return sorted(chosen)
+
+
+@dataclass
+class PreviewSheet:
+    """A contact sheet of chosen output frames (as encoded, heads hidden) with each box drawn and named."""
+
+    wanted: set[int]
+    title: str
+    tiles: list[tuple[np.ndarray, str]] = field(default_factory=list)
+
+    def offer(self, index: int, seconds: float, frame, turns: int, boxes: list[tuple[Box, str]]) -> None:
+        """Keep frame `index` when it is wanted (`boxes`: upright boxes with who they are)."""
+        if index not in self.wanted:
+            return
+        rgb = np.ascontiguousarray(np.rot90(frame.to_ndarray(format="rgb24"), turns)) if turns else frame.to_ndarray(format="rgb24")
+        h, w = rgb.shape[:2]
+        scale = PREVIEW_TILE_W / w
+        tile = cv2.cvtColor(cv2.resize(rgb, (PREVIEW_TILE_W, max(1, round(h * scale))), interpolation=cv2.INTER_AREA), cv2.COLOR_RGB2BGR)
+        for box, who in boxes:
+            p1, p2 = (round(box.x1 * scale), round(box.y1 * scale)), (round(box.x2 * scale) - 1, round(box.y2 * scale) - 1)
+            cv2.rectangle(tile, p1, p2, (0, 0, 0), 3, cv2.LINE_AA)
+            cv2.rectangle(tile, p1, p2, (40, 230, 255), 1, cv2.LINE_AA)
+            _label(tile, who[:28], (p1[0] + 2, max(12, p1[1] + 13)))
+        self.tiles.append((tile, f"frame {index}  {format_time(seconds)}  {len(boxes)} box{'es' if len(boxes) != 1 else ''}"))
+
+    def write(self, path: Path, columns: int = 3) -> Path:
+        if not self.tiles:
+            raise MediaError(f"{path}: no frame to put on the contact sheet")
+        th = max(t.shape[0] for t, _ in self.tiles)
+        caption, head = 22, 30
+        columns = min(columns, len(self.tiles))
+        rows = -(-len(self.tiles) // columns)
+        sheet = np.full((head + rows * (th + caption) + 6, columns * (PREVIEW_TILE_W + 6) + 6, 3), 245, np.uint8)
+        cv2.putText(sheet, self.title[:110], (8, 20), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (30, 30, 30), 1, cv2.LINE_AA)
+        for i, (tile, text) in enumerate(self.tiles):
+            y, x = head + (i // columns) * (th + caption), 6 + (i % columns) * (PREVIEW_TILE_W + 6)
+            sheet[y:y + tile.shape[0], x:x + tile.shape[1]] = tile
+            cv2.putText(sheet, text, (x + 2, y + th + 15), cv2.FONT_HERSHEY_SIMPLEX, 0.42, (40, 40, 40), 1, cv2.LINE_AA)
+        ok, png = cv2.imencode(".png", sheet)
+        if not ok:
+            raise MediaError(f"{path}: cannot encode the contact sheet")
+        write_bytes_atomic(Path(path), png.tobytes())
+        return Path(path)
+
+
+def _label(image: np.ndarray, text: str, at: tuple[int, int]) -> None:
+    cv2.putText(image, text, at, cv2.FONT_HERSHEY_SIMPLEX, 0.4, (0, 0, 0), 3, cv2.LINE_AA)
+    cv2.putText(image, text, at, cv2.FONT_HERSHEY_SIMPLEX, 0.4, (40, 230, 255), 1, cv2.LINE_AA)
+
+
+# ----- the pass -------------------------------------------------------------------------------------
+@dataclass
+class Written:
+    """What the pass wrote."""
+
+    frames: int = 0  # frames encoded (every decoded frame)
+    frames_hidden: int = 0  # frames with at least one box
+    boxes: int = 0
+    encoder: str = ""
+    copied: list[str] = field(default_factory=list)  # the other streams copied, in words
+    left_out: list[str] = field(default_factory=list)  # streams left out, and why
+    stopped_at: int | None = None  # decoding stopped early (a damaged stream) at this frame
+    seconds: float = 0.0
+
+
+def first_frame_turns(source: Path) -> tuple[int, float]:
+    """(quarter turns anticlockwise that show the video upright, the rotation in degrees) as its first frame says (a
+    phone's portrait video stored landscape); (0, 0.0) when it says nothing."""
+    import av
+
+    try:
+        with av.open(str(source)) as c:
+            for frame in c.decode(video=0):
+                rotation = float(getattr(frame, "rotation", 0) or 0)
+                return int(round(rotation / 90.0)) % 4, rotation
+    except (av.error.FFmpegError, ValueError, OSError):
+        pass  # the pass itself says what is wrong with the file
+    return 0, 0.0
+
+
+def _encoder_for(codec: str, container) -> str:
+    import av
+
+    supported = getattr(container, "supported_codecs", None)
+    for name in (ENCODERS.get(codec), *FALLBACK_ENCODERS):
+        if not name or name not in av.codecs_available:
+            continue
+        try:
+            made = av.codec.Codec(name, "w").canonical_name
+        except (av.error.FFmpegError, ValueError):
+            continue
+        if supported is None or made in supported:
+            return name
+    raise MediaError(f"{container.name}: no encoder of this machine's PyAV can write video into this kind of file "
+                     "(name the output .mp4 or .mkv)")
+
+
+def _video_output(dst, ivs, encoder: str, rotation: float):
+    """The output's video stream: the source's size, pixel format (where the encoder takes it), frame rate, time base,
+    colours and pixel shape."""
+    import av
+
+    ic = ivs.codec_context
+    ovs = dst.add_stream(encoder, rate=ivs.average_rate or ivs.guessed_rate or 25)
+    cc = ovs.codec_context
+    cc.width, cc.height = ic.width, ic.height
+    formats = {f.name for f in (av.codec.Codec(encoder, "w").video_formats or [])}
+    cc.pix_fmt = ic.pix_fmt if ic.pix_fmt in PLANAR and ic.pix_fmt in formats else "yuv420p"
+    cc.time_base = ivs.time_base
+    ovs.time_base = ivs.time_base
+    for attribute in ("color_range", "colorspace", "color_primaries", "color_trc", "sample_aspect_ratio"):
+        value = getattr(ic, attribute, None)
+        if value:
+            with contextlib.suppress(AttributeError, TypeError, ValueError):
+                setattr(cc, attribute, value)
+    if encoder in QUANTISED:
+        cc.qmin, cc.qmax = 2, 3
+        cc.bit_rate = max(int(ic.bit_rate or 0) * 4, 20_000_000)
+    cc.options = dict(ENCODER_OPTIONS.get(encoder, {}))
+    if rotation:
+        ovs.set_display_rotation(rotation)
+    return ovs
+
+
+def _copied_outputs(dst, inp, ivs, written: Written) -> dict[int, object]:
+    """The other streams, copied: audio, subtitles, data and attached pictures; another moving video stream would show the
+    heads unhidden and is left out; a stream the output's kind of file cannot hold is left out too. Each is said."""
+    supported = getattr(dst, "supported_codecs", None)
+    outs = {}
+    for s in inp.streams:
+        if s.index == ivs.index:
+            continue
+        what = f"stream {s.index} ({s.type}, {s.codec_context.name if s.codec_context else 'unknown codec'})"
+        if s.type == "video" and not (s.disposition & 0x400):  # AV_DISPOSITION_ATTACHED_PIC: cover art is copied
+            written.left_out.append(f"{what}: a second video stream, not redacted, so left out")
+            continue
+        name = s.codec_context.name if s.codec_context else None
+        if supported is not None and name and name not in supported:
+            written.left_out.append(f"{what}: this kind of file cannot hold it (name the output .mkv to keep it)")
+            continue
+        try:
+            outs[s.index] = dst.add_stream_from_template(s)
+        except Exception as e:  # noqa: BLE001 - PyAV raises its own and builtin types for streams it cannot copy
+            written.left_out.append(f"{what}: cannot be copied ({first_line(e)})")
+            continue
+        written.copied.append(what)
+    return outs
+
+
+def write_hidden(source: Path, out: Path, boxes_of: Callable[[int, tuple[int, int]], HeadBoxes], style: str,
+                 trail: AuditTrail | None = None, preview: PreviewSheet | None = None, progress: FrameProgress | None = None,
+                 total: int | None = None) -> Written:
+    """Decode `source` frame by frame, hide the heads `boxes_of(turns, stored size)` gives in each frame, encode it into
+    `out` with its presentation time, and copy every other stream's packets (see the module's docstring); each frame's
+    boxes go to `trail`, the wanted frames to `preview`."""
+    import av
+
+    if style not in STYLES:
+        raise ValueError(f"style {style!r}: one of {', '.join(STYLES)}")
+    t0 = time.perf_counter()
+    turns, rotation = first_frame_turns(source)
+    written = Written()
+    if progress is not None:
+        progress.reset(total=total)
+    with av.open(str(source)) as inp, av.open(str(out), "w") as dst:
+        ivs = inp.streams.video[0]
+        ivs.thread_type = "AUTO"
+        written.encoder = _encoder_for(ivs.codec_context.name, dst)
+        ovs = _video_output(dst, ivs, written.encoder, rotation)
+        copies = _copied_outputs(dst, inp, ivs, written)
+        heads = boxes_of(turns, (ivs.codec_context.width, ivs.codec_context.height))
+        step = _frame_step(ivs)
+        last_pts: int | None = None
+        index = 0
+        packets = inp.demux([ivs, *(inp.streams[i] for i in copies)])
+        try:
+            for packet in packets:
+                if packet.stream.index != ivs.index:
+                    if packet.dts is not None:
+                        packet.stream = copies[packet.stream.index]
+                        dst.mux(packet)
+                    continue
+                for frame in packet.decode():
+                    last_pts = _keep_time(frame, last_pts, step, ivs.time_base)
+                    for encoded in ovs.encode(_hidden_frame(frame, index, heads, style, ovs.codec_context.pix_fmt, turns, written,
+                                                            trail, preview)):
+                        dst.mux(encoded)
+                    index += 1
+                    if progress is not None:
+                        progress.update(1)
+        except (av.error.FFmpegError, ValueError) as e:
+            if index == 0:
+                raise MediaError(f"{source}: not a readable video ({first_line(e)})") from e
+            written.stopped_at = index
+            log.warning("%s: decoding stopped at frame %d (%s)", source, index, first_line(e))
+        for encoded in ovs.encode():
+            dst.mux(encoded)
+    written.frames = index
+    written.seconds = time.perf_counter() - t0
+    return written
+
+
+def _hidden_frame(frame, index: int, heads: HeadBoxes, style: str, pix_fmt: str, turns: int, written: Written,
+                  trail: AuditTrail | None, preview: PreviewSheet | None):
+    """One decoded frame with its heads hidden (the frame itself where it has none), said to the trail and the preview."""
+    whole: list = []
+    found = heads.at(index, lambda: _luma(frame), lambda box, side: _region(frame, box, side, whole))
+    if found:
+        if frame.format.name != pix_fmt:
+            frame = _reformatted(frame, pix_fmt)
+        frame = hide(frame, [b for _, b in found], style)
+        written.frames_hidden += 1
+        written.boxes += len(found)
+    seconds = float(frame.pts * frame.time_base)
+    width, height = heads.stored
+    upright = [(to_upright(Box(*b), turns, width, height), p) for p, b in found]
+    if trail is not None and found:
+        trail.frame(index, seconds, [{"track": p.track, "who": p.who, "box": [round(v) for v in box.as_tuple()]} for box, p in upright])
+    if preview is not None:
+        preview.offer(index, seconds, frame, turns, [(box, p.who) for box, p in upright])
+    return frame
+
+
+def _frame_step(stream) -> int:
+    """One frame's duration in the stream's time base (at least 1)."""
+    rate = stream.average_rate or stream.guessed_rate
+    if not rate or not stream.time_base:
+        return 1
+    return max(1, round(1 / (float(rate) * float(stream.time_base))))
+
+
+def _keep_time(frame, last_pts: int | None, step: int, time_base) -> int:
+    """The frame keeps its presentation time; a missing or backward one (a damaged stream) becomes the last plus a frame."""
+    pts = frame.pts
+    if pts is None or (last_pts is not None and pts <= last_pts):
+        pts = 0 if last_pts is None else last_pts + step
+        frame.pts = pts
+    frame.time_base = time_base
+    return pts
+
+
+def _reformatted(frame, pix_fmt: str):
+    out = frame.reformat(format=pix_fmt)
+    out.pts, out.time_base = frame.pts, frame.time_base
+    return out
