@@ -1,0 +1,315 @@
+"""`headsearch redact`: the issue's acceptance on the hamilton clip (Miranda's head hidden in every frame he is on
+screen, judged from the pixels by a judge that never reads the redactor's boxes; the other heads untouched; the
+source's frames, rate, duration and audio kept), its audit trail and contact sheet, a library's analysis and person,
+and bad input on generated media."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from conftest import EXAMPLES, HAMILTON, needs_data, run
+from hostile_media import write_video
+
+from indexer.redact_frames import to_stored, to_upright
+from schemas.records import Box
+
+pytestmark = [pytest.mark.slow, needs_data]
+
+MIRANDA = EXAMPLES / "lin-manuel-miranda.png"
+ALEX = EXAMPLES / "alex-lacamoire.png"
+OBAMA = EXAMPLES / "obama_small.jpg"
+CODEC_NOISE = 4.0  # mean absolute difference (grey levels) of a head left alone: encoded again, nothing more
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def frames_rgb(path: Path) -> list[np.ndarray]:
+    import av
+
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+
+def probe(path: Path) -> dict:
+    """What a player reads of a file, by PyAV: each stream's kind, codec, rate, start and duration, the video's frames
+    (decoded, counted) and times, and the audio packets (their bytes and times)."""
+    import av
+
+    with av.open(str(path)) as c:
+        v = c.streams.video[0]
+        out = {"duration": c.duration, "size": (v.codec_context.width, v.codec_context.height), "rate": v.average_rate,
+               "video_start": float(v.start_time * v.time_base), "streams": [(s.type, s.codec_context.name) for s in c.streams]}
+        times, rotation = [], None
+        for f in c.decode(video=0):
+            times.append(round(float(f.time), 6))
+            rotation = f.rotation if rotation is None else rotation
+        out["times"], out["rotation"] = times, rotation
+    with av.open(str(path)) as c:
+        out["audio"] = [(p.pts, bytes(p)) for p in c.demux(audio=0) if p.size] if c.streams.audio else []
+    return out
+
+
+def _box_pixels(rgb: np.ndarray, box: Box) -> np.ndarray:
+    h, w = rgb.shape[:2]
+    x1, y1, x2, y2 = max(0, int(box.x1)), max(0, int(box.y1)), min(w, int(np.ceil(box.x2))), min(h, int(np.ceil(box.y2)))
+    return rgb[y1:y2, x1:x2]
+
+
+def _sharpness(rgb: np.ndarray) -> float:
+    return float(cv2.Laplacian(cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY), cv2.CV_64F).var())
+
+
+@pytest.fixture(scope="module")
+def judged() -> dict:
+    """Who is where in every frame of the clip, found without the redactor: the face detector on every source frame,
+    faces linked frame to frame by overlap (never across a change of picture: a cut), each run of faces identified by
+    the SFace model's mean vector of up to five of its faces against the three photos at SFace's calibrated bar.
+    {"frames": source frames, "faces": [(frame, face box, head box, who or None, best photo)]}."""
+    from headsearch.detection.crops import crop_head
+    from headsearch.detection.faces import FaceDetector, detect_heads
+    from headsearch.embedding.photo_heads import PhotoEmbedder
+    from headsearch.evaluation.thresholds import thresholds_for
+    from schemas.records import VectorKind
+
+    sface = PhotoEmbedder("sface")
+    bar = thresholds_for(None, sface.embedder.describe()).identity
+    photos = {"miranda": MIRANDA, "alex": ALEX, "obama": OBAMA}
+    refs = {name: sface.head(path).vectors[VectorKind.ID] for name, path in photos.items()}
+    detector = FaceDetector().load()
+    frames = frames_rgb(HAMILTON)
+    runs: list[list] = []
+    live: list[list] = []
+    previous = None
+    for i, rgb in enumerate(frames):
+        small = cv2.resize(rgb, (64, 36), interpolation=cv2.INTER_AREA).astype(np.float32)
+        if previous is not None and float(np.abs(small - previous).mean()) > 25:  # a cut: no face run continues across it
+            live = []
+        previous = small
+        now = []
+        for d in detect_heads(detector, rgb):
+            best = max(live, key=lambda r: r[-1][1].face.box.iou(d.face.box), default=None)
+            if best is None or best[-1][1].face.box.iou(d.face.box) < 0.3 or best in now:
+                best = []
+                runs.append(best)
+            best.append((i, d))
+            now.append(best)
+        live = now
+    faces = []
+    for r in runs:
+        picked = [r[k] for k in sorted({round(x) for x in np.linspace(0, len(r) - 1, min(5, len(r)))})]
+        vectors = sface.embedder.embed([crop_head(frames[i], d.head, d.face, 256) for i, d in picked])[VectorKind.ID]
+        mean = vectors.mean(axis=0) / np.linalg.norm(vectors.mean(axis=0))
+        scores = {name: float(mean @ v) for name, v in refs.items()}
+        best = max(scores, key=scores.get)
+        faces += [(i, d.face.box, d.head, best if scores[best] > bar else None, best) for i, d in r]
+    return {"frames": frames, "faces": faces}
+
+
+@pytest.fixture(scope="module")
+def redacted(tmp_path_factory) -> dict:
+    """`redact` of the clip with Miranda's photo: blurred (with a contact sheet, and --json), and as black boxes."""
+    folder = tmp_path_factory.mktemp("redact")
+    blur, boxed = folder / "blur.mp4", folder / "boxed.mp4"
+    said = json.loads(run("redact", HAMILTON, "--ref", MIRANDA, "--out", blur, "--preview", folder / "preview", "--json").stdout)
+    run("redact", HAMILTON, "--ref", MIRANDA, "--out", boxed, "--style", "box")
+    return {"folder": folder, "blur": blur, "boxed": boxed, "json": said, "blur_frames": frames_rgb(blur), "boxed_frames": frames_rgb(boxed)}
+
+
+def test_miranda_is_hidden_in_every_frame_he_is_seen(judged, redacted):
+    """Every frame where the judge finds Miranda's face: the face is destroyed in the output (far from the source, its
+    detail gone), and the whole head box the detector gives it (hair, skull) is black in the boxed output wherever the
+    source is not black itself."""
+    seen = [(i, face, head) for i, face, head, who, _ in judged["faces"] if who == "miranda"]
+    assert len({i for i, _, _ in seen}) >= 140  # he is on screen in shots 1 and 3 (149 frames): the judge must see him
+    src, out, boxed = judged["frames"], redacted["blur_frames"], redacted["boxed_frames"]
+    for i, face, head in seen:
+        a, b = _box_pixels(src[i], face), _box_pixels(out[i], face)
+        diff = float(np.abs(a.astype(int) - b.astype(int)).mean())
+        assert diff > 15 and _sharpness(b) < 0.05 * _sharpness(a), f"frame {i}: his face is still there ({diff:.1f} grey levels from the source)"
+        lit = _box_pixels(src[i], head).max(axis=2) > 40
+        black = _box_pixels(boxed[i], head).max(axis=2) < 12
+        assert black[lit].mean() >= 0.99, f"frame {i}: {black[lit].mean():.3f} of his head box hidden"
+
+
+def test_the_others_are_untouched(judged, redacted):
+    """Every other face the judge finds (Alex's, Obama's, the audience's) is as in the source, within codec noise."""
+    others = [(i, face, best) for i, face, _, who, best in judged["faces"] if who != "miranda"]
+    assert any(who == "obama" for _, _, _, who, _ in judged["faces"])
+    assert any(best == "alex" for _, _, best in others)
+    src, out = judged["frames"], redacted["blur_frames"]
+    for i, face, best in others:
+        diff = float(np.abs(_box_pixels(src[i], face).astype(int) - _box_pixels(out[i], face).astype(int)).mean())
+        assert diff < CODEC_NOISE, f"frame {i}: a face most like {best} changed by {diff:.1f} grey levels"
+
+
+def test_the_output_keeps_frames_rate_duration_and_audio(redacted):
+    source, out = probe(HAMILTON), probe(redacted["blur"])
+    assert out["times"] == source["times"] and len(out["times"]) == 275  # every frame, at its time (the video starts at 0.852 s)
+    for key in ("duration", "size", "rate", "video_start", "streams"):
+        assert out[key] == source[key], key
+    assert out["audio"] == source["audio"] and len(source["audio"]) > 400  # every audio packet copied, byte for byte
+
+
+def test_audit_trail_names_every_box_and_the_contact_sheet_shows_them(redacted):
+    said = redacted["json"]
+    audit = json.loads(Path(said["audit"]).read_text())
+    assert Path(said["audit"]) == Path(str(redacted["blur"]) + ".redactions.json")
+    assert audit["source"] == str(HAMILTON) and audit["whom"] == {"photos": [str(MIRANDA)]} and audit["style"] == "blur"
+    assert [t["who"] for t in audit["tracks"]] == ["lin-manuel-miranda"] * 2
+    assert all(t["why"].startswith("same person: identity") for t in audit["tracks"])
+    times = probe(HAMILTON)["times"]
+    frames = audit["frames"]
+    assert len(frames) == said["frames_with_boxes"] == audit["frames_with_boxes"] == 149 and audit["frames_written"] == 275
+    assert {f["frame"] for f in frames} == set(range(0, 20)) | set(range(82, 211))  # his two shots, every frame of them
+    for f in frames:
+        assert f["time"] == pytest.approx(times[f["frame"]], abs=1e-5)
+        (box,) = f["boxes"]
+        assert box["who"] == "lin-manuel-miranda" and box["track"] in {t["track"] for t in audit["tracks"]}
+        x1, y1, x2, y2 = box["box"]
+        assert 0 <= x1 < x2 <= 640 and 0 <= y1 < y2 <= 360
+    sheet = cv2.imread(str(said["preview"]))
+    assert Path(said["preview"]).parent == redacted["folder"] / "preview" and sheet is not None and sheet.shape[1] > 700
+
+
+def test_a_person_of_the_library_from_its_analysis(tmp_path, redacted):
+    """Indexed, the clip is redacted from the library's analysis (nothing analysed again), a person by name."""
+    library = tmp_path / "lib"
+    run("index", HAMILTON, "--library", library, "--quiet")
+    people = json.loads(run("people", "--library", library, "--json").stdout)
+    ours = {t["track"] for t in json.loads(Path(redacted["json"]["audit"]).read_text())["tracks"]}
+    assert len(ours) == 2
+    (person,) = [p for p in people if len(p["tracks"]) == 2]
+    run("people", "name", person["id"], "Lin", "--library", library)
+    said = json.loads(run("redact", HAMILTON, "--person", "lin", "--library", library, "--out", tmp_path / "out.mkv", "--json").stdout)
+    assert said["analysis"].startswith(f"the library {library.resolve()}")
+    assert said["frames_with_boxes"] == 149 and {t["why"] for t in said["tracks"]} == {f"a track of person {person['id']} in the library"}
+    assert probe(tmp_path / "out.mkv")["times"] == pytest.approx(probe(HAMILTON)["times"], abs=5e-4)  # Matroska counts milliseconds
+    bad = run("redact", HAMILTON, "--person", "nobody", "--library", library, "--out", tmp_path / "x.mp4", ok=False)
+    assert bad.output.startswith("error: no person named 'nobody'") and not (tmp_path / "x.mp4").exists()
+
+
+# ----- generated media ---------------------------------------------------------------------------------
+def _clip(path: Path, n: int = 37, fps: int = 25, audio: bool = True, rotation: int | None = None) -> Path:
+    """A small video (moving colour bars, no one in it), with a second of a tone as AAC audio."""
+    import av
+
+    rng = np.random.default_rng(1)
+    frames = [np.roll(np.repeat(np.linspace(0, 255, 96, dtype=np.uint8)[None, :, None], 64, axis=0).repeat(3, axis=2), 3 * i, axis=1)
+              + rng.integers(0, 20, (64, 96, 3), dtype=np.uint8) for i in range(n)]
+    if not audio:
+        write_video(path, frames, fps=fps, rotation=rotation)
+        return path
+    with av.open(str(path), "w") as out:
+        video = out.add_stream("libx264", rate=fps)
+        video.width, video.height, video.pix_fmt = 96, 64, "yuv420p"
+        sound = out.add_stream("aac", rate=16000)
+        sound.layout = "mono"
+        for rgb in frames:
+            for packet in video.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
+                out.mux(packet)
+        samples = (0.2 * np.sin(2 * np.pi * 440 * np.arange(16000 * n // fps) / 16000)).astype(np.float32)
+        for i in range(0, len(samples), 1024):
+            frame = av.AudioFrame.from_ndarray(samples[None, i:i + 1024], format="fltp", layout="mono")
+            frame.sample_rate, frame.pts = 16000, i
+            for packet in sound.encode(frame):
+                out.mux(packet)
+        for stream in (video, sound):
+            for packet in stream.encode(None):
+                out.mux(packet)
+    return path
+
+
+def test_frame_count_and_audio_kept_with_nobody_to_hide(tmp_path):
+    source = _clip(tmp_path / "bars.mp4")
+    result = run("redact", source, "--everyone", "--out", tmp_path / "out.mp4")
+    assert "nobody to hide in 37 frames" in result.stdout
+    a, b = probe(source), probe(tmp_path / "out.mp4")
+    assert len(b["times"]) == 37 and b["times"] == a["times"] and b["audio"] == a["audio"] and b["streams"] == a["streams"]
+    assert json.loads((tmp_path / "out.mp4.redactions.json").read_text())["frames"] == []
+
+
+def test_a_video_without_audio_and_its_display_rotation(tmp_path):
+    source = _clip(tmp_path / "silent.mp4", n=12, audio=False, rotation=90)
+    run("redact", source, "--everyone", "--out", tmp_path / "out.mkv", "--style", "pixelate")
+    a, b = probe(source), probe(tmp_path / "out.mkv")
+    assert b["streams"] == [("video", "h264")] and b["times"] == a["times"] and len(b["times"]) == 12
+    assert b["rotation"] == a["rotation"] != 0 and b["size"] == a["size"]
+
+
+def test_the_source_is_never_overwritten(tmp_path):
+    source = _clip(tmp_path / "bars.mp4", n=5)
+    before = source.read_bytes()
+    (tmp_path / "sub").mkdir()
+    for out in (source, tmp_path / "sub" / ".." / "bars.mp4"):
+        result = run("redact", source, "--everyone", "--out", out, ok=False)
+        assert result.output.startswith("error: --out") and "never overwrites its source" in result.output
+    os.link(source, tmp_path / "same.mp4")  # the same file under another name
+    assert "never overwrites" in run("redact", source, "--everyone", "--out", tmp_path / "same.mp4", ok=False).output
+    assert source.read_bytes() == before
+
+
+@pytest.mark.parametrize("case", ["missing folder", "corrupt video", "missing video", "photo with no head", "no library", "not a video name"])
+def test_bad_input_is_one_line(tmp_path, case):
+    source = _clip(tmp_path / "bars.mp4", n=5)
+    out = tmp_path / "out.mp4"
+    if case == "missing folder":
+        args, said = [source, "--everyone", "--out", tmp_path / "no" / "out.mp4"], "no folder"
+    elif case == "corrupt video":
+        (tmp_path / "cut.mp4").write_bytes(HAMILTON.read_bytes()[:3000])
+        args, said = [tmp_path / "cut.mp4", "--everyone", "--out", out], "not a readable video"
+    elif case == "missing video":
+        args, said = [tmp_path / "gone.mp4", "--everyone", "--out", out], "no such file"
+    elif case == "photo with no head":
+        cv2.imwrite(str(tmp_path / "wall.png"), np.full((200, 200, 3), 128, np.uint8))
+        args, said = [source, "--ref", tmp_path / "wall.png", "--out", out], "no head found"
+    elif case == "no library":
+        args, said = [source, "--person", "Lin", "--library", tmp_path / "nolib", "--out", out], "no headsearch library here"
+    else:
+        args, said = [source, "--everyone", "--out", tmp_path / "out.txt"], "name it as a video"
+    result = run("redact", *args, ok=False)
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and said in lines[0] and "Traceback" not in result.output
+    assert not out.exists() and not list(tmp_path.glob(".out*")) and not list(tmp_path.glob("*.redactions.json"))
+
+
+def test_a_killed_run_leaves_nothing_under_the_output_name(tmp_path):
+    """SIGKILL while the video is being written: no file under the output's name (nor its audit trail); the next run
+    writes it and clears the killed run's partial file."""
+    source = _clip(tmp_path / "long.mp4", n=900, fps=60, audio=False)
+    out = tmp_path / "out.mp4"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "redact", str(source), "--everyone", "--out", str(out)],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    partial: list[Path] = []
+    while not partial and proc.poll() is None and time.monotonic() < deadline:
+        partial = list(tmp_path.glob(".out.redacting-*.mp4"))
+        time.sleep(0.005)
+    assert partial, "the run ended before its output was being written"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not out.exists() and not (tmp_path / "out.mp4.redactions.json").exists() and partial[0].exists()
+    run("redact", source, "--everyone", "--out", out)
+    assert out.exists() and not partial[0].exists() and len(probe(out)["times"]) == 900
+
+
+def test_boxes_turn_with_the_picture():
+    """A box on the upright picture lands on the same pixels of the stored frame, whichever way the frame is turned."""
+    stored = np.zeros((40, 70), np.uint8)
+    for turns in range(4):
+        upright = np.rot90(stored, turns)
+        marked = np.zeros_like(upright)
+        box = Box(5, 7, 19, 16)
+        marked[7:16, 5:19] = 1
+        back = np.rot90(marked, -turns)  # the same pixels on the stored frame
+        s = to_stored(box, turns, 70, 40)
+        ys, xs = np.nonzero(back)
+        assert (s.x1, s.y1, s.x2, s.y2) == (xs.min(), ys.min(), xs.max() + 1, ys.max() + 1)
+        assert to_upright(s, turns, 70, 40) == box
