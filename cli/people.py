@@ -371,7 +371,7 @@ def forget_command(ctx: click.Context, person: str, yes: bool, library: Path | N
     import sys
 
     from headsearch.basics.errors import HeadsearchError
-    from headsearch.people.forgetting import forget, person_to_forget
+    from headsearch.people.forgetting import forget, likely_theirs, person_to_forget
 
     if not yes and not sys.stdin.isatty():
         raise HeadsearchError("people forget asks first, and the input is not a terminal: give --yes to forget without asking")
@@ -380,6 +380,11 @@ def forget_command(ctx: click.Context, person: str, yes: bool, library: Path | N
     files = found.videos + found.photos
     what = (f"{printable(found.label())} (person {found.id}: {counted(len(found.tracks), 'track')} in {counted(len(files), 'file')}, "
             f"{counted(found.references, 'reference photo')})")
+    waiting = likely_theirs(lib, found)
+    if waiting:
+        shown = " ".join(map(str, waiting[:20])) + (" ..." if len(waiting) > 20 else "")
+        _echo_err(f"note: {counted(len(waiting), 'track')} in the inbox {'is' if len(waiting) == 1 else 'are'} likely theirs but not in the "
+                  f"person, and not forgotten with them: tracks {shown} (`headsearch people move TRACK... --to {found.id}` first)")
     if not yes and not click.confirm(f"Forget {what} for good? Their tracks, vectors, pictures and photos are deleted", default=False,
                                      err=True):
         raise HeadsearchError(f"nothing forgotten: {printable(found.label())} stays")
