@@ -272,8 +272,13 @@ class Database:
                                      params)
                     then(conn, "forgetting_copy")
                     conn.execute("COMMIT")
-                finally:
-                    conn.execute("DETACH forgetting_copy")
+                except BaseException:
+                    with contextlib.suppress(duckdb.Error):
+                        conn.execute("ROLLBACK")
+                    with contextlib.suppress(duckdb.Error):
+                        conn.execute("DETACH forgetting_copy")
+                    raise
+                conn.execute("DETACH forgetting_copy")  # the copy checkpointed and closed
         except duckdb.Error as e:
             raise LibraryError(f"{self.root}: could not write the database again ({error_line(e)}); the library is as it was") from e
         finally:

@@ -27,6 +27,7 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -144,6 +145,7 @@ def forget_person(library: Library, person_id: int) -> ForgottenRow:
         target = root / FORGOTTEN_DATABASE
         try:
             library.database.write_copy(target, plan.keep(), plan.record)
+            shutil.copymode(root / DATABASE, target)  # the file as it was shared (a group's library stays the group's)
             with open(target, "rb+") as f:
                 os.fsync(f.fileno())
             for wal in (target.with_name(target.name + ".wal"), root / f"{DATABASE}.wal"):
