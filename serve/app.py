@@ -10,7 +10,9 @@ same origin and the session's token; off the loopback, every request needs the t
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -116,30 +118,31 @@ def _page(request: Request, template: str, data: dict, status: int = 200) -> Res
                                                           "csrf": csrf_token(request), "csrf_field": CSRF_FIELD}, status_code=status)
 
 
-def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
+N = TypeVar("N", int, float)
+MAX_SECONDS = 1e7  # a time in a video asked for (start, end): from 0 up to, not including, this
+
+
+def _number(values: Mapping[str, str], name: str, default: N, low: N, high: N, kind: type[N] = int) -> N:
+    """A number of a request's query or form (`values`), `default` when it has none; 400 when it is not one of its kind:
+    `int`, a whole number from `low` to `high`; `float`, a number of seconds from `low` up to, not including, `high`."""
+    raw = values.get(name)
     if raw is None:
         return default
     try:
-        value = int(raw)
+        value = kind(raw)
     except ValueError as e:
-        raise HTTPException(400, f"{name} must be a whole number") from e
-    if not low <= value <= high:
+        raise HTTPException(400, f"{name} must be {'a whole number' if kind is int else 'a number of seconds'}") from e
+    if kind is int and not low <= value <= high:
         raise HTTPException(400, f"{name} must be between {low} and {high}")
-    return value
-
-
-def _float_param(request: Request, name: str, default: float) -> float:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError as e:
-        raise HTTPException(400, f"{name} must be a number of seconds") from e
-    if not 0.0 <= value < 1e7:
+    if kind is float and not low <= value < high:  # NaN too
         raise HTTPException(400, f"{name} out of range")
     return value
+
+
+def _moment(request: Request) -> tuple[float, float]:
+    """The moment a query asks for, in seconds: `start` (0 without one) to `end` (`start` without one)."""
+    start = _number(request.query_params, "start", 0.0, 0.0, MAX_SECONDS, float)
+    return start, _number(request.query_params, "end", start, 0.0, MAX_SECONDS, float)
 
 
 def _flag(value: str | None) -> bool:
@@ -160,12 +163,7 @@ async def search(request: Request) -> Response:
         fields = photo.fields
         if not _wants_json(request):
             require_csrf_token(request, fields)
-        try:
-            k = int(fields.get("k", 5))
-        except ValueError as e:
-            raise HTTPException(400, "k must be a whole number") from e
-        if not 1 <= k <= MAX_K:
-            raise HTTPException(400, f"k must be between 1 and {MAX_K}")
+        k = _number(fields, "k", 5, 1, MAX_K)
         all_heads, whole_image, show_weak = _flag(fields.get("all")), _flag(fields.get("whole_image")), _flag(fields.get("show_weak"))
         site = _site(request)
         if photo.path is None:  # the page's options, on the photo searched last
@@ -189,8 +187,9 @@ async def compare_form(request: Request) -> Response:
 
 
 async def compare(request: Request) -> Response:
-    """POST /compare and POST /api/compare: a reference photo (field `photo`) and a library video (`video_id`) or an
-    uploaded clip (`clip`); /api/compare answers one entry of `headsearch compare --json`."""
+    """POST /compare and POST /api/compare: a reference photo (field `photo`), or the library's named people as the cast
+    (`cast` = people), and a library video (`video_id`) or an uploaded clip (`clip`); /api/compare answers one entry of
+    `headsearch compare --json` (of `compare --cast --json` for a cast)."""
     state = request.app.state
     if not _wants_json(request) and not request.headers.get("content-type", "").startswith("multipart/form-data"):
         require_csrf_token(request, {})  # no form to carry the token: only its header can
@@ -204,7 +203,8 @@ async def compare(request: Request) -> Response:
             raise NotFound(f"no video {raw[:20]}")
         if sent.clip is not None:
             video_id = None
-        page, twin = await run_in_threadpool(_site(request).compare, sent.photo.path, sent.photo.name, video_id, sent.clip, sent.clip_name)
+        page, twin = await run_in_threadpool(_site(request).compare, sent.photo.path, sent.photo.name, video_id, sent.clip, sent.clip_name,
+                                             fields.get("cast") == "people")
     if _wants_json(request):
         return JsonAnswer(twin)
     return _page(request, "compare.html", page)
@@ -253,8 +253,8 @@ async def videos(request: Request) -> Response:
     kind = request.query_params.get("kind", "all")
     if kind not in ("all", "video", "image"):
         raise HTTPException(400, "kind must be all, video or image")
-    page = _int_param(request, "page", 1, 1, 1_000_000)
-    per_page = _int_param(request, "per_page", FILES_PAGE, 1, 1000)
+    page = _number(request.query_params, "page", 1, 1, 1_000_000)
+    per_page = _number(request.query_params, "per_page", FILES_PAGE, 1, 1000)
     return _page(request, "videos.html", await run_in_threadpool(_site(request).videos_page, query, kind, page, per_page))
 
 
@@ -263,7 +263,7 @@ async def video(request: Request) -> Response:
 
 
 async def track(request: Request) -> Response:
-    k = _int_param(request, "k", 12, 1, MAX_K)
+    k = _number(request.query_params, "k", 12, 1, MAX_K)
     return _page(request, "track.html", await run_in_threadpool(_site(request).track_page, request.path_params["track_id"], k))
 
 
@@ -273,7 +273,7 @@ async def people(request: Request) -> Response:
 
 
 async def inbox(request: Request) -> Response:
-    page = _int_param(request, "page", 1, 1, 1_000_000)
+    page = _number(request.query_params, "page", 1, 1, 1_000_000)
     return _page(request, "inbox.html", await run_in_threadpool(_site(request).inbox_page, page))
 
 
@@ -282,8 +282,7 @@ async def person(request: Request) -> Response:
 
 
 async def watch(request: Request) -> Response:
-    start = _float_param(request, "start", 0.0)
-    end = _float_param(request, "end", start)
+    start, end = _moment(request)
     track_id = request.query_params.get("track")
     track = None if track_id is None else _id_field(track_id, "track")
     data = await run_in_threadpool(_site(request).watch_page, request.path_params["video_id"], start, end, track)
@@ -409,8 +408,7 @@ async def media(request: Request) -> Response:
 
 async def preview(request: Request) -> Response:
     site = _site(request)
-    start = _float_param(request, "start", 0.0)
-    end = _float_param(request, "end", start)
+    start, end = _moment(request)
     v = await run_in_threadpool(site.video_row, request.path_params["video_id"])
     if v.kind == "image":
         raise HTTPException(415, "a photo has no preview clip")
