@@ -18,7 +18,6 @@ BGR image), with a least-squares similarity fit: measured best, see `ALIGNMENT_N
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -27,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from headsearch.basics.errors import ModelError, first_line
-from headsearch.basics.files import atomic_write, model_cache_dir, write_json_atomic
+from headsearch.basics.files import atomic_write, known_sha256, model_cache_dir, sha256_file, write_json_atomic
 from headsearch.detection.crops import HeadCrop
 from headsearch.models.base import WEIGHTS_DIR, Embedder, ModelSpec, align_face, l2_normalise
 from headsearch.models.registry import register_model
@@ -45,24 +44,9 @@ FLOAT_CONVERSION = "drop-graph-inputs/1+fold-dequantize/1"
 ALIGNMENT_NOTE = "ArcFace five-point template, 112x112, least-squares similarity (exact=True), RGB"
 
 
-_DIGESTS: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> SHA-256, for this process
-
-
 def _stamp(path: Path) -> list[int]:
     st = os.stat(path)
     return [st.st_size, st.st_mtime_ns]
-
-
-def sha256_file(path: Path) -> str:
-    """The SHA-256 of a file's content, hashed once per version of the file (path, size, modification time)."""
-    key = (str(path), *_stamp(path))
-    if key not in _DIGESTS:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        _DIGESTS[key] = h.hexdigest()
-    return _DIGESTS[key]
 
 
 def source_path() -> Path:
@@ -108,7 +92,7 @@ def _cached(name: str, conversion: str, make: Callable[[], bytes], folder: Path 
         if (record.get("conversion") == conversion and record.get("source_stamp") == _stamp(source)
                 and record.get("stamp") == _stamp(target) and record.get("source_sha256")):
             # both files as they were when the record was written (same size and modification time): not hashed again
-            _DIGESTS[(str(source), *_stamp(source))] = record["source_sha256"]
+            known_sha256(source, record["source_sha256"])
             return target
     except (OSError, ValueError, AttributeError, TypeError):
         pass
