@@ -1,6 +1,7 @@
-"""Batches on the faster CPU runtime: the first large batch runs a trial of ONNX Runtime against OpenVINO, saved per
-model file and machine; small batches and HEADSEARCH_RUNTIME=onnxruntime never touch OpenVINO; both runtimes give
-SFace and Lite0 vectors of real faces that agree; a missing, failing or disagreeing OpenVINO leaves ONNX Runtime."""
+"""Batches on the faster CPU runtime: the first large batch runs a trial of ONNX Runtime against OpenVINO (in a process
+of its own: tests/test_runtime_trial.py), saved per model file and machine; small batches and
+HEADSEARCH_RUNTIME=onnxruntime never touch OpenVINO; both runtimes give SFace and Lite0 vectors of real faces that
+agree; a missing, failing or disagreeing OpenVINO leaves ONNX Runtime."""
 from __future__ import annotations
 
 import json
@@ -112,14 +113,20 @@ def test_onnxruntime_alone_where_asked_or_where_openvino_is_missing(cache, crops
 
 def test_openvino_outputs_that_disagree_or_fail_leave_onnxruntime(cache, crops, monkeypatch):
     faces = _faces(crops)
+    infer = batch_runtime._Compiled.infer
+    monkeypatch.setattr(batch_runtime._Compiled, "infer", lambda self, batch: infer(self, batch) * 1.01)
+    times, said = batch_runtime._time_runtimes(runtime_sface(), 2, faces[:TRIAL_ROWS])  # the trial's process's work, here
+    assert times["outputs_agree"] is False and times["openvino_ms"] > 0 and not said
+    trial = batch_runtime._decide(runtime_sface(), 2, times, cache / "sface.json")
+    assert trial["runtime"] == ONNXRUNTIME and trial["openvino_ms"] is None and json.loads((cache / "sface.json").read_text()) == trial
 
-    class Disagreeing(BatchRunner):
-        def _openvino(self, batch):
-            return super()._openvino(batch) * 1.01
+    def failing(self, batch):
+        raise RuntimeError("an exception from OpenVINO's plugin")
 
-    runner = Disagreeing(runtime_sface())
-    runner.run(faces)
-    assert runner.runtime == ONNXRUNTIME and runner.trial["outputs_agree"] is False and runner._compiled is None
+    monkeypatch.setattr(batch_runtime._Compiled, "infer", failing)
+    times, said = batch_runtime._time_runtimes(runtime_sface(), 2, faces[:TRIAL_ROWS])
+    assert times["outputs_agree"] is False and times["openvino_ms"] is None and times["onnxruntime_ms"] > 0
+    assert said == [f"{runtime_sface().name}: OpenVINO failed (an exception from OpenVINO's plugin); running on ONNX Runtime"]
 
     class Failing(BatchRunner):
         def _openvino(self, batch):
