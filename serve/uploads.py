@@ -311,10 +311,13 @@ async def received_compare(request: Request, limit: int, slots: UploadSlots) -> 
                 raise UploadRefused(408, f"upload too slow: not received within {UPLOAD_SECONDS:.0f} s") from e
             if reading is not None:
                 reading.arrived = True
-            if "photo" not in names:
-                raise UploadRefused(400, "no reference photo in the form (field `photo`)")
+            cast = fields.get("cast") == "people"  # the library's named people as the cast: no photo needed
+            if "photo" not in names and not cast:
+                raise UploadRefused(400, "no reference photo in the form (field `photo`; or `cast` = people)")
             photo_file.flush()
             clip_file.flush()
-            check_image_file(Path(photo_file.name))
+            if "photo" in names:
+                check_image_file(Path(photo_file.name))
             clip = Path(clip_file.name) if "clip" in names else None
-            yield CompareUpload(Photo(Path(photo_file.name), names["photo"], fields), clip, names.get("clip"))
+            photo = Path(photo_file.name) if "photo" in names else None
+            yield CompareUpload(Photo(photo, names.get("photo", ""), fields), clip, names.get("clip"))

@@ -413,12 +413,13 @@ class Site:
             files = [v for v in b.videos() if v.kind == "video"]
         root = _common_folder([str(Path(v.path).parent) for v in files])
         choices = sorted(({"id": v.id, "name": _under(v.path, root), "path": v.path} for v in files), key=lambda c: c["name"].casefold())
-        return {"videos": choices, "root": root, "comparison": None}  # named by their place under the folder they share
+        return {"videos": choices, "root": root, "comparison": None, "cast": None}  # named by their place under the folder they share
 
-    def compare(self, photo: Path, photo_name: str, video_id: int | None = None, clip: Path | None = None,
-                clip_name: str | None = None) -> tuple[dict, dict]:
+    def compare(self, photo: Path | None, photo_name: str, video_id: int | None = None, clip: Path | None = None,
+                clip_name: str | None = None, cast: bool = False) -> tuple[dict, dict]:
         """A reference photo (its largest head) compared with a library video (by id) or an uploaded clip, as `headsearch
-        compare` does: (the page's data, the JSON twin, one entry of `compare --json`). One comparison at a time."""
+        compare` does: (the page's data, the JSON twin, one entry of `compare --json`); or, `cast`, the library's named
+        people as the cast (`compare --cast`: the twin is one video's entry). One comparison at a time."""
         from headsearch.compare.reference import Reference, ReferenceHead
         from headsearch.compare.report import frame_picture, page_data, plot_svg
         from headsearch.detection.crops import picture_of
@@ -426,6 +427,8 @@ class Site:
 
         if (video_id is None) == (clip is None):
             raise HeadsearchError("pick a video of the library or upload a clip (one of them)")
+        if photo is None and not cast:
+            raise HeadsearchError("give a reference photo, or take the library's named people as the cast")
         photos = self.service.photos
         comparer = Comparer.of(photos)  # the library's bars; refused in one line without them
         if video_id is not None:
@@ -434,6 +437,8 @@ class Site:
             path, name = Path(video.path), Path(video.path).name
         else:
             path, name = clip, clip_name or "clip"
+        if cast:
+            return self._compare_cast(comparer, path, name, video_id)
         with self._comparing:
             e = photos.heads(photo, photo_name)[0]  # its largest head
             head = ReferenceHead(e.vectors, e.head.face_visible, encode_jpeg(picture_of(e.head.crop), 90), e.head.box.area)
@@ -454,6 +459,34 @@ class Site:
                 "reference_picture": None if reference.picture is None else "data:image/jpeg;base64," + base64.b64encode(reference.picture).decode(),
                 "drift_links": [link(d.time) if link else None for d in c.drifts], "video_id": video_id}
         return {**self.compare_form(), "comparison": page}, twin
+
+    def _compare_cast(self, comparer, path: Path, name: str, video_id: int | None) -> tuple[dict, dict]:
+        """The library's named people as a cast over one video (`compare --cast`)."""
+        from headsearch.basics.timeline import format_time
+        from headsearch.compare.cast import CastRun, gap_plot_svg
+        from headsearch.compare.reference import Reference, person_heads
+
+        named = [p for p in list_people(self.library, with_looks=False) if p.name]
+        if not named:
+            raise HeadsearchError("no named people in this library to make the cast: name people first (the People page, or "
+                                  "`headsearch people name ID NAME`)")
+        with self._comparing:
+            references = []
+            for p in named:
+                label, heads, said = person_heads(self.library, p.id)
+                references.append(Reference.of(label, heads, [said]))
+            try:
+                run = CastRun([r.name for r in references], [comparer.cast_video(path, references)])
+            except HeadsearchError as e:
+                if video_id is None:
+                    e.args = (str(e).replace(str(path), name), *e.args[1:])
+                raise
+        twin = {**run.to_json()[0], "video": name if video_id is None else str(path)}
+        apps = [{**a.to_dict(), "start_text": format_time(a.start), "end_text": format_time(a.end),
+                 "link": None if video_id is None else watch_url(video_id, a.start, a.end)} for a in run.appearances()]
+        page = {"name": name, "characters": run.summaries(), "appearances": apps, "plot": gap_plot_svg(run),
+                "nobody": sum(h.character is None and h.tier != "no_head" for h in run.videos[0].heads), "video_id": video_id}
+        return {**self.compare_form(), "cast": page}, twin
 
     # ----- media --------------------------------------------------------------------------------------
     def playback(self, video: VideoRow) -> Playback:

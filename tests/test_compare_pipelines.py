@@ -302,3 +302,39 @@ def test_cast_mode_finds_the_switch_of_two_joined_clips(tmp_path):
     said = run("compare", "--cast", tmp_path / "bad.csv", joined, ok=None)
     assert said.exit_code == 3 and "nowhere.jpg: no such photo" in said.stderr and said.stderr.count("\n") == 1
     assert run("compare", "--cast", cast, "--ref", EXAMPLES / "lin-manuel-miranda.png", joined, ok=None).exit_code == 2
+
+
+@needs_data
+@pytest.mark.slow
+def test_the_web_compare_takes_the_librarys_named_people_as_the_cast(hamilton_library, tmp_path):
+    """/api/compare with `cast` = people answers one video's entry of `compare --cast --json`, the characters being the
+    library's named people; the page shows the cast; without named people, one line."""
+    import shutil
+
+    from starlette.testclient import TestClient
+
+    from serve.app import create_app
+    from serve.guard import CSRF_HEADER
+
+    library = tmp_path / "library"
+    shutil.copytree(hamilton_library, library)
+    run("people", "--library", library)
+    lin_track = json.loads(run("query", EXAMPLES / "lin-manuel-miranda.png", "--library", library, "--json", "-k", "1").stdout)[0]["track_id"]
+    people = json.loads(run("people", "--library", library, "--json", "--unlisted").stdout)
+    lin = next(p for p in people if lin_track in p["tracks"])
+    client = TestClient(create_app(library, cache_dir=tmp_path / "cache"))
+    client.headers["origin"] = str(client.base_url).rstrip("/")
+    client.headers[CSRF_HEADER] = client.get("/api/csrf").json()["token"]
+    video = next(v for v in client.get("/api/compare").json()["videos"] if v["path"] == str(HAMILTON))
+    none = client.post("/api/compare", data={"cast": "people", "video_id": str(video["id"])}, files={"clip": ("", b"", "video/mp4")})
+    assert none.status_code == 400 and "no named people" in none.json()["error"], none.text
+    run("people", "name", str(lin["id"]), "Lin", "--library", library)
+    twin = client.post("/api/compare", data={"cast": "people", "video_id": str(video["id"])}, files={"clip": ("", b"", "video/mp4")})
+    assert twin.status_code == 200, twin.text
+    got = twin.json()
+    lin_summary = next(c for c in got["characters"] if c["character"] == "Lin")
+    assert lin_summary["appearances"] and any(a["shot"] == 2 for a in lin_summary["appearances"])  # 3.588-7.892 s: him, frontal
+    assert all(f["judged"] in JUDGED for f in got["frames"]) and {f["character"] for f in got["frames"]} - {None} == {"Lin"}
+    page = client.post("/compare", data={"cast": "people", "video_id": str(video["id"]), "csrf": client.headers[CSRF_HEADER]},
+                       files={"clip": ("", b"", "video/mp4")})
+    assert page.status_code == 200 and "the cast" in page.text and "cast-plot" in page.text
