@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from headsearch.basics.errors import HeadsearchError, LibraryError
 from headsearch.basics.files import fsync_folder, write_json_atomic
@@ -43,7 +43,20 @@ from headsearch.store.rows import ForgottenRow
 if TYPE_CHECKING:
     import duckdb
 
-    from headsearch.store.library import Library
+    from headsearch.store.database import Database
+    from headsearch.store.library_files import LibraryFiles
+
+
+class Library(Protocol):
+    """What forgetting needs of `headsearch.store.library.Library` (which calls it: no import back, no circle)."""
+
+    root: Path
+    database: Database
+    files: LibraryFiles
+
+    def writer_lock(self, purpose: str = ...) -> contextlib.AbstractContextManager: ...
+
+    def rewrite_vector_indexes(self) -> None: ...
 
 log = logging.getLogger(__name__)
 
