@@ -29,8 +29,9 @@ from headsearch.basics.text import printable
               help="Also write a contact sheet of output frames with the boxes drawn, to check before publishing: "
                    "DIR/OUT-NAME.redactions.png.")
 @click.option("--library", "-l", type=click.Path(path_type=Path), default=None, envvar="HEADSEARCH_LIBRARY",
-              help="A library: its people (--person, --all-except NAME) and its analysis of the video where it is indexed "
-                   "unchanged (default with --person: $HEADSEARCH_LIBRARY or ./headsearch-library; else none: the video is analysed).")
+              help="A library: its people (--person, --all-except NAME) and its analysis of the video where it holds it "
+                   "unchanged (default: $HEADSEARCH_LIBRARY; for a person of a library, else ./headsearch-library; without a "
+                   "library the video is analysed).")
 @model_option("--model", "-m", prefix="Model", suffix=" (default: the library's, else the default model).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON (the output, audit trail, contact "
               "sheet, frames, boxes and tracks).")
