@@ -304,3 +304,28 @@ def compare_bench(sets: tuple[Path, ...], model: str | None, joins: int, still_a
     _show(run.to_dict(), compare_text(run), as_json)
     if run.failed:
         sys.exit(EXIT_PARTIAL)
+
+
+@bench.command("redact")
+@click.argument("set_csv", metavar="SET", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder the set's relative file paths start from (default: the CSV's folder; bench/sets/heads.csv: ../shared/data).")
+@click.option("--tool", "tools", multiple=True, type=click.Choice(["headsearch", "deface"]),
+              help="Measure only this tool (repeatable; default: both; deface comes with the `bench` extra).")
+@click.option("--style", type=click.Choice(["blur", "pixelate", "box"]), default="blur", show_default=True, help="headsearch's style.")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Keep the redacted videos in this folder (default: a temporary one, removed after).")
+@json_option
+@quiet_option
+def redact_bench(set_csv: Path, root: Path | None, tools: tuple[str, ...], style: str, work_dir: Path | None, as_json: bool,
+                 quiet: bool) -> None:
+    """Redaction against a labelled head SET: the share of labelled heads hidden by view (face, profile, back) and of
+    the picture hidden outside them, judged from the pixels alone, for `headsearch redact --everyone` and for deface
+    (a face-only redactor) on the same videos. SET is a CSV file,time,x1,y1,x2,y2,view[,ignore]."""
+    from bench.redact import TOOLS, RedactOptions, bench_redact
+
+    run = bench_redact(RedactOptions(set_csv, root, tuple(dict.fromkeys(tools)) or TOOLS, style, work_dir),
+                       report=_say(quiet) or (lambda line: None))
+    _show(run.to_dict(), run.text(), as_json)
+    if any(r.error for r in run.results):
+        sys.exit(EXIT_PARTIAL)

@@ -1,0 +1,105 @@
+"""`headsearch bench redact`: the judge of hidden heads looks at pixels alone (fast tier, generated pictures), and the
+benchmark runs headsearch and deface on real labelled heads (slow tier)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from conftest import DATA, needs_data, run
+
+from bench.redact import ToolResult, detail, hidden, judge_frame
+from headsearch.evaluation.head_boxes import HeadFrame, LabelledHead
+from schemas.records import Box
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def textured(h: int = 240, w: int = 320, seed: int = 0) -> np.ndarray:
+    """A picture with detail everywhere (smoothed noise, as skin and hair have)."""
+    rng = np.random.default_rng(seed)
+    grey = cv2.GaussianBlur(rng.uniform(0, 255, (h, w)).astype(np.float32), (0, 0), 1.2)
+    return np.repeat(np.clip(grey, 0, 255).astype(np.uint8)[:, :, None], 3, axis=2)
+
+
+def test_the_judge_tells_hidden_from_kept_whatever_the_style():
+    src = textured()
+    box = (slice(60, 180), slice(100, 220))
+    noisy = np.clip(src.astype(np.int16) + np.random.default_rng(1).integers(-3, 4, src.shape), 0, 255).astype(np.uint8)  # codec noise
+    blurred, pixelated, boxed = src.copy(), src.copy(), src.copy()
+    blurred[box] = cv2.GaussianBlur(src[box], (0, 0), 8)
+    pixelated[box] = cv2.resize(cv2.resize(src[box], (8, 8), interpolation=cv2.INTER_AREA), (120, 120), interpolation=cv2.INTER_NEAREST)
+    boxed[box] = 0
+    ds = detail(src)
+    assert hidden(ds[box], detail(noisy)[box]) is False
+    for out in (blurred, pixelated, boxed):
+        assert hidden(ds[box], detail(out)[box]) is True
+    assert hidden(np.zeros((20, 20), np.float32), np.zeros((20, 20), np.float32)) is None  # no detail: nothing to tell
+
+
+def test_a_frame_counts_its_heads_by_view_and_the_picture_outside():
+    src = textured(seed=2)
+    out = src.copy()
+    out[60:180, 100:220] = cv2.GaussianBlur(src[60:180, 100:220], (0, 0), 8)  # the face hidden, the back of a head not
+    frame = HeadFrame("clip.mp4", None, 1.0, [LabelledHead(Box(100, 60, 220, 180), "face"), LabelledHead(Box(10, 10, 60, 60), "back"),
+                                              LabelledHead(Box(250, 150, 300, 200), "profile", ignore=True)])
+    r = ToolResult("tool")
+    judge_frame(src, out, frame, r)
+    assert r.heads["face"] == [1, 1] and r.heads["back"] == [0, 1] and r.heads["profile"] == [0, 0]
+    assert r.outside[1] > 50 and r.outside[0] == 0  # nothing hidden outside the heads
+    everything = cv2.GaussianBlur(src, (0, 0), 8)
+    r2 = ToolResult("tool")
+    judge_frame(src, everything, frame, r2)
+    assert r2.outside_share > 0.9 and r2.heads["back"] == [1, 1]
+
+
+def _first_seconds(src: Path, out: Path, until: float) -> float:
+    """The clip's frames up to `until` (its own timeline) as a new clip starting at 0; the first frame's time in the source."""
+    import av
+
+    from headsearch.basics.timeline import probe_timing
+
+    first = None
+    with av.open(str(src)) as c, av.open(str(out), "w") as dst:
+        stream = c.streams.video[0]
+        rate = probe_timing(src).rate
+        o = dst.add_stream("libx264", rate=rate, options={"preset": "ultrafast", "crf": "12"})
+        o.width, o.height, o.pix_fmt = stream.codec_context.width, stream.codec_context.height, "yuv420p"
+        for n, frame in enumerate(c.decode(stream)):
+            first = frame.time if first is None else first
+            if frame.time > until:
+                break
+            f = frame.reformat(format="yuv420p")
+            f.pts, f.time_base = n, 1 / rate
+            for packet in o.encode(f):
+                dst.mux(packet)
+        for packet in o.encode():
+            dst.mux(packet)
+    return first
+
+
+@needs_data
+@pytest.mark.slow
+def test_bench_redact_runs_both_tools_on_the_same_frames(tmp_path):
+    """The hamilton clip's first 1.6 s (the wide stage: faces, a back, a profile): headsearch hides the heads and
+    little else; deface runs on the same frames where the bench extra installed it, else one line says how."""
+    start = _first_seconds(DATA / "face_recognition" / "examples" / "short_hamilton_clip.mp4", tmp_path / "stage.mp4", 1.7)
+    rows = []
+    for line in (ROOT / "bench" / "sets" / "heads.csv").read_text().splitlines():
+        file, time, *rest = line.split(",")
+        if "hamilton" in file and float(time) < 1.6:  # on the new clip's timeline, which starts at 0
+            rows.append(",".join(["stage.mp4", f"{float(time) - start:.3f}", *rest]))
+    subset = tmp_path / "stage-heads.csv"
+    subset.write_text("file,time,x1,y1,x2,y2,view,ignore\n" + "\n".join(rows) + "\n")
+    said = run("bench", "redact", subset, "--json", "-q", ok=None)
+    tools = {t["tool"]: t for t in json.loads(said.stdout)["tools"]}
+    ours = tools["headsearch"]
+    assert ours["error"] is None and ours["heads"]["face"]["labelled"] == 2 and ours["heads"]["back"]["labelled"] == 1
+    assert ours["heads"]["face"]["share"] == 1.0 and ours["outside_share"] < 0.1 and ours["x_real_time"] > 0
+    theirs = tools["deface"]
+    if theirs["error"] is None:  # installed with the bench extra (scripts/test.sh installs it)
+        assert theirs["heads"]["face"]["labelled"] == 2 and theirs["outside_share"] is not None and said.exit_code == 0
+    else:
+        assert "pip install" in theirs["error"] and said.exit_code == 1
