@@ -131,21 +131,11 @@ def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, pers
     frames) and scored against the reference: same_look, other_look (same person, another look), other_person, or
     no_head. Runs of one tier are segments; a fall in tier is a drift event. Nothing is stored.
     """
-    from headsearch.compare.report import table_lines, write_report
     from headsearch.compare.timeline import CompareSettings
     from indexer.compare import open_comparison
 
-    if not videos and write_spec is None:
-        raise click.UsageError("give one or more videos to compare")
+    _check_usage(ctx, bool(videos), fps, every_frame, chunk_frames, chunk_overlap, write_spec, cast_refs)
     spec = _spec(ctx, spec_file)
-    if fps is not None and every_frame:
-        raise click.UsageError("--fps and --every-frame exclude each other")
-    if chunk_overlap and not chunk_frames:
-        raise click.UsageError("--overlap goes with --chunk-frames")
-    if chunk_frames is not None and chunk_overlap >= chunk_frames:
-        raise click.UsageError(f"--overlap {chunk_overlap} must be under --chunk-frames {chunk_frames}")
-    if cast_refs is not None and ctx.meta.get("references"):
-        raise click.UsageError("--cast names the characters: leave out --ref, --ref-video, --person and --name")
     specs = _cast_specs(cast_refs) if cast_refs is not None else reference_specs(ctx.meta.get("references", []))
     show = show_progress(progress)
     try:
@@ -165,8 +155,30 @@ def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, pers
     if cast_refs is not None:
         sys.exit(_cast(session, [Path(v) for v in videos], in_force.digest, as_json, no_frames, report_dir, fail_under, fail_under_look))
     done, failed = _run(session, [Path(v) for v in videos], as_json)
+    _say_compared(done, failed, in_force.digest, as_json, no_frames, report_dir)
+    sys.exit(_exit_status(done, failed, fail_under, fail_under_look))
+
+
+def _check_usage(ctx: click.Context, videos: bool, fps: float | None, every_frame: bool, chunk_frames: int | None, chunk_overlap: int,
+                 write_spec: Path | None, cast_refs: Path | None) -> None:
+    if not videos and write_spec is None:
+        raise click.UsageError("give one or more videos to compare")
+    if fps is not None and every_frame:
+        raise click.UsageError("--fps and --every-frame exclude each other")
+    if chunk_overlap and not chunk_frames:
+        raise click.UsageError("--overlap goes with --chunk-frames")
+    if chunk_frames is not None and chunk_overlap >= chunk_frames:
+        raise click.UsageError(f"--overlap {chunk_overlap} must be under --chunk-frames {chunk_frames}")
+    if cast_refs is not None and ctx.meta.get("references"):
+        raise click.UsageError("--cast names the characters: leave out --ref, --ref-video, --person and --name")
+
+
+def _say_compared(done: list, failed: list[tuple[str, str]], digest: str, as_json: bool, no_frames: bool, report_dir: Path | None) -> None:
+    """The comparisons as JSON, or (the text was said as each was done) a table of several; the report."""
+    from headsearch.compare.report import table_lines, write_report
+
     if as_json:
-        out = [{**c.to_dict(frames=not no_frames), "spec": in_force.digest} for c in done] + [{"video": v, "error": e} for v, e in failed]
+        out = [{**c.to_dict(frames=not no_frames), "spec": digest} for c in done] + [{"video": v, "error": e} for v, e in failed]
         click.echo(json_text(out))
     elif len(done) > 1:
         click.echo("")
@@ -174,7 +186,6 @@ def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, pers
             click.echo(line)
     if report_dir is not None and done:
         click.echo(f"report: {write_report(report_dir, done, failed)}", err=True)
-    sys.exit(_exit_status(done, failed, fail_under, fail_under_look))
 
 
 def _cast_specs(path: Path):
