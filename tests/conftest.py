@@ -70,10 +70,7 @@ def pytest_sessionstart(session) -> None:
 
 # Test files left to their owners (edited elsewhere while the tiers were sorted): they use real media or a real model,
 # and stay in the slow tier from here until they are marked `slow` or rewritten on generated media in the file itself.
-SLOW_UNTIL_SORTED = {
-    "test_runtime.py": "a copy of the shipped EfficientNet-Lite0 fed a real photo",
-    "test_batch_runtime.py": "the real SFace and Lite0 on real faces",
-}
+SLOW_UNTIL_SORTED = {"test_runtime.py": "a copy of the shipped EfficientNet-Lite0 fed a real photo"}
 _MISPLACED = pytest.StashKey[str]()
 
 

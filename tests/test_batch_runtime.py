@@ -22,7 +22,7 @@ from headsearch.models.sface import SFaceEmbedder, runtime_sface
 from headsearch.models.whole_head import WholeHeadEmbedder
 from schemas.records import VectorKind
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.slow]  # the real SFace and Lite0 on real faces
 
 
 @pytest.fixture
