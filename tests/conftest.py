@@ -68,9 +68,6 @@ def pytest_sessionstart(session) -> None:
                     "(or set HEADSEARCH_LEAN_TEST=1 to test a lean install on purpose)", returncode=3)
 
 
-# Test files left to their owners (edited elsewhere while the tiers were sorted): they use real media or a real model,
-# and stay in the slow tier from here until they are marked `slow` or rewritten on generated media in the file itself.
-SLOW_UNTIL_SORTED = {"test_runtime.py": "a copy of the shipped EfficientNet-Lite0 fed a real photo"}
 _MISPLACED = pytest.StashKey[str]()
 
 
@@ -78,8 +75,6 @@ _MISPLACED = pytest.StashKey[str]()
 def pytest_collection_modifyitems(config, items) -> None:
     """The fast tier touches no real media (`tiers.misplaced`): a test outside `slow` that does is an error."""
     for item in items:
-        if item.path.name in SLOW_UNTIL_SORTED:
-            item.add_marker(pytest.mark.slow)
         if why := tiers.misplaced(item, DATA, needs_data):
             item.stash[_MISPLACED] = why
 

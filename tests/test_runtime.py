@@ -8,12 +8,14 @@ import shutil
 import cv2
 import numpy as np
 import onnxruntime as ort
+import pytest
 from conftest import AMY_DIR, needs_data
 
 from headsearch.basics import runtime
 from headsearch.models.base import WEIGHTS_DIR
 from headsearch.models.whole_head import LITE0_FILE
 
+pytestmark = [needs_data, pytest.mark.slow]  # a copy of the shipped EfficientNet-Lite0 fed a real photo
 LITE0_WEIGHTS = WEIGHTS_DIR / LITE0_FILE
 
 
@@ -34,7 +36,6 @@ def _saved(cache) -> list:
     return sorted((cache / "models" / runtime.OPTIMIZED).glob("*.onnx"))
 
 
-@needs_data
 def test_a_session_starts_from_its_saved_optimised_graph_with_the_same_outputs(tmp_path, monkeypatch):
     monkeypatch.setenv("HEADSEARCH_CACHE", str(tmp_path / "cache"))
     model = tmp_path / "lite0.onnx"
@@ -61,7 +62,6 @@ def test_a_session_starts_from_its_saved_optimised_graph_with_the_same_outputs(t
     assert renewed != saved
 
 
-@needs_data
 def test_an_unwritable_cache_still_gives_a_session(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("a file where the cache folder would be")
@@ -73,7 +73,6 @@ def test_an_unwritable_cache_still_gives_a_session(tmp_path, monkeypatch):
     assert not list(tmp_path.glob("**/*.partial"))
 
 
-@needs_data
 def test_the_cache_keeps_the_copies_used_last(tmp_path, monkeypatch):
     monkeypatch.setenv("HEADSEARCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(runtime, "MAX_OPTIMIZED", 2)
