@@ -30,7 +30,7 @@ build_venv() {
     chmod 755 "$tmp"
     "$PYTHON" -m venv --prompt "venv-$key" "$tmp"
     "$tmp/bin/python" -m pip install --quiet --upgrade pip
-    "$tmp/bin/python" -m pip install --quiet -e '.[test,train,ray,export]'
+    "$tmp/bin/python" -m pip install --quiet -e '.[test,train,ray,export,bench]'
     # Console scripts and activate name the folder they were made in: name the final one.
     grep -rlIF "$tmp" "$tmp/bin" | xargs -r sed -i "s|$tmp|$venv|g"
     touch "$tmp/.complete"
