@@ -9,8 +9,9 @@ same origin and the session's token; off the loopback, every request needs the t
 """
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -20,7 +21,7 @@ from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -44,6 +45,7 @@ from headsearch.people.persons import (
 )
 from serve.files import FileChanged, FileNotServed, OpenFileResponse
 from serve.guard import CSRF_FIELD, CSRF_HEADER, SECURITY_HEADERS, Backoff, Guard, SessionTokens, checked_token, csrf_token, require_csrf_token
+from serve.redacting import RedactBusy
 from serve.uploads import UploadRefused, UploadSlots, read_form, received_compare, received_photo
 from serve.views import FILES_PAGE, MAX_K, NotFound, Site
 
@@ -385,6 +387,52 @@ async def person_forget(request: Request) -> Response:
     return _done(request, "/people", {"forgotten": asdict(row)})
 
 
+# ----- redactions (`headsearch redact` as a job) ---------------------------------------------------
+async def video_redact(request: Request) -> Response:
+    """POST /videos/ID/redact: `whom` = everyone | person | except (with `person`, an id), `style` = blur | pixelate |
+    box. Starts a job (one redacts at a time; the file goes to the app's cache, the source is only read) and answers
+    with its page (303), or its JSON (202) from /api."""
+    vid = request.path_params["video_id"]
+    fields = await _form(request)
+    raw = str(fields.get("person", "")).strip()
+    person = _id_field(raw, "person") if raw else None
+    job = await run_in_threadpool(_site(request).start_redaction, vid, str(fields.get("whom", "everyone")), person,
+                                  str(fields.get("style", "blur")))
+    return _job_started(request, job)
+
+
+async def person_redact(request: Request) -> Response:
+    """POST /people/ID/redact: hide this person in one of their videos (`video_id`), in `style`; as video_redact."""
+    pid = request.path_params["person_id"]
+    fields = await _form(request)
+    vid = _id_field(fields.get("video_id", ""), "video")
+    job = await run_in_threadpool(_site(request).start_redaction, vid, "person", pid, str(fields.get("style", "blur")))
+    return _job_started(request, job)
+
+
+def _job_started(request: Request, job) -> Response:
+    if _wants_json(request):
+        return JsonAnswer({"ok": True, **job.to_dict("/api")}, status_code=202)
+    return RedirectResponse(f"/jobs/{job.id}", status_code=303)
+
+
+async def job_page(request: Request) -> Response:
+    """GET /jobs/ID: a redaction's progress (the page reloads itself while it runs), then its file and audit trail."""
+    job = _site(request).job(request.path_params["job_id"])
+    return _page(request, "job.html", job.to_dict("/api" if _wants_json(request) else ""))
+
+
+async def job_file(request: Request) -> Response:
+    """GET /jobs/ID/file (the redacted video, to download) and /jobs/ID/audit (its audit trail, JSON)."""
+    import mimetypes
+
+    audit = request.url.path.endswith("/audit")
+    path = await run_in_threadpool(_site(request).job_file, request.path_params["job_id"], audit)
+    kind = "application/json" if audit else mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    return FileResponse(path, media_type=kind, filename=path.name, content_disposition_type="inline" if audit else "attachment",
+                        headers={"Cache-Control": "no-store"})
+
+
 async def people_update(request: Request) -> Response:
     await _form(request)
     summary = await run_in_threadpool(update_people, _site(request).library)
@@ -463,6 +511,8 @@ async def on_refused(request: Request, exc: UploadRefused) -> Response:
 async def on_domain(request: Request, exc: HeadsearchError) -> Response:
     if isinstance(exc, NotFound | PersonNotFound | FileNotServed):
         status = 404
+    elif isinstance(exc, RedactBusy):
+        status = 503
     elif isinstance(exc, FileChanged):
         status = 409
     elif isinstance(exc, NoHeadFound):
@@ -522,6 +572,9 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
             Route(f"{prefix}/tracks/{{track_id:id}}/move", track_move, methods=["POST"]),
             Route(f"{prefix}/people/{pid}/different", person_different, methods=["POST"]),
             Route(f"{prefix}/people/{pid}/forget", person_forget, methods=["POST"]),
+            Route(f"{prefix}/videos/{{video_id:id}}/redact", video_redact, methods=["POST"]),
+            Route(f"{prefix}/people/{pid}/redact", person_redact, methods=["POST"]),
+            Route(f"{prefix}/jobs/{{job_id:str}}", job_page),
         ]
     routes += [
         Route("/media/{video_id:id}", media),
@@ -531,8 +584,17 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
         Route("/thumbnails/{track_id:id}.jpg", thumbnail),
         Route("/frames/{sighting_id:id}.jpg", frame),
         Route("/person-photos/{photo_id:id}.jpg", person_photo),
+        Route("/jobs/{job_id:str}/file", job_file),
+        Route("/jobs/{job_id:str}/audit", job_file),
     ]
-    app = Starlette(routes=routes, middleware=[Middleware(Guard)],
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            site.redactions.close()  # the app stops: its redactions' files go
+
+    app = Starlette(routes=routes, middleware=[Middleware(Guard)], lifespan=lifespan,
                     exception_handlers={HTTPException: on_http, UploadRefused: on_refused, HeadsearchError: on_domain,
                                         Exception: on_unexpected})
     app.state.site = site

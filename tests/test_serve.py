@@ -481,7 +481,7 @@ def test_every_change_needs_the_same_origin_and_the_session_token(library, tmp_p
     people = json.loads(run("people", "--library", library, "--json", "--all").stdout)
     person, other = people[0], people[1]
     posts = sorted({r.path for r in app.routes if isinstance(r, Route) and "POST" in r.methods} - {"/api/query", "/api/compare"})
-    assert len(posts) == 20  # POST /, POST /compare and nine corrections (forget among them), each with its /api twin
+    assert len(posts) == 24  # POST /, POST /compare, nine corrections (forget among them) and two redactions, each with its /api twin
     token = client.get("/api/csrf").json()["token"]
     stranger = TestClient(app, base_url=own).get("/api/csrf").json()["token"]  # another session's token
     refused = [{CSRF_HEADER: token},  # names no origin (neither Origin nor Referer)
@@ -496,12 +496,14 @@ def test_every_change_needs_the_same_origin_and_the_session_token(library, tmp_p
     before = client.get("/api/people?all=1").json()
     for path in posts:
         url = re.sub(r"\{track_id[^}]*\}", str(person["tracks"][0]), re.sub(r"\{person_id[^}]*\}", str(person["id"]), path))
+        url = re.sub(r"\{video_id[^}]*\}", str(video_id(library, HAMILTON.resolve())), url)
         for headers in refused:
             files = {"photo": ("two.jpg", TWO_PEOPLE.read_bytes(), "image/jpeg")} if path == "/" else None
             r = client.post(url, data=form, files=files, headers=headers, follow_redirects=False)
             assert r.status_code == 403, (url, headers, r.status_code)
             assert "refused" in r.text or "token" in r.text
     assert client.get("/api/people?all=1").json() == before  # nothing changed
+    assert not list(tmp_path.rglob("redactions"))  # no redaction started
     # The page's own form, as a browser posts it: its hidden field, its Origin (or only a Referer).
     page = client.get(f"/people/{person['id']}").text
     field = re.search(r'name="csrf" value="([0-9a-f]{64})"', page).group(1)
