@@ -153,3 +153,24 @@ def test_bad_input_is_one_line(client, library):
         assert r.status_code == 404 and "no such redaction" in r.text, (url, r.text)
     # no origin or no token: refused as every change is
     assert TestClient(client.app).post(f"/api/videos/{vid}/redact", json={"whom": "everyone"}).status_code == 403
+
+
+def test_a_read_only_library_redacts_into_the_cache(library, tmp_path):
+    """The library is only read: a folder the app cannot write to redacts all the same, into the app's cache."""
+    lib = tmp_path / "read-only"
+    shutil.copytree(library, lib)
+    paths = [lib, *lib.rglob("*")]
+    for p in paths:
+        p.chmod(p.stat().st_mode & ~0o222)
+    try:
+        client = TestClient(create_app(lib, cache_dir=tmp_path / "cache"))
+        client.headers["origin"] = str(client.base_url).rstrip("/")
+        client.headers[CSRF_HEADER] = client.get("/api/csrf").json()["token"]
+        r = client.post(f"/api/videos/{hamilton_id(lib)}/redact", json={"whom": "everyone", "style": "blur"})
+        assert r.status_code == 202, r.text
+        job = finished(client, r.json()["page"])
+        assert job["state"] == "done" and job["result"]["boxes"] > 0, job
+        assert list((tmp_path / "cache").rglob("*.redacted.mp4")) and not list(lib.rglob("*.redacted.*"))
+    finally:
+        for p in paths:
+            p.chmod(p.stat().st_mode | 0o200)
