@@ -342,16 +342,19 @@ def _region(frame, box: Box, side: int, whole: list) -> tuple[np.ndarray, float,
         x2, y2 = x2 - (x2 - x1) % 2, y2 - (y2 - y1) % 2
     if x2 - x1 < 2 or y2 - y1 < 2:
         return np.zeros((0, 0, 3), np.uint8), 1.0, 0.0, 0.0
-    if frame.format.name in ("yuv420p", "yuvj420p"):
-        planes = [a for a, _, _, _ in _planes(frame)]
-        parts = [planes[0][y1:y2, x1:x2], planes[1][y1 // 2:y2 // 2, x1 // 2:x2 // 2], planes[2][y1 // 2:y2 // 2, x1 // 2:x2 // 2]]
-        i420 = np.concatenate([np.ascontiguousarray(p).ravel() for p in parts]).reshape((y2 - y1) * 3 // 2, x2 - x1)
-        rgb = cv2.cvtColor(i420, cv2.COLOR_YUV2RGB_I420)
-    else:
-        if not whole:
-            whole.append(frame.to_ndarray(format="rgb24"))
-        rgb = whole[0][y1:y2, x1:x2]
     scale = min(1.0, side / max(x2 - x1, y2 - y1))
+    if frame.format.name in ("yuv420p", "yuvj420p"):  # shrunk on its planes, then converted: a head's region, not the frame
+        w, h = max(2, 2 * round((x2 - x1) * scale / 2)), max(2, 2 * round((y2 - y1) * scale / 2))
+        scale = w / (x2 - x1)
+        planes = [a for a, _, _, _ in _planes(frame)]
+        parts = [(planes[0][y1:y2, x1:x2], (w, h)), (planes[1][y1 // 2:y2 // 2, x1 // 2:x2 // 2], (w // 2, h // 2)),
+                 (planes[2][y1 // 2:y2 // 2, x1 // 2:x2 // 2], (w // 2, h // 2))]
+        small = [cv2.resize(np.ascontiguousarray(p), size, interpolation=cv2.INTER_AREA) for p, size in parts]
+        rgb = cv2.cvtColor(np.concatenate([p.ravel() for p in small]).reshape(h * 3 // 2, w), cv2.COLOR_YUV2RGB_I420)
+        return rgb, scale, float(x1), float(y1)
+    if not whole:
+        whole.append(frame.to_ndarray(format="rgb24"))
+    rgb = whole[0][y1:y2, x1:x2]
     if scale < 1.0:
         rgb = cv2.resize(rgb, (max(1, round((x2 - x1) * scale)), max(1, round((y2 - y1) * scale))), interpolation=cv2.INTER_AREA)
     return np.ascontiguousarray(rgb), scale, float(x1), float(y1)
