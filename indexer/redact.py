@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from headsearch.basics.errors import HeadsearchError, MediaError, NoHeadFound
+from headsearch.basics.files import process_alive
 from headsearch.basics.media import file_stamp, media_kind
 from headsearch.basics.settings import IndexSettings, MediaLimits
 from headsearch.basics.text import counted
@@ -406,18 +407,9 @@ def _remove_stale(out: Path) -> None:
     with contextlib.suppress(OSError):
         for p in out.parent.iterdir():
             m = next((m for pattern in patterns if (m := pattern.match(p.name))), None)
-            if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+            if m and int(m.group(1)) != os.getpid() and not process_alive(int(m.group(1))):
                 p.unlink(missing_ok=True)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def check_paths(video: Path, out: Path, style: str = "blur", margin: float = DEFAULT_MARGIN) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headsearch.basics.errors import HeadsearchError, first_line
+from headsearch.basics.files import process_alive
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ class RedactJobs:
         with contextlib.suppress(OSError):
             for old in self.base.iterdir():
                 pid = old.name.split("-", 1)[0]
-                if old.is_dir() and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                if old.is_dir() and pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
                     shutil.rmtree(old, ignore_errors=True)
         self.folder.mkdir(parents=True, exist_ok=True)
         atexit.register(self.close)
@@ -166,12 +167,3 @@ class RedactJobs:
             self._jobs.clear()
         shutil.rmtree(self.folder, ignore_errors=True)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True

@@ -129,3 +129,14 @@ def private_temp_folder(name: str) -> Path:
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
             raise PermissionError(f"{folder}: not a private folder of this user (owner {st.st_uid}, mode {oct(st.st_mode & 0o777)})")
     return base / name
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process of this id runs (one of another user's too): what a dead run's leftovers are told by."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it runs, as someone else
+        return True
+    return True
