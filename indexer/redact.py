@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from headsearch.basics.errors import HeadsearchError, MediaError, NoHeadFound
+from headsearch.basics.failures import file_failures
 from headsearch.basics.files import process_alive
 from headsearch.basics.media import file_stamp, media_kind
 from headsearch.basics.settings import IndexSettings, MediaLimits
@@ -319,13 +320,15 @@ class Redactor:
         check_paths(video, out, style, margin)
         check_readable(video)
         targets = self.targets(whom) if targets is None else targets
-        _describe(progress, "analysing")
-        t1 = time.perf_counter()
-        heads = self.heads(video, progress, identify=not whom.everyone)
-        heads.seconds = time.perf_counter() - t1
-        chosen = self.choose(heads, whom, targets)
-        _describe(progress, "redacting")
-        return self._write(heads, chosen, whom, out, style, margin, preview, progress, t0)
+        # Whatever nobody foresaw in a file is one line, its traceback in errors.log (the library's, else a private one).
+        with file_failures(video, self.library.root if self.library is not None else None):
+            _describe(progress, "analysing")
+            t1 = time.perf_counter()
+            heads = self.heads(video, progress, identify=not whom.everyone)
+            heads.seconds = time.perf_counter() - t1
+            chosen = self.choose(heads, whom, targets)
+            _describe(progress, "redacting")
+            return self._write(heads, chosen, whom, out, style, margin, preview, progress, t0)
 
     def _write(self, heads: VideoHeads, chosen: list[Chosen], whom: Whom, out: Path, style: str, margin: float,
                preview: Path | None, progress: FrameProgress | None, t0: float) -> RedactSummary:

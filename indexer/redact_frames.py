@@ -608,13 +608,12 @@ def write_hidden(source: Path, out: Path, boxes_of: Callable[[int, tuple[int, in
                 if packet.stream.index != ivs.index:
                     if packet.dts is not None:
                         packet.stream = copies[packet.stream.index]
-                        dst.mux(packet)
+                        _write(source, lambda p=packet: dst.mux(p))
                     continue
                 for frame in packet.decode():
                     last_pts = _keep_time(frame, last_pts, step, ivs.time_base)
-                    for encoded in ovs.encode(_hidden_frame(frame, index, heads, style, ovs.codec_context.pix_fmt, turns, written,
-                                                            trail, preview)):
-                        dst.mux(encoded)
+                    hidden = _hidden_frame(frame, index, heads, style, ovs.codec_context.pix_fmt, turns, written, trail, preview)
+                    _write(source, lambda f=hidden: [dst.mux(encoded) for encoded in ovs.encode(f)])
                     index += 1
                     if progress is not None:
                         progress.update(1)
@@ -623,11 +622,21 @@ def write_hidden(source: Path, out: Path, boxes_of: Callable[[int, tuple[int, in
                 raise MediaError(f"{source}: not a readable video ({first_line(e)})") from e
             written.stopped_at = index
             log.warning("%s: decoding stopped at frame %d (%s)", source, index, first_line(e))
-        for encoded in ovs.encode():
-            dst.mux(encoded)
+        _write(source, lambda: [dst.mux(encoded) for encoded in ovs.encode()])
     written.frames = index
     written.seconds = time.perf_counter() - t0
     return written
+
+
+def _write(source: Path, step: Callable[[], object]) -> None:
+    """Encode or write: an error there is the output's, said in one line (a decoding error is the source's, and ends
+    the pass where it stopped)."""
+    import av
+
+    try:
+        step()
+    except (av.error.FFmpegError, ValueError) as e:
+        raise MediaError(f"{source}: the redacted video cannot be written ({first_line(e)})") from e
 
 
 def _hidden_frame(frame, index: int, heads: HeadBoxes, style: str, pix_fmt: str, turns: int, written: Written,
