@@ -174,3 +174,26 @@ def test_a_trial_process_dies_with_its_parent(cache, tmp_path):
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+def test_a_compiled_model_collected_inside_a_submit_does_not_hang_the_process():
+    """A collection can run a finalizer while `ThreadPoolExecutor.submit` holds its lock on this thread (the full suite
+    hung there): letting go of a compiled model must not submit from inside it."""
+    import threading
+
+    from headsearch.basics import batch_runtime
+
+    batch_runtime._on_openvino_thread(int)  # the thread exists
+    executor = batch_runtime._openvino_thread
+    held = [object()]
+    finished = threading.Event()
+
+    def collected_inside_submit():
+        with executor._shutdown_lock:  # as submit holds it when a collection runs the finalizer
+            batch_runtime._release_later(held)
+        finished.set()
+
+    threading.Thread(target=collected_inside_submit, daemon=True).start()
+    assert finished.wait(5), "letting go of a compiled model waited on the executor's own lock"
+    batch_runtime._on_openvino_thread(int)  # its next call lets go of it, on its thread
+    assert held == []

@@ -34,6 +34,7 @@ batch, without a trial; where OpenVINO is missing or cannot compile the model, O
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import io
@@ -164,12 +165,24 @@ def _block_signals() -> None:
 
 
 def _on_openvino_thread(work, *args):
-    """`work(*args)` on the one thread that makes every OpenVINO call of this process (see the module's text)."""
+    """`work(*args)` on the one thread that makes every OpenVINO call of this process (see the module's text), after it
+    has let go of the compiled models collected since its last call (`_release_later`)."""
     global _openvino_thread
     with _openvino_thread_lock:
         if _openvino_thread is None:
             _openvino_thread = ThreadPoolExecutor(1, thread_name_prefix="openvino", initializer=_block_signals)
-    return _openvino_thread.submit(work, *args).result()
+    return _openvino_thread.submit(_after_releasing, work, args).result()
+
+
+def _after_releasing(work, args):
+    _release_collected()
+    return work(*args)
+
+
+def _release_collected() -> None:
+    """On OpenVINO's thread: let go of the compiled models queued by `_release_later`."""
+    while _to_release:
+        _to_release.popleft().clear()
 
 
 class _Compiled:
@@ -185,6 +198,7 @@ class _Compiled:
 
     def release(self) -> None:
         self._finalizer()
+        _on_openvino_thread(_release_collected)
 
 
 def _compile_on_thread(path: str, threads: int) -> list:
@@ -211,11 +225,14 @@ def _infer_on_thread(held: list, batch: np.ndarray) -> np.ndarray:
     raise ModelError(message)
 
 
+_to_release: collections.deque[list] = collections.deque()  # compiled models collected, for OpenVINO's thread to let go
+
+
 def _release_later(held: list) -> None:
-    """Let go of a compiled model on OpenVINO's thread (without waiting: a finalizer may run on any thread, or at exit)."""
-    with contextlib.suppress(RuntimeError):  # the thread is shut at exit: the process's end lets go of everything
-        if _openvino_thread is not None:
-            _openvino_thread.submit(held.clear)
+    """Queue a collected compiled model for OpenVINO's thread to let go before its next call. A finalizer runs on any
+    thread, at exit, or inside any call (a collection while `ThreadPoolExecutor.submit` holds its lock: submitting from
+    here then waited on that lock for ever, and the full suite hung), so it only appends (a deque takes no lock)."""
+    _to_release.append(held)
 
 
 def chosen() -> dict[str, dict]:
