@@ -434,28 +434,15 @@ def assign_tracks(tracks: Sequence[HeadTrack], references: Sequence[Reference], 
 def compare_analysis(result: FileResult, references: Sequence[Reference], thresholds: Thresholds, appearance_dims: int = 0,
                      settings: CompareSettings = CompareSettings()) -> list[Comparison]:
     """An analysed video (every sampled sighting embedded) against each reference: one comparison per reference."""
-    tracks = sorted(result.tracks, key=lambda tr: (tr.start, tr.shot_index))
+    v = _Sampled.of(result)
+    tracks, shots = v.tracks, v.shots
     owner = assign_tracks(tracks, references, thresholds, appearance_dims)
-    at: dict[int, list[tuple[int, Observation]]] = {}
-    for n, track in enumerate(tracks):
-        for obs in track.observations:
-            at.setdefault(obs.frame_index, []).append((n, obs))
-    shots = sorted(result.shots, key=lambda s: s.start_frame)
-    video_end = shots[-1].end_time if shots else (result.samples[-1][1] if result.samples else 0.0)
-    samples = sorted(result.samples)
-    unjudged: dict[int, list[str]] = {}  # frame index -> why its sightings of dropped tracks were not judged
-    for track, why in result.dropped_tracks:
-        for obs in track.observations:
-            unjudged.setdefault(obs.frame_index, []).append(unjudged_reason(obs, why))
     out = []
     for r, ref in enumerate(references):
         scores = {(n, obs.frame_index): _score(obs, ref, thresholds, appearance_dims) for n, tr in enumerate(tracks) for obs in tr.observations}
         carried = {n: _carried_tiers(tr, n, scores) for n, tr in enumerate(tracks)}
-        frames = []
-        for i, (index, time) in enumerate(samples):
-            end = samples[i + 1][1] if i + 1 < len(samples) else max(video_end, time)
-            shot = _shot_of(shots, index)
-            frames.append(_frame(time, end, index, shot, at.get(index, []), r, owner, scores, carried, ref, unjudged.get(index, [])))
+        frames = [_frame(time, end, index, shot, v.at.get(index, []), r, owner, scores, carried, ref, v.unjudged.get(index, []))
+                  for index, time, end, shot in v.frames()]
         segments = merge_segments(segments_of(frames, shots), settings.min_segment_s)
         seams = seams_of(frames, settings.seam_frames(result.frames_decoded), result.fps) if settings.chunk_frames else None
         out.append(Comparison(result.path, ref, frames, segments, drifts_of(segments, thresholds, settings), [(s.start_time, s.end_time) for s in shots],
@@ -497,31 +484,17 @@ def cast_heads(result: FileResult, references: Sequence[Reference], thresholds: 
     """Every head of every sampled frame, each with the character (reference) its track went to, or nobody; a frame
     without a head is one entry of its own (no_head, and why). A head that went to nobody is tiered `other_person`, its
     scores those against the character it is most like."""
-    tracks = sorted(result.tracks, key=lambda tr: (tr.start, tr.shot_index))
+    v = _Sampled.of(result)
+    tracks = v.tracks
     owner = assign_tracks(tracks, references, thresholds, appearance_dims)
     scores = [{(n, o.frame_index): _score(o, ref, thresholds, appearance_dims) for n, tr in enumerate(tracks) for o in tr.observations}
               for ref in references]
     carried = {n: _carried_tiers(tr, n, scores[owner[n]]) for n, tr in enumerate(tracks) if owner[n] is not None}
-    at: dict[int, list[tuple[int, Observation]]] = {}
-    for n, track in enumerate(tracks):
-        for obs in track.observations:
-            at.setdefault(obs.frame_index, []).append((n, obs))
-    unjudged: dict[int, list[str]] = {}
-    for track, why in result.dropped_tracks:
-        for obs in track.observations:
-            unjudged.setdefault(obs.frame_index, []).append(unjudged_reason(obs, why))
-    shots = sorted(result.shots, key=lambda s: s.start_frame)
-    video_end = shots[-1].end_time if shots else (result.samples[-1][1] if result.samples else 0.0)
-    samples = sorted(result.samples)
     out = []
-    for i, (index, time) in enumerate(samples):
-        end = samples[i + 1][1] if i + 1 < len(samples) else max(video_end, time)
-        shot = _shot_of(shots, index)
-        seen = at.get(index, [])
+    for index, time, end, shot in v.frames():
+        seen = v.at.get(index, [])
         if not seen:
-            why = unjudged.get(index, [])
-            out.append(CastHead(time, index, shot, None, NO_HEAD, "none", max(sorted(set(why)), key=why.count) if why else NO_HEAD,
-                                end=end))
+            out.append(CastHead(time, index, shot, None, NO_HEAD, "none", _unjudged_frame(v.unjudged.get(index, [])), end=end))
             continue
         for n, obs in sorted(seen, key=lambda x: x[1].head.center[0]):
             r = owner[n]
@@ -539,6 +512,45 @@ def cast_heads(result: FileResult, references: Sequence[Reference], thresholds: 
                                 None if judged == "none" else view_of(obs.face is not None, yaw), identity, head,
                                 obs.head.as_tuple(), was_carried, end))
     return out
+
+
+@dataclass
+class _Sampled:
+    """An analysed video as its sampled frames are scored: its tracks in time order, their sightings by frame, why
+    the sightings of dropped tracks were not judged, by frame, its shots and sampled frames."""
+
+    tracks: list[HeadTrack]
+    at: dict[int, list[tuple[int, Observation]]]  # frame index -> (track number, sighting)
+    unjudged: dict[int, list[str]]  # frame index -> REASONS of its dropped sightings
+    shots: list
+    samples: list[tuple[int, float]]
+    end: float  # the video's end
+
+    @classmethod
+    def of(cls, result: FileResult) -> _Sampled:
+        tracks = sorted(result.tracks, key=lambda tr: (tr.start, tr.shot_index))
+        at: dict[int, list[tuple[int, Observation]]] = {}
+        for n, track in enumerate(tracks):
+            for obs in track.observations:
+                at.setdefault(obs.frame_index, []).append((n, obs))
+        unjudged: dict[int, list[str]] = {}
+        for track, why in result.dropped_tracks:
+            for obs in track.observations:
+                unjudged.setdefault(obs.frame_index, []).append(unjudged_reason(obs, why))
+        shots = sorted(result.shots, key=lambda s: s.start_frame)
+        end = shots[-1].end_time if shots else (result.samples[-1][1] if result.samples else 0.0)
+        return cls(tracks, at, unjudged, shots, sorted(result.samples), end)
+
+    def frames(self):
+        """Each sampled frame: (frame index, time, the next sampled frame's time or the video's end, shot)."""
+        for i, (index, time) in enumerate(self.samples):
+            end = self.samples[i + 1][1] if i + 1 < len(self.samples) else max(self.end, time)
+            yield index, time, end, _shot_of(self.shots, index)
+
+
+def _unjudged_frame(reasons: Sequence[str]) -> str:
+    """Why a frame with no head kept was not judged: the reason of most of its dropped sightings, else no head."""
+    return max(sorted(set(reasons)), key=reasons.count) if reasons else NO_HEAD
 
 
 def _carried_tiers(track: HeadTrack, n: int, scores: dict) -> dict[int, tuple[str, bool]]:
@@ -572,7 +584,7 @@ def _frame(time: float, end: float, index: int, shot: int, seen: list[tuple[int,
     if faces:
         frame.face_identity = max(faces)[1]
     if not seen:  # the reason of the most sightings left aside here, else none was there
-        frame.reason = max(sorted(set(unjudged)), key=unjudged.count) if unjudged else NO_HEAD
+        frame.reason = _unjudged_frame(unjudged)
         return frame
 
     def key(item: tuple[int, Observation]) -> tuple:
