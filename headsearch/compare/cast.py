@@ -119,9 +119,15 @@ class CastRun:
 
     characters: list[str]
     videos: list[CastVideo]
+    _appearances: list[Appearance] | None = field(default=None, init=False, repr=False)
 
     def appearances(self) -> list[Appearance]:
-        """Every character's appearances, in time order, with the gap since each was last seen."""
+        """Every character's appearances, in time order, with the gap since each was last seen (worked out once)."""
+        if self._appearances is None:
+            self._appearances = self._worked_out()
+        return self._appearances
+
+    def _worked_out(self) -> list[Appearance]:
         out: list[Appearance] = []
         offset, shot_base = 0.0, 0
         last: dict[str, tuple[int, float]] = {}  # character -> (global shot, end on the joined timeline)
