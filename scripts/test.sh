@@ -84,4 +84,11 @@ unset PYTHONDONTWRITEBYTECODE
 # file in one process so its module fixtures (the libraries it indexes) are built once.
 workers="${HEADSEARCH_TEST_WORKERS:-$(nproc)}"
 [ "$workers" -gt 4 ] && workers=4
+# The cores shared out among the test processes, as `index --workers` shares them among its workers: each process's
+# model sessions ($HEADSEARCH_THREADS), OpenMP and BLAS pools get its share, not every core (two processes with a
+# pool of every core each took 14% more CPU time for the same tests on two cores).
+share=$(( $(nproc) / (workers > 0 ? workers : 1) ))
+[ "$share" -lt 1 ] && share=1
+export HEADSEARCH_THREADS="${HEADSEARCH_THREADS:-$share}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-$share}" \
+    OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-$share}"
 exec "$venv/bin/python" -m pytest -q -n "$workers" --dist loadfile "$@"

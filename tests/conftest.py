@@ -5,6 +5,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -203,13 +204,35 @@ def query_json(library: Path, image: Path, *extra: str) -> list[dict]:
     return json.loads(run("query", image, "--library", library, "--json", *extra).stdout)
 
 
+@contextlib.contextmanager
+def built_once(tmp_path_factory, name: str) -> Iterator[tuple[Path, bool]]:
+    """A folder every test process of this run shares (pytest-xdist's workers have one temporary root each, beside
+    one another), held under an exclusive lock: (the folder, whether it still has to be built). Mark it built by
+    creating `.built` in it before leaving; the other processes wait for that and then find it built."""
+    import fcntl
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    folder = root / f"shared-{name}"
+    with open(root / f"shared-{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        folder.mkdir(exist_ok=True)
+        yield folder, not (folder / ".built").exists()
+
+
 @pytest.fixture(scope="session")
 def hamilton_library(tmp_path_factory) -> Path:
-    """The hamilton clip and the video-retalking clips, indexed with the default model."""
+    """The hamilton clip and the video-retalking clips, indexed with the default model: once for the whole run (the
+    test processes share it). Tests read it; one that changes a library works on a copy (`shutil.copytree`)."""
     if not HAMILTON.is_file():
         pytest.skip(f"real test media not found at {DATA}")
-    library = tmp_path_factory.mktemp("lib") / "library"
-    run("index", HAMILTON, RETALKING, "--library", library, "--quiet")
+    with built_once(tmp_path_factory, "hamilton-library") as (folder, to_build):
+        library = folder / "library"
+        if to_build:
+            shutil.rmtree(library, ignore_errors=True)  # a build that failed in another process
+            run("index", HAMILTON, RETALKING, "--library", library, "--quiet")
+            (folder / ".built").touch()
     return library
 
 

@@ -155,8 +155,7 @@ def test_queries_answer_while_another_process_indexes(tmp_path):
     run("index", AMY_DIR, "--library", lib, "-q")
     media = tmp_path / "media"
     media.mkdir()
-    for i, name in enumerate(["1.mp4", "2.mp4", "3.mp4"]):
-        os.symlink(DATA / "video-retalking" / "examples" / "face" / name, media / f"clip{i}.mp4")
+    os.symlink(DATA / "video-retalking" / "examples" / "face" / "1.mp4", media / "clip.mp4")  # its index run takes seconds
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", "index", str(media), "--library", str(lib), "-q"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     answered = 0
