@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
+import fake_detector
 import fake_model  # noqa: F401 - registers the tests' fake embedder (`--model fake-pixels`) through the real registry
 import numpy as np
 import pytest
@@ -92,14 +93,15 @@ _guard: list[tiers.Guard] = []  # made by the first test of the fast tier
 
 @pytest.fixture(autouse=True)
 def _fast_tier_touches_no_real_media_or_model(request):
-    """While a test outside the slow tier runs, the real media and the real embedders' weights are refused
-    (`tiers.Guard`); a test that tried fails, even where the product caught the error."""
+    """While a test outside the slow tier runs, the tests' fake detectors stand in for RetinaFace and MoveNet
+    (`fake_detector.installed`), and the real media and the real models' weights are refused (`tiers.Guard`); a test
+    that tried fails, even where the product caught the error."""
     if request.node.get_closest_marker(tiers.SLOW) is not None:
         yield
         return
     if not _guard:
         _guard.append(tiers.Guard(DATA))
-    with _guard[0].watching(request.node.nodeid) as refused:
+    with fake_detector.installed(), _guard[0].watching(request.node.nodeid) as refused:
         yield
     if refused:
         pytest.fail("the fast tier touched real media or a real model:\n  " + "\n  ".join(refused), pytrace=False)

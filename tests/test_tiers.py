@@ -6,13 +6,20 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+import fake_detector
+import numpy as np
 import pytest
 import tiers
-from conftest import needs_data
+from conftest import library_db, made_picture, needs_data, pixel_copy, query_json, run
+from fake_model import FAKE_MODEL
+from PIL import Image
 
+from headsearch.detection.faces import FaceDetector
+from headsearch.detection.keypoints import MOVENET_PATH
 from headsearch.models.base import WEIGHTS_DIR
 from headsearch.models.whole_head import LITE0_FILE
 
+REAL_DETECT = FaceDetector.detect  # at import, before any test's fakes
 MEDIA = Path("/media-of-test-tiers")  # the real media, for `misplaced` here: nothing lies there
 CLIP = MEDIA / "clips" / "clip.mp4"
 
@@ -71,6 +78,35 @@ def test_the_guard_refuses_the_media_and_the_weights_while_it_watches(tmp_path):
     assert (media / "clip.mp4").read_bytes() == b"a clip"  # no longer watching
     assert guard.why(WEIGHTS_DIR / LITE0_FILE) == "a real model's weights"
     assert guard.why(tmp_path / "cache" / "models" / "sface_2021dec_folded_float.onnx") == "a real model's weights"
-    from retinaface.weights import WEIGHTS
+    assert guard.why(MOVENET_PATH) == "a real model's weights"
+    with guard.watching("this test") as refused, pytest.raises(tiers.TierError, match="RetinaFace's session in the fast tier"):
+        onnxruntime.InferenceSession(tiers.detector_bytes())
+    assert len(refused) == 1
 
-    assert guard.why(WEIGHTS) is None  # the indexer's detector runs on generated media too
+
+def test_the_fast_tier_detects_the_faces_it_framed_and_finds_them_again(tmp_path):
+    """Outside the slow tier the fake detectors stand in for RetinaFace and MoveNet (conftest): a face framed in
+    magenta is found with its box, through the indexer and a query, and the fake embedder tells two of them apart."""
+    assert FaceDetector.detect is not REAL_DETECT
+    media = tmp_path / "media"
+    media.mkdir()
+    for seed in (1, 2):
+        picture = made_picture(seed, 480, 360)
+        picture[100:260, 160:300] = made_picture(seed + 10, 140, 160)  # a "face" of its own colours
+        Image.fromarray(fake_detector.mark_face(picture, (160, 100, 300, 260))).save(media / f"face{seed}.png")
+    Image.fromarray(made_picture(3, 480, 360)).save(media / "nobody.png")
+    faces = fake_detector.marked_faces(np.asarray(Image.open(media / "face1.png")))
+    assert [tuple(round(v) for v in (f.box.x1, f.box.y1, f.box.x2, f.box.y2)) for f in faces] == [(160, 100, 300, 260)]
+    library = tmp_path / "library"
+    run("index", media, "--library", library, "--model", FAKE_MODEL, "-q")
+    with library_db(library) as con:
+        heads = dict(con.execute("select v.path, count(*) from tracks t join videos v on v.id = t.video_id group by v.path").fetchall())
+    assert {Path(p).name: n for p, n in heads.items()} == {"face1.png": 1, "face2.png": 1}
+    for seed in (1, 2):
+        hits = query_json(library, pixel_copy(media / f"face{seed}.png", tmp_path / "asked"), "-k", "2", "--show-weak")
+        assert Path(hits[0]["video"]).name == f"face{seed}.png" and hits[0]["score"] > hits[-1]["score"]
+
+
+@pytest.mark.slow
+def test_the_slow_tier_runs_the_real_detectors():
+    assert FaceDetector.detect is REAL_DETECT

