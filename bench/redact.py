@@ -8,10 +8,18 @@ detail is kept when the output's detail correlates with the source's (codec nois
 and hidden when the correlation falls under HIDDEN_BELOW (a blur, pixels, a filled box: 0.0-0.3), or when the region is
 replaced by something flat. A labelled head counts as hidden when the middle of its box (HEAD_CORE of each side) is;
 the picture outside the labelled heads (ignored ones included, grown by OUTSIDE_MARGIN) is cut into CELL-pixel cells,
-and the share hidden is that of its cells with detail in the source. Frames are matched by number.
+and the share hidden is that of its cells with detail in the source.
+
+A labelled time is the source's frame presented nearest it. An output's frame is matched to it by the pixels: of the
+output's frame of the same number (a tool that keeps every frame, as headsearch does), the three presented nearest the
+time (a tool that writes its own constant-rate timeline: deface starts the hamilton clip's at 0, not at its first
+frame's 0.852 s, with 25 frames more), and the one of that number on the source's frame-rate grid (a variable-rate file
+written at a constant rate, its dropped frames repeated: deface on goldeneye), the one most like the source's frame
+outside the labelled heads.
 """
 from __future__ import annotations
 
+import bisect
 import os
 import shutil
 import subprocess
@@ -33,6 +41,8 @@ HIDDEN_BELOW = 0.5  # a region whose detail correlates less than this with the s
 HEAD_CORE = 0.6  # the middle of a labelled head box (this share of each side) must be hidden
 CELL = 16  # pixels: the picture outside the heads is judged in cells this size
 OUTSIDE_MARGIN = 0.25  # labelled boxes grow by this share of their size before the outside is judged
+THUMB_W = 96  # pixels: frames are matched on grey copies this wide...
+MATCH_SLACK = 1.0  # ...the first candidate within this many grey levels of the most alike (codec noise) is taken
 MIN_DETAIL = 4.0  # a region whose source detail (standard deviation, grey levels) is under this says nothing: not judged
 TOOLS = ("headsearch", "deface")
 DEFACE_HINT = "pip install -e '.[bench]' (deface, MIT: the face-only redactor measured beside headsearch)"
@@ -163,6 +173,74 @@ def judge_frame(source: np.ndarray, output: np.ndarray, frame: HeadFrame, result
                 result.outside[0] += verdict
 
 
+def frame_times(path: Path) -> list[float]:
+    """The presentation times (seconds) of a video's frames, in the order they are shown, from its packets."""
+    import av
+
+    with av.open(str(path)) as c:
+        stream = c.streams.video[0]
+        return sorted(float(p.pts * stream.time_base) for p in c.demux(stream) if p.pts is not None and p.size)
+
+
+def nearest(times: Sequence[float], seconds: float) -> int:
+    """The number of the frame presented nearest `seconds` (`times`: sorted)."""
+    i = bisect.bisect_left(times, seconds)
+    return min((j for j in (i - 1, i) if 0 <= j < len(times)), key=lambda j: abs(times[j] - seconds), default=0)
+
+
+def _thumb(rgb: np.ndarray, frames: Sequence[HeadFrame]) -> np.ndarray:
+    """A frame as a small grey picture, the labelled heads (grown by OUTSIDE_MARGIN) left out (NaN)."""
+    import cv2
+
+    h, w = rgb.shape[:2]
+    grey = _grey(rgb)
+    keep = np.ones((h, w), np.float32)
+    for f in frames:
+        for head in f.heads:
+            b = head.box
+            mx, my = (b.x2 - b.x1) * OUTSIDE_MARGIN, (b.y2 - b.y1) * OUTSIDE_MARGIN
+            keep[int(max(0, b.y1 - my)):int(min(h, b.y2 + my)), int(max(0, b.x1 - mx)):int(min(w, b.x2 + mx))] = 0
+    size = (THUMB_W, max(1, round(THUMB_W * h / w)))
+    area = cv2.resize(keep, size, interpolation=cv2.INTER_AREA)
+    small = cv2.resize(grey * keep, size, interpolation=cv2.INTER_AREA) / np.maximum(area, 1e-6)
+    return np.where(area > 0.99, small, np.nan)
+
+
+def matched_output(out: Path, source: dict[int, np.ndarray], wanted: dict[int, tuple[float, list[HeadFrame]]],
+                   grid: Callable[[float], int]) -> dict[int, np.ndarray]:
+    """The output's frame matched to each source frame (`wanted`: source frame number -> its labelled time and frames;
+    `grid`: a time's frame number on the source's rate grid): see the module's docstring."""
+    times = frame_times(out)
+    near = {n: nearest(times, t) for n, (t, _) in wanted.items()}
+    candidates = {n: list(dict.fromkeys(c for c in (n, near[n], grid(t), near[n] - 1, near[n] + 1) if 0 <= c < len(times)))
+                  for n, (t, _) in wanted.items()}  # in order of preference where they are as like the source
+    decoded = frames_by_number(out, sorted({c for cs in candidates.values() for c in cs}))
+    found = {}
+    for n, cs in candidates.items():
+        have = [c for c in cs if c in decoded]
+        if n not in source or not have:
+            continue
+        if len(have) == 1:
+            found[n] = decoded[have[0]]
+            continue
+        frames = wanted[n][1]
+        ref = _thumb(source[n], frames)
+        unlike = {c: _unlike(decoded[c], source[n], ref, frames) for c in have}
+        best = min(unlike.values())
+        found[n] = decoded[next(c for c in have if unlike[c] <= best + MATCH_SLACK)]
+    return found
+
+
+def _unlike(rgb: np.ndarray, source: np.ndarray, ref: np.ndarray, frames: Sequence[HeadFrame]) -> float:
+    """How far an output's frame is from the source's (`ref`: its `_thumb`) outside the labelled heads, in grey levels."""
+    import cv2
+
+    if rgb.shape != source.shape:
+        rgb = cv2.resize(rgb, (source.shape[1], source.shape[0]), interpolation=cv2.INTER_AREA)
+    d = np.abs(_thumb(rgb, frames) - ref)
+    return float(np.nanmean(d)) if np.isfinite(d).any() else 0.0
+
+
 def frames_by_number(path: Path, numbers: Sequence[int]) -> dict[int, np.ndarray]:
     """The decoded frames of these numbers (from 0, in decoding order), RGB."""
     import av
@@ -218,8 +296,12 @@ def bench_redact(options: RedactOptions, report: Report = print) -> RedactRun:
             timing = probe_timing(video)
             if timing is None:
                 raise HeadsearchError(f"{video}: cannot read its frames' timing")
-            numbers = {id(f): timing.frame_at(f.time) for f in labelled}
-            source = frames_by_number(video, sorted(set(numbers.values())))
+            shown = frame_times(video)
+            numbers = {id(f): nearest(shown, f.time) for f in labelled}
+            wanted: dict[int, tuple[float, list[HeadFrame]]] = {}
+            for f in labelled:
+                wanted.setdefault(numbers[id(f)], (f.time, []))[1].append(f)
+            source = frames_by_number(video, sorted(wanted))
             for r in results:
                 if r.error:
                     continue
@@ -236,7 +318,7 @@ def bench_redact(options: RedactOptions, report: Report = print) -> RedactRun:
                     continue
                 r.seconds += time.perf_counter() - t0
                 r.video_seconds += timing.frames / float(timing.grid or timing.rate)
-                output = frames_by_number(out, sorted(set(numbers.values())))
+                output = matched_output(out, source, wanted, timing.frame_at)
                 for f in labelled:
                     n = numbers[id(f)]
                     if n in source and n in output:

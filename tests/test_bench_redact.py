@@ -80,6 +80,32 @@ def _first_seconds(src: Path, out: Path, until: float) -> float:
     return first
 
 
+def test_an_output_on_its_own_timeline_is_judged_on_the_source_frames_pictures(tmp_path, monkeypatch):
+    """A tool that writes its own timeline (deface starts the hamilton clip's at 0, not at its first frame's 0.852 s,
+    showing the first frame until then) is judged on its frames that show the labelled pictures, matched by the
+    pixels, not on its frames of the same number: a copy that hides nothing hides no head and nothing else (matched by
+    number, another frame of a moving picture passed for hidden heads)."""
+    from fractions import Fraction
+
+    from hostile_media import write_video
+
+    import bench.redact as br
+
+    frames = [np.roll(textured(seed=3), 12 * i, axis=1) for i in range(20)]
+    source = tmp_path / "clip.mp4"
+    write_video(source, frames, fps=10, pts=list(range(5, 25)), time_base=Fraction(1, 10), options={"crf": "10"})
+
+    def copy(video: Path, out: Path) -> None:  # hides nothing; its timeline starts at 0, the first frame shown until 0.5 s
+        write_video(out, [frames[0]] * 5 + frames, fps=10, options={"crf": "10"})
+
+    monkeypatch.setattr(br, "run_deface", copy)
+    labels = tmp_path / "heads.csv"
+    labels.write_text("file,time,x1,y1,x2,y2,view,ignore\nclip.mp4,1.3,60,60,140,140,face,\nclip.mp4,2.0,150,80,230,160,profile,\n")
+    result = br.bench_redact(br.RedactOptions(labels, tmp_path, tools=("deface",), work_dir=tmp_path / "out"), report=lambda _: None).results[0]
+    assert result.error is None and result.heads["face"] == [0, 1] and result.heads["profile"] == [0, 1]
+    assert result.outside[1] > 100 and result.outside_share == 0.0
+
+
 @needs_data
 @pytest.mark.slow
 def test_bench_redact_runs_both_tools_on_the_same_frames(tmp_path):
