@@ -10,6 +10,11 @@ model's calibrated bars (`thresholds.json`): every track of the person's templat
 library person's reference photos or main look); where the video is indexed, the person's own tracks count too. Then
 `indexer.redact_frames` finds each chosen head in every frame and writes the video.
 
+Where every head is hidden but those identified (--everyone, --all-except), a head missed is a leak and a false one a
+patch blurred for nothing: a new analysis looks for small and faint faces too (`EveryFaceDetector`) and for heads
+without a face on every sample, and keeps the tracks its evidence rule drops (said in the audit trail). A library's
+analysis is read as it is.
+
 `Redactor` loads the model and detector once and serves many videos (the CLI, later the web app and bench); `redact` is
 the one-call form. Nothing is stored; the source is never written to: the output is written beside its name and renamed
 into place at the end, with its audit trail (`OUT.redactions.json`), so a run killed half way leaves no file under the
@@ -60,7 +65,7 @@ from indexer.redact_frames import (
     preview_frames,
     write_hidden,
 )
-from schemas.records import Box, FileResult, MediaKind, Tier, VectorKind
+from schemas.records import Box, FileResult, HeadTrack, MediaKind, Tier, VectorKind
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +75,19 @@ PREVIEW_SUFFIX = ".redactions.png"  # the contact sheet: DIR / (OUT's name + thi
 OUTPUT_SUFFIXES = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".ts", ".mpg", ".mpeg", ".flv")
 AUDIT_FORMAT = "headsearch-redactions/1"
 ONE_PER_TRACK_S = 1e9  # `embed_every_s` where nobody is identified (--everyone): a track embeds one sighting
+# Where every head is hidden (--everyone, --all-except), a head the analysis misses is a leak, and a false one only a
+# patch blurred for nothing: the analysis' detector sees each sampled frame enlarged (RetinaFace finds a face of some 40
+# pixels and up at its scale; the index's detector sees a 1080p frame at a third, where a 20-40 pixel crowd face is too
+# small), takes weaker and smaller faces, and the tracks its evidence rule would drop are hidden too. On the crowd of
+# facenet-pytorch's video.mp4 (1080p): a man's profile some 35 x 50 pixels, seen at 0.62 with the frame enlarged twice and
+# not at all at the index's scale, and a face the index's tracker lost at its last sample, found at 0.81.
+EVERY_HEAD_ZOOM = 2.0  # the decoded frame (at most 1280 pixels across) is enlarged this much...
+EVERY_HEAD_SIDE = 2560  # ...to at most this long side
+EVERY_HEAD_SCORE = 0.5  # faces scored from this (the index: 0.7)
+EVERY_HEAD_MIN_FACE_PX = 8.0  # ...and from this size in decoded pixels (16 at the detector's scale: its smallest anchor)
+# ...and person keypoints look for heads without a face on every sampled frame (not every 2-8 s): on bench/sets/heads.csv
+# 30 of its 39 backs hidden instead of 28, for 0.03 s of CPU a sample of 640 x 360 pixels and some 0.4 s of 1280 x 720.
+EVERY_HEAD_KEYPOINTS_S = 1e-3
 
 
 @dataclass(frozen=True)
@@ -126,6 +144,7 @@ class SeenTrack:
     rows: TrackRows  # its vectors, as the scorer reads a track (kind -> keys, faces, rows)
     start: float
     end: float
+    doubt: str | None = None  # why the analysis' evidence rule would drop it (None: a confirmed head)
 
 
 @dataclass
@@ -206,6 +225,7 @@ class Redactor:
         self._thresholds: Thresholds | None = None
         # The detector that looks again around a head between sampled frames: small copies, never enlarged.
         self.refiner = FaceDetector(self.settings.face_score_threshold, REFINE_SIDE, 1, self.settings.min_face_px)
+        self._every_face: EveryFaceDetector | None = None  # made on the first analysis that hides every head
 
     @classmethod
     def open(cls, library: Path | None = None, model: str | None = None, settings: IndexSettings | None = None) -> Redactor:
@@ -264,29 +284,39 @@ class Redactor:
         return Target(name, Reference.of(name, heads, [said]), person.id)
 
     # ----- the heads -----------------------------------------------------------------------------
-    def heads(self, video: Path, progress: FrameProgress | None = None, identify: bool = True) -> VideoHeads:
+    def heads(self, video: Path, progress: FrameProgress | None = None, identify: bool = True, every_head: bool = False) -> VideoHeads:
         """The video's heads: the library's analysis where it holds this video unchanged, else a new analysis (where no
-        one is to be identified, `identify` False, each track embeds one sighting only)."""
+        one is to be identified, `identify` False, each track embeds one sighting only). `every_head` (every head is
+        hidden but those identified: --everyone, --all-except): a new analysis looks for small and faint faces too
+        (`EveryFaceDetector`), and for heads without a face (person keypoints) on every sample, and keeps the tracks its
+        evidence rule drops (`SeenTrack.doubt` says why)."""
         stamp = file_stamp(video)
         if self.library is not None:
             found = library_heads(self.library, video, stamp.fingerprint)
             if found is not None:
                 return found
         settings = self.settings if identify else replace(self.settings, embed_every_s=ONE_PER_TRACK_S)
-        result = analyse_file(video, settings, self.photos.detector, self.photos.embedder, stamp=stamp, progress=progress)
+        detector = self.photos.detector
+        if every_head:
+            if self._every_face is None:
+                self._every_face = EveryFaceDetector(self.settings)
+            # Enlarged throughout: the coarse pass for shots of large faces would look past the small ones.
+            settings, detector = replace(settings, detect_coarse_side=0, keypoints_every_s=EVERY_HEAD_KEYPOINTS_S,
+                                         keypoints_max_every_s=EVERY_HEAD_KEYPOINTS_S), self._every_face
+        result = analyse_file(video, settings, detector, self.photos.embedder, stamp=stamp, progress=progress)
         if result.kind != MediaKind.VIDEO:
             raise MediaError(f"{video}: a photo, not a video")
-        return analysed_heads(video, result)
+        return analysed_heads(video, result, unconfirmed=every_head)
 
     def choose(self, heads: VideoHeads, whom: Whom, targets: Sequence[Target]) -> list[Chosen]:
         """The tracks whose heads are hidden, each with who it is and why."""
         if whom.everyone:
-            return [Chosen(tr, f"track {tr.key}", "everyone") for tr in heads.tracks]
+            return [Chosen(tr, f"track {tr.key}", _unconfirmed("everyone", tr)) for tr in heads.tracks]
         if whom.spare:
             out = []
             for tr in heads.tracks:
                 if not any(self._is(tr, t, heads) for t in targets):
-                    out.append(Chosen(tr, f"track {tr.key}", f"not one of the spared ({', '.join(t.name for t in targets)})"))
+                    out.append(Chosen(tr, f"track {tr.key}", _unconfirmed(f"not one of the spared ({', '.join(t.name for t in targets)})", tr)))
             return out
         target = targets[0]
         return [Chosen(tr, target.name, why) for tr in heads.tracks if (why := self._is(tr, target, heads))]
@@ -324,7 +354,7 @@ class Redactor:
         with file_failures(video, self.library.root if self.library is not None else None):
             _describe(progress, "analysing")
             t1 = time.perf_counter()
-            heads = self.heads(video, progress, identify=not whom.everyone)
+            heads = self.heads(video, progress, identify=not whom.everyone, every_head=whom.everyone or bool(whom.spare))
             heads.seconds = time.perf_counter() - t1
             chosen = self.choose(heads, whom, targets)
             _describe(progress, "redacting")
@@ -376,6 +406,24 @@ class Redactor:
             log.warning("%s", note)
         return RedactSummary(heads.path, out, audit, sheet_path, chosen, written, heads.source, time.perf_counter() - t0, heads.seconds,
                              heads.frames / heads.fps if heads.fps else 0.0, notes)
+
+
+class EveryFaceDetector(FaceDetector):
+    """The face detector of an analysis that hides every head: the frame enlarged EVERY_HEAD_ZOOM times (at most
+    EVERY_HEAD_SIDE pixels across; never less than the index's detector sees it), faces from EVERY_HEAD_SCORE and
+    EVERY_HEAD_MIN_FACE_PX."""
+
+    def __init__(self, settings: IndexSettings):
+        super().__init__(EVERY_HEAD_SCORE, EVERY_HEAD_SIDE, settings.detect_min_side, EVERY_HEAD_MIN_FACE_PX)
+
+    def scale_for(self, width: int, height: int, max_side: int | None = None) -> float:
+        if max_side is not None and max_side < self.max_side:  # a coarser pass, asked for
+            return super().scale_for(width, height, max_side)
+        return max(min(EVERY_HEAD_ZOOM, self.max_side / max(width, height, 1)), super().scale_for(width, height))
+
+
+def _unconfirmed(why: str, track: SeenTrack) -> str:
+    return why if track.doubt is None else f"{why}; unconfirmed, hidden all the same: {track.doubt}"
 
 
 def redact(video: Path, whom: Whom, out: Path, style: str = "blur", margin: float = DEFAULT_MARGIN, preview: Path | None = None,
@@ -453,10 +501,11 @@ def _describe(progress: FrameProgress | None, what: str) -> None:
 
 
 # ----- the analysis, from a new one or the library's ------------------------------------------------
-def analysed_heads(path: Path, result: FileResult) -> VideoHeads:
-    """A new analysis' heads."""
+def analysed_heads(path: Path, result: FileResult, unconfirmed: bool = False) -> VideoHeads:
+    """A new analysis' heads; `unconfirmed`: the tracks its evidence rule dropped too (after the others, with why)."""
     tracks = []
-    for n, tr in enumerate(result.tracks, 1):
+    kept: list[tuple[HeadTrack, str | None]] = [(tr, None) for tr in result.tracks]
+    for n, (tr, doubt) in enumerate(kept + (list(result.dropped_tracks) if unconfirmed else []), 1):
         obs = tr.observations
         rows: dict[VectorKind, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         for kind in VectorKind:
@@ -464,7 +513,7 @@ def analysed_heads(path: Path, result: FileResult) -> VideoHeads:
             if have:
                 rows[kind] = (np.array([i for i, _ in have], np.int64), np.array([o.face_visible for _, o in have], bool),
                               np.stack([o.embeddings[kind] for _, o in have]).astype(np.float32))
-        tracks.append(SeenTrack(n, tr.shot_index, tuple((o.frame_index, o.head) for o in obs), rows, tr.start, tr.end))
+        tracks.append(SeenTrack(n, tr.shot_index, tuple((o.frame_index, o.head) for o in obs), rows, tr.start, tr.end, doubt))
     samples = sorted(i for i, _ in result.samples)
     return VideoHeads(path, result.stamp.fingerprint, (result.width, result.height), result.frames_decoded, result.fps,
                       {s.index: (s.start_frame, s.end_frame) for s in result.shots}, tracks, samples, 1,

@@ -12,8 +12,10 @@ box in the frames between comes from its track's sightings, within its shot (not
   matching, `indexer.tracker.find_head_region`), where it matched well within one box side of that box (a head that
   moves and comes back between two samples);
 * and joined with the head the face detector finds there in this very frame: it looks only at a small copy of the
-  region around that box (REFINE_SIDE pixels: a few milliseconds a head), and its head box counts where it continues
-  the track as the tracker associates heads (a face that leans, opens its mouth, comes closer);
+  region around where the head was last found (followed there, or found by the detector the frame before; else the
+  interpolated box), REFINE_SIDE pixels across (a few milliseconds a head), and its head box counts where it continues
+  the track as the tracker associates heads, from that box or from the interpolated one (a face that leans, opens its
+  mouth, comes closer, or walks on past its track's last sighting);
 * the box then grows by the margin (a share of its width and height, half on each side) and is clipped to the frame.
 
 Heads are hidden on the decoded frame's own planes (YUV, no colour conversion): every pixel outside the boxes reaches
@@ -226,9 +228,13 @@ class HeadBoxes:
         followed = self._follow(f, grey, predicted)
         if followed is not None:
             box = _union(box, followed)
-        detected = self._detect(predicted, region) if region is not None else None
+        # The detector looks where the head was last found (followed now, or found by it in the frame before: a head
+        # that moves on past its track's last sighting, or away from the line between two), else where it should be.
+        anchor = followed or f.box or predicted
+        detected = self._detect(predicted, region, anchor) if region is not None else None
         if detected is not None:
             box = _union(box, detected)
+        f.box = detected or followed or predicted  # lost: looked for again near where the head should be
         return box
 
     def _follow(self, f: _Following, grey: np.ndarray, predicted: Box) -> Box | None:
@@ -238,18 +244,17 @@ class HeadBoxes:
         if found is not None:
             (cx, cy), (px, py) = found[0].center, predicted.center
             if math.hypot(cx - px, cy - py) <= FOLLOW_REACH * max(predicted.width, 1.0):
-                f.box = found[0]
                 return found[0]
-        f.box = predicted  # lost: looked for again near where the head should be
         return None
 
-    def _detect(self, predicted: Box, region) -> Box | None:
-        """The head the face detector finds in this frame around the predicted box, where it continues the track. The
+    def _detect(self, predicted: Box, region, anchor: Box | None = None) -> Box | None:
+        """The head the face detector finds in this frame around `anchor` (where the head was last found; the predicted
+        box where it is not known), where it continues the track: from the predicted box or from the anchor. The
         detector looks at the upright picture (a phone's portrait video is stored turned)."""
         if self.detector is None:
             return None
         width, height = self.stored
-        up = to_upright(predicted, self.turns, width, height)
+        up = to_upright(anchor or predicted, self.turns, width, height)
         reach = REFINE_REACH * max(up.width, up.height, 1.0)
         around = to_stored(Box(up.x1 - reach, up.y1 - reach, up.x2 + reach, up.y2 + reach), self.turns, width, height)
         rgb, scale, left, top = region(around, REFINE_SIDE)
@@ -261,7 +266,7 @@ class HeadBoxes:
         best, best_score = None, self.min_iou
         for face in self.detector.detect(rgb):
             head = to_stored(head_box_from_face(_placed(face, scale, corner.x1, corner.y1)), self.turns, width, height)
-            score = association_score(predicted, head)
+            score = max(association_score(predicted, head), association_score(anchor, head) if anchor is not None else 0.0)
             if score >= best_score:
                 best, best_score = head, score
         return best
