@@ -11,9 +11,8 @@ library person's reference photos or main look); where the video is indexed, the
 `indexer.redact_frames` finds each chosen head in every frame and writes the video.
 
 Where every head is hidden but those identified (--everyone, --all-except), a head missed is a leak and a false one a
-patch blurred for nothing: a new analysis looks for small and faint faces too (`EveryFaceDetector`) and for heads
-without a face on every sample, and keeps the tracks its evidence rule drops (said in the audit trail). A library's
-analysis is read as it is.
+patch blurred for nothing: a new analysis looks for small and faint faces too (`EveryFaceDetector`), and keeps the
+tracks its evidence rule drops (said in the audit trail). A library's analysis is read as it is.
 
 `Redactor` loads the model and detector once and serves many videos (the CLI, later the web app and bench); `redact` is
 the one-call form. Nothing is stored; the source is never written to: the output is written beside its name and renamed
@@ -65,7 +64,7 @@ from indexer.redact_frames import (
     preview_frames,
     write_hidden,
 )
-from schemas.records import Box, FileResult, HeadTrack, MediaKind, Tier, VectorKind
+from schemas.records import Box, FaceDetection, FileResult, HeadTrack, MediaKind, Tier, VectorKind
 
 log = logging.getLogger(__name__)
 
@@ -76,18 +75,17 @@ OUTPUT_SUFFIXES = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".ts", ".mpg
 AUDIT_FORMAT = "headsearch-redactions/1"
 ONE_PER_TRACK_S = 1e9  # `embed_every_s` where nobody is identified (--everyone): a track embeds one sighting
 # Where every head is hidden (--everyone, --all-except), a head the analysis misses is a leak, and a false one only a
-# patch blurred for nothing: the analysis' detector sees each sampled frame enlarged (RetinaFace finds a face of some 40
-# pixels and up at its scale; the index's detector sees a 1080p frame at a third, where a 20-40 pixel crowd face is too
-# small), takes weaker and smaller faces, and the tracks its evidence rule would drop are hidden too. On the crowd of
+# patch blurred for nothing: the analysis' detector looks at each sampled frame enlarged too, for the small faces the
+# index's look misses (RetinaFace finds a face of some 40 pixels and up at its scale; the index's detector sees a 1080p
+# frame at a third, where a 20-40 pixel crowd face is too small), weaker and smaller ones, and the tracks its evidence
+# rule would drop are hidden too. On the crowd of
 # facenet-pytorch's video.mp4 (1080p): a man's profile some 35 x 50 pixels, seen at 0.62 with the frame enlarged twice and
 # not at all at the index's scale, and a face the index's tracker lost at its last sample, found at 0.81.
 EVERY_HEAD_ZOOM = 2.0  # the decoded frame (at most 1280 pixels across) is enlarged this much...
 EVERY_HEAD_SIDE = 2560  # ...to at most this long side
 EVERY_HEAD_SCORE = 0.5  # faces scored from this (the index: 0.7)
 EVERY_HEAD_MIN_FACE_PX = 8.0  # ...and from this size in decoded pixels (16 at the detector's scale: its smallest anchor)
-# ...and person keypoints look for heads without a face on every sampled frame (not every 2-8 s): on bench/sets/heads.csv
-# 30 of its 39 backs hidden instead of 28, for 0.03 s of CPU a sample of 640 x 360 pixels and some 0.4 s of 1280 x 720.
-EVERY_HEAD_KEYPOINTS_S = 1e-3
+EVERY_HEAD_SMALL_FACE_PX = 64.0  # ...up to this size (decoded pixels): the larger ones are the index's detector's to find
 
 
 @dataclass(frozen=True)
@@ -288,8 +286,8 @@ class Redactor:
         """The video's heads: the library's analysis where it holds this video unchanged, else a new analysis (where no
         one is to be identified, `identify` False, each track embeds one sighting only). `every_head` (every head is
         hidden but those identified: --everyone, --all-except): a new analysis looks for small and faint faces too
-        (`EveryFaceDetector`), and for heads without a face (person keypoints) on every sample, and keeps the tracks its
-        evidence rule drops (`SeenTrack.doubt` says why)."""
+        (`EveryFaceDetector`; the coarse pass for shots of large faces is off) and keeps the tracks its evidence rule
+        drops (`SeenTrack.doubt` says why)."""
         stamp = file_stamp(video)
         if self.library is not None:
             found = library_heads(self.library, video, stamp.fingerprint)
@@ -301,8 +299,7 @@ class Redactor:
             if self._every_face is None:
                 self._every_face = EveryFaceDetector(self.settings)
             # Enlarged throughout: the coarse pass for shots of large faces would look past the small ones.
-            settings, detector = replace(settings, detect_coarse_side=0, keypoints_every_s=EVERY_HEAD_KEYPOINTS_S,
-                                         keypoints_max_every_s=EVERY_HEAD_KEYPOINTS_S), self._every_face
+            settings, detector = replace(settings, detect_coarse_side=0), self._every_face
         result = analyse_file(video, settings, detector, self.photos.embedder, stamp=stamp, progress=progress)
         if result.kind != MediaKind.VIDEO:
             raise MediaError(f"{video}: a photo, not a video")
@@ -409,17 +406,24 @@ class Redactor:
 
 
 class EveryFaceDetector(FaceDetector):
-    """The face detector of an analysis that hides every head: the frame enlarged EVERY_HEAD_ZOOM times (at most
-    EVERY_HEAD_SIDE pixels across; never less than the index's detector sees it), faces from EVERY_HEAD_SCORE and
-    EVERY_HEAD_MIN_FACE_PX."""
+    """The face detector of an analysis that hides every head: the index's detector's faces, and the small ones it cannot
+    see, from a second look at the frame enlarged EVERY_HEAD_ZOOM times (at most EVERY_HEAD_SIDE pixels across), faces
+    from EVERY_HEAD_SCORE and EVERY_HEAD_MIN_FACE_PX up to EVERY_HEAD_SMALL_FACE_PX. Large faces come from the index's
+    look alone: enlarged, a close-up's face is past the detector's largest anchors, and it gave boxes of the whole frame
+    and several tracks on one face (on the 10-minute video: 438 tracks and 90,482 boxes, against the index's 121)."""
 
     def __init__(self, settings: IndexSettings):
         super().__init__(EVERY_HEAD_SCORE, EVERY_HEAD_SIDE, settings.detect_min_side, EVERY_HEAD_MIN_FACE_PX)
+        self.usual = FaceDetector.from_settings(settings)
 
     def scale_for(self, width: int, height: int, max_side: int | None = None) -> float:
-        if max_side is not None and max_side < self.max_side:  # a coarser pass, asked for
-            return super().scale_for(width, height, max_side)
         return max(min(EVERY_HEAD_ZOOM, self.max_side / max(width, height, 1)), super().scale_for(width, height))
+
+    def detect(self, rgb: np.ndarray, max_side: int | None = None) -> list[FaceDetection]:
+        usual = self.usual.detect(rgb, max_side) if max_side else self.usual.detect(rgb)
+        small = [f for f in super().detect(rgb) if max(f.box.width, f.box.height) < EVERY_HEAD_SMALL_FACE_PX
+                 and not any(u.box.x1 <= f.box.center[0] <= u.box.x2 and u.box.y1 <= f.box.center[1] <= u.box.y2 for u in usual)]
+        return sorted(usual + small, key=lambda d: -d.score)
 
 
 def _unconfirmed(why: str, track: SeenTrack) -> str:
