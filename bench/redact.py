@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,6 +36,9 @@ from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.timeline import probe_timing
 from headsearch.evaluation.head_boxes import VIEWS, HeadFrame, read_head_set
 from schemas.records import Box
+
+if TYPE_CHECKING:
+    from indexer.redact import Redactor
 
 Report = Callable[[str], None]
 HIDDEN_BELOW = 0.5  # a region whose detail correlates less than this with the source's is hidden
@@ -274,11 +278,29 @@ def run_deface(video: Path, out: Path) -> None:
         raise HeadsearchError(f"deface failed on {video.name}: {said[-1] if said else f'exit {done.returncode}'}")
 
 
+def _redacted(result: ToolResult, video: Path, out: Path, redactor: Redactor | None, style: str) -> bool:
+    """Run the result's tool on one video (headsearch's `redact --everyone` through `redactor`, deface as its own
+    command), its time added; False (the error kept) when it failed."""
+    from indexer.redact import Whom
+
+    t0 = time.perf_counter()
+    try:
+        if result.tool == "headsearch":
+            redactor.redact(video, Whom(everyone=True), out, style)
+        else:
+            run_deface(video, out)
+    except HeadsearchError as e:
+        result.error = str(e)
+        return False
+    result.seconds += time.perf_counter() - t0
+    return True
+
+
 def bench_redact(options: RedactOptions, report: Report = print) -> RedactRun:
     """Redact every labelled video with each tool and judge the outputs (see the module's docstring)."""
     import tempfile
 
-    from indexer.redact import Redactor, Whom
+    from indexer.redact import Redactor
 
     frames = read_head_set(options.set_csv, options.root)
     by_video: dict[Path, list[HeadFrame]] = {}
@@ -307,16 +329,8 @@ def bench_redact(options: RedactOptions, report: Report = print) -> RedactRun:
                     continue
                 out = work / f"{r.tool}-{video.stem}.mp4"
                 report(f"{r.tool}: {video.name}")
-                t0 = time.perf_counter()
-                try:
-                    if r.tool == "headsearch":
-                        redactor.redact(video, Whom(everyone=True), out, options.style)
-                    else:
-                        run_deface(video, out)
-                except HeadsearchError as e:
-                    r.error = str(e)
+                if not _redacted(r, video, out, redactor, options.style):
                     continue
-                r.seconds += time.perf_counter() - t0
                 r.video_seconds += timing.frames / float(timing.grid or timing.rate)
                 output = matched_output(out, source, wanted, timing.frame_at)
                 for f in labelled:
