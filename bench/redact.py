@@ -147,13 +147,30 @@ def _region(img: np.ndarray, box: Box, core: float = 1.0) -> np.ndarray:
     return img[y1:y2, x1:x2]
 
 
+def _at_size_of(output: np.ndarray, source: np.ndarray) -> np.ndarray:
+    """An output's frame at the source's size (deface writes 1080p as 1088 rows)."""
+    if output.shape == source.shape:
+        return output
+    import cv2
+
+    return cv2.resize(output, (source.shape[1], source.shape[0]), interpolation=cv2.INTER_AREA)
+
+
+def _around_heads(h: int, w: int, frames: Sequence[HeadFrame]) -> np.ndarray:
+    """Where the labelled heads of these frames lie (ignored ones included), each box grown by OUTSIDE_MARGIN of its
+    size: a h x w mask."""
+    inside = np.zeros((h, w), bool)
+    for f in frames:
+        for head in f.heads:
+            b = head.box
+            mx, my = (b.x2 - b.x1) * OUTSIDE_MARGIN, (b.y2 - b.y1) * OUTSIDE_MARGIN
+            inside[int(max(0, b.y1 - my)):int(min(h, b.y2 + my)), int(max(0, b.x1 - mx)):int(min(w, b.x2 + mx))] = True
+    return inside
+
+
 def judge_frame(source: np.ndarray, output: np.ndarray, frame: HeadFrame, result: ToolResult) -> None:
     """Add one labelled frame's heads and outside cells to a tool's counts."""
-    if output.shape != source.shape:
-        import cv2
-
-        output = cv2.resize(output, (source.shape[1], source.shape[0]), interpolation=cv2.INTER_AREA)
-    ds, do = detail(source), detail(output)
+    ds, do = detail(source), detail(_at_size_of(output, source))
     for head in frame.heads:
         if head.ignore:
             continue
@@ -161,11 +178,7 @@ def judge_frame(source: np.ndarray, output: np.ndarray, frame: HeadFrame, result
         result.heads[head.view][1] += 1
         result.heads[head.view][0] += bool(verdict)  # a head with no detail to tell counts as not hidden
     h, w = source.shape[:2]
-    inside = np.zeros((h, w), bool)
-    for head in frame.heads:
-        b = head.box
-        mx, my = (b.x2 - b.x1) * OUTSIDE_MARGIN, (b.y2 - b.y1) * OUTSIDE_MARGIN
-        inside[int(max(0, b.y1 - my)):int(min(h, b.y2 + my)), int(max(0, b.x1 - mx)):int(min(w, b.x2 + mx))] = True
+    inside = _around_heads(h, w, [frame])
     grey = _grey(source)
     for y in range(0, h - CELL + 1, CELL):
         for x in range(0, w - CELL + 1, CELL):
@@ -198,12 +211,7 @@ def _thumb(rgb: np.ndarray, frames: Sequence[HeadFrame]) -> np.ndarray:
 
     h, w = rgb.shape[:2]
     grey = _grey(rgb)
-    keep = np.ones((h, w), np.float32)
-    for f in frames:
-        for head in f.heads:
-            b = head.box
-            mx, my = (b.x2 - b.x1) * OUTSIDE_MARGIN, (b.y2 - b.y1) * OUTSIDE_MARGIN
-            keep[int(max(0, b.y1 - my)):int(min(h, b.y2 + my)), int(max(0, b.x1 - mx)):int(min(w, b.x2 + mx))] = 0
+    keep = (~_around_heads(h, w, frames)).astype(np.float32)
     size = (THUMB_W, max(1, round(THUMB_W * h / w)))
     area = cv2.resize(keep, size, interpolation=cv2.INTER_AREA)
     small = cv2.resize(grey * keep, size, interpolation=cv2.INTER_AREA) / np.maximum(area, 1e-6)
@@ -237,11 +245,7 @@ def matched_output(out: Path, source: dict[int, np.ndarray], wanted: dict[int, t
 
 def _unlike(rgb: np.ndarray, source: np.ndarray, ref: np.ndarray, frames: Sequence[HeadFrame]) -> float:
     """How far an output's frame is from the source's (`ref`: its `_thumb`) outside the labelled heads, in grey levels."""
-    import cv2
-
-    if rgb.shape != source.shape:
-        rgb = cv2.resize(rgb, (source.shape[1], source.shape[0]), interpolation=cv2.INTER_AREA)
-    d = np.abs(_thumb(rgb, frames) - ref)
+    d = np.abs(_thumb(_at_size_of(rgb, source), frames) - ref)
     return float(np.nanmean(d)) if np.isfinite(d).any() else 0.0
 
 
