@@ -297,7 +297,7 @@ class Redactor:
         detector = self.photos.detector
         if every_head:
             if self._every_face is None:
-                self._every_face = EveryFaceDetector(self.settings)
+                self._every_face = EveryFaceDetector(self.settings, self.photos.detector)
             # Enlarged throughout: the coarse pass for shots of large faces would look past the small ones.
             settings, detector = replace(settings, detect_coarse_side=0), self._every_face
         result = analyse_file(video, settings, detector, self.photos.embedder, stamp=stamp, progress=progress)
@@ -412,9 +412,12 @@ class EveryFaceDetector(FaceDetector):
     look alone: enlarged, a close-up's face is past the detector's largest anchors, and it gave boxes of the whole frame
     and several tracks on one face (on the 10-minute video: 438 tracks and 90,482 boxes, against the index's 121)."""
 
-    def __init__(self, settings: IndexSettings):
+    def __init__(self, settings: IndexSettings, usual: FaceDetector):
         super().__init__(EVERY_HEAD_SCORE, EVERY_HEAD_SIDE, settings.detect_min_side, EVERY_HEAD_MIN_FACE_PX)
-        self.usual = FaceDetector.from_settings(settings)
+        self.usual = usual  # the index's look (the redactor's own detector)
+
+    def _load(self):
+        return self.usual._load()  # the same network: its session, not a second one
 
     def scale_for(self, width: int, height: int, max_side: int | None = None) -> float:
         return max(min(EVERY_HEAD_ZOOM, self.max_side / max(width, height, 1)), super().scale_for(width, height))

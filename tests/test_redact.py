@@ -363,7 +363,7 @@ def test_where_everyone_is_hidden_small_faces_come_from_the_enlarged_frame_and_l
     from headsearch.detection.faces import FaceDetector
 
     settings = IndexSettings()
-    detector = EveryFaceDetector(settings)
+    detector = EveryFaceDetector(settings, FaceDetector.from_settings(settings))
     assert detector.scale_for(1280, 720) == 2.0 and detector.scale_for(1920, 1080) == pytest.approx(2560 / 1920)
     assert detector.scale_for(320, 240) == 2.0 and detector.scale_for(4000, 3000) == pytest.approx(2560 / 4000)
     assert detector.score_threshold < IndexSettings.face_score_threshold and detector.min_face_px < IndexSettings.min_face_px
