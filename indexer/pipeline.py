@@ -192,7 +192,6 @@ class Indexer:
                         if self._batch.due(self.batch_files, self.batch_seconds):
                             self._flush(summary, report)
                     overall.update(1)
-                    overall.set_postfix_str(job.path.name[-40:])
                     if time.monotonic() - last_save > 60:
                         self._flush(summary, report)
                         self.library.save_indexes()
@@ -222,6 +221,7 @@ class Indexer:
                 continue
             if media_kind(path) == MediaKind.VIDEO:  # photos waiting commit before a video is analysed
                 self._flush(summary, report)
+            overall.set_postfix_str(path.name[-40:])  # the file handed out to be read now (with workers: the latest handed out)
             yield Job(path, stamp)
 
     def _flush(self, summary: IndexSummary, report: Report) -> None:
