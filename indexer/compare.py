@@ -17,10 +17,10 @@ from headsearch.basics.failures import file_failures
 from headsearch.basics.media import media_kind
 from headsearch.basics.settings import IndexSettings
 from headsearch.basics.timeline import probe_timing
-from headsearch.compare.cast import CastVideo
+from headsearch.compare.cast import CastVideo, cast_heads
 from headsearch.compare.reference import Reference, ReferenceHead, person_heads, photo_heads, track_heads
 from headsearch.compare.spec import CompareSpec
-from headsearch.compare.timeline import CompareSettings, Comparison, cast_heads, compare_analysis
+from headsearch.compare.timeline import CompareSettings, Comparison, compare_analysis
 from headsearch.detection.faces import FaceDetector
 from headsearch.embedding.photo_heads import PhotoEmbedder
 from headsearch.evaluation.thresholds import Thresholds, thresholds_for

@@ -243,7 +243,7 @@ def test_a_cast_puts_every_labelled_appearance_on_its_character(cast_run):
         assert all(h["judged"] in JUDGED and (h["reason"] is not None) == (h["judged"] == "none") for h in heads)
     hamilton = entries[str(HAMILTON)]["frames"]
     assert {h["character"] for h in hamilton} - {None} <= {"miranda", "obama"}
-    frontal = [h for h in hamilton if h["shot"] == 2 and h["character"] is not None]  # frames 82-210: Miranda, frontal
+    frontal = [h for h in hamilton if h["shot"] == 3 and h["character"] is not None]  # frames 82-210 (shot 3): Miranda, frontal
     assert frontal and {h["character"] for h in frontal} == {"miranda"}
     miranda = next(c for c in entries[str(HAMILTON)]["characters"] if c["character"] == "miranda")
     apps = miranda["appearances"]  # first seen, then each time after a gap

@@ -2,11 +2,13 @@
 
 A cast is a folder of folders (one per character, named by the folder, its photos inside) or a CSV of `name,photo`
 rows (photos relative to the CSV's folder). Every track of every video goes to one character or to nobody (the
-comparison's track assignment); each head of each sampled frame is one entry (`CastHead`), and a character's
-**appearances** are its heads grouped by video and shot, each with its tier (the most frequent, the lower on a tie),
-its mean score and the **gap** since the character was last seen: the shots in between and the seconds, on the
-timeline of the videos one after the other, in the order given. The report: per video its frames and each
-character's summary (JSON), the appearances as CSV, and an HTML page with a score-against-gap plot.
+comparison's track assignment, the one scorer of a track); each head of each sampled frame is one entry (`CastHead`),
+and a character's **appearances** are its heads grouped by video and shot, each with the tier it was counted as the
+character's by (its best track as the scorer judged it: never `other_person`), its mean score, and the **gap** since the
+character was last seen: the shots in between and the seconds, on the timeline of the videos one after the other, in
+the order given. The report: per video its frames and each character's summary (JSON), the appearances as CSV, and an
+HTML page with a score-against-gap plot; the text names every video, those where nobody of the cast was seen too.
+Shots are numbered from 1 in every output (`shot_number`).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import csv
 import html
 import io
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,10 +24,20 @@ from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.media import media_kind
 from headsearch.basics.text import counted
 from headsearch.basics.timeline import format_time
-from headsearch.compare.timeline import NO_HEAD, RANK, SAME_PERSON, CastHead, coverage, views
-from schemas.records import MediaKind, Tier
+from headsearch.compare.reference import Reference
+from headsearch.compare.sightings import NO_HEAD, Sampled, carried_tiers, score_sighting, track_matches, unjudged_frame
+from headsearch.compare.timeline import RANK, SAME_PERSON, coverage, view_of, views
+from headsearch.detection.pose import face_yaw
+from headsearch.evaluation.thresholds import Thresholds
+from headsearch.evaluation.track_scores import TrackScore
+from schemas.records import FileResult, MediaKind, Tier
 
 APPEARANCE_FIELDS = ("character", "video", "shot", "start", "end", "frames", "tier", "score", "gap_shots", "gap_s")
+
+
+def shot_number(index: int) -> int:
+    """A shot as every output of a cast numbers it (text, page, CSV, JSON): from 1, in the video's order."""
+    return index + 1
 
 
 @dataclass(frozen=True)
@@ -73,6 +86,77 @@ def _cast_csv(path: Path) -> list[Character]:
 
 
 @dataclass
+class CastHead:
+    """One head of one sampled frame, in cast mode: the character its track went to (None: nobody), its tier against
+    that character, how it was judged; or, with `character` None and `tier` no_head, a sampled frame without a head."""
+
+    time: float
+    index: int  # the decoded frame's number
+    shot: int
+    character: str | None
+    tier: str
+    judged: str
+    reason: str | None = None
+    view: str | None = None
+    identity: float | None = None
+    head: float | None = None
+    box: tuple[float, float, float, float] | None = None
+    carried: bool = False
+    end: float = 0.0  # the next sampled frame's time
+    track: int | None = None  # its track (numbered from 1 in time order)
+    match: TrackScore | None = field(default=None, repr=False)  # its track judged against its character (the scorer's)
+
+    @property
+    def score(self) -> float | None:
+        return self.identity if self.identity is not None else self.head
+
+    def to_dict(self) -> dict:
+        return {"time": round(self.time, 3), "character": self.character, "tier": self.tier, "judged": self.judged, "reason": self.reason,
+                "view": self.view, "identity": _rounded(self.identity), "head": _rounded(self.head),
+                "box": None if self.box is None else [round(float(v), 1) for v in self.box], "frame": self.index,
+                "shot": shot_number(self.shot), "track": self.track}
+
+
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 4)
+
+
+def cast_heads(result: FileResult, references: Sequence[Reference], thresholds: Thresholds, appearance_dims: int = 0) -> list[CastHead]:
+    """Every head of every sampled frame, each with the character (reference) its track went to, or nobody; a frame
+    without a head is one entry of its own (no_head, and why). A head that went to nobody is tiered `other_person`, its
+    scores those against the character it is most like."""
+    v = Sampled.of(result)
+    tracks = v.tracks
+    matches = track_matches(tracks, references, thresholds, appearance_dims)
+    owner = [None if m is None else m[0] for m in matches]
+    scores = [{(n, o.frame_index): score_sighting(o, ref, thresholds, appearance_dims) for n, tr in enumerate(tracks) for o in tr.observations}
+              for ref in references]
+    carried = {n: carried_tiers(tr, n, scores[owner[n]]) for n, tr in enumerate(tracks) if owner[n] is not None}
+    out = []
+    for index, time, end, shot in v.frames():
+        seen = v.at.get(index, [])
+        if not seen:
+            out.append(CastHead(time, index, shot, None, NO_HEAD, "none", unjudged_frame(v.unjudged.get(index, [])), end=end))
+            continue
+        for n, obs in sorted(seen, key=lambda x: x[1].head.center[0]):
+            r = owner[n]
+            if r is None:  # nobody's: scored against the character it is most like
+                s = max((sc[n, index] for sc in scores), key=lambda x: (x.identity if x.identity is not None else -2.0,
+                                                                        x.head if x.head is not None else -2.0), default=None)
+                tier, was_carried, name = str(Tier.OTHER_PERSON), False, None
+            else:
+                s = scores[r][n, index]
+                (tier, was_carried), name = carried[n][index], references[r].name
+            identity, head = (s.identity, s.head) if s is not None else (None, None)
+            judged = "face" if identity is not None else "head" if head is not None else "none"
+            yaw = face_yaw(obs.face)
+            out.append(CastHead(time, index, shot, name, tier, judged, "no_face" if judged == "none" else None,
+                                None if judged == "none" else view_of(obs.face is not None, yaw), identity, head,
+                                obs.head.as_tuple(), was_carried, end, n + 1, None if matches[n] is None else matches[n][1]))
+    return out
+
+
+@dataclass
 class Appearance:
     """A character in one shot of one video."""
 
@@ -86,18 +170,32 @@ class Appearance:
     gap_s: float | None = None  # seconds since then, on the videos' joined timeline
 
     @property
+    def match(self) -> TrackScore | None:
+        """What counted it as the character's: its best track judged against the character by the one scorer of a track
+        (matched by the face before the look alone, then the higher score); None for heads made without one."""
+        matches = [h.match for h in self.heads if h.match is not None and h.match.tier is not None]
+        return max(matches, key=lambda m: (not m.matched_without_face, m.score), default=None)
+
+    @property
     def tier(self) -> str:
+        """The tier it was counted as the character's by (never `other_person`: a track of another person is nobody's);
+        without a judgement, the most frequent of its heads' tiers (the lower on a tie)."""
+        match = self.match
+        if match is not None:
+            return str(match.tier)
         counts = Counter(h.tier for h in self.heads)
         return max(counts, key=lambda t: (counts[t], -RANK.get(t, 3)))
 
     @property
     def score(self) -> float | None:
+        """The mean score of its heads scored on their own (not carried): identity where the face was judged, else the
+        head score."""
         values = [h.score for h in self.heads if h.score is not None and not h.carried]
         return sum(values) / len(values) if values else None
 
     def to_dict(self) -> dict:
         score = self.score
-        return {"character": self.character, "video": self.video, "shot": self.shot, "start": round(self.start, 3), "end": round(self.end, 3),
+        return {"character": self.character, "video": self.video, "shot": shot_number(self.shot), "start": round(self.start, 3), "end": round(self.end, 3),
                 "frames": len(self.heads), "tier": self.tier, "score": None if score is None else round(score, 4),
                 "gap_shots": self.gap_shots, "gap_s": None if self.gap_s is None else round(self.gap_s, 3)}
 
@@ -205,12 +303,24 @@ class CastRun:
             lines.append(f"{s['character']}: {s['appearances']} appearance{'s' if s['appearances'] != 1 else ''}, {s['frames']} frames, "
                          f"same person {100 * s['same_person_share']:.0f}% (same look {100 * s['same_look_share']:.0f}%)"
                          + ("" if s["mean_score"] is None else f", mean {s['mean_score']:.3f}") + gap)
-        for a in self.appearances():
-            score = "" if a.score is None else f" {a.score:.3f}"
-            since = "first seen" if a.gap_s is None else f"after {a.gap_s:.1f} s, {counted(a.gap_shots, 'shot')}"
-            lines.append(f"  {a.character:<16} {Path(a.video).name} shot {a.shot + 1} {format_time(a.start)}-{format_time(a.end)} "
-                         f"{a.tier}{score} ({since})")
+        apps = self.appearances()
+        for v in self.videos:  # every video, in order: its appearances, or that none of the cast was seen there
+            mine = [a for a in apps if a.video == v.video]
+            if not mine:
+                lines.append(f"  {Path(v.video).name}: {nobody_of_the_cast(v)}")
+            for a in mine:
+                score = "" if a.score is None else f" {a.score:.3f}"
+                since = "first seen" if a.gap_s is None else f"after {a.gap_s:.1f} s, {counted(a.gap_shots, 'shot')}"
+                lines.append(f"  {a.character:<16} {Path(a.video).name} shot {shot_number(a.shot)} {format_time(a.start)}-{format_time(a.end)} "
+                             f"{a.tier}{score} ({since})")
         return lines
+
+
+def nobody_of_the_cast(video: CastVideo) -> str:
+    """A video where none of the cast was seen, in words: the heads that were there, or that there were none."""
+    heads = sum(h.tier != NO_HEAD for h in video.heads)
+    return ("nobody of the cast (no head in any sampled frame)" if not heads else
+            f"nobody of the cast ({counted(heads, 'head sighting')}, none of them a character's)")
 
 
 # ----- the page -------------------------------------------------------------------------------------------
@@ -249,7 +359,7 @@ def gap_plot_svg(run: CastRun, width: int = 720, height: int = 300) -> str:
     colours = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(run.characters)}
     for a in points:
         out.append(f'<circle cx="{x(a.gap_s):.1f}" cy="{y(a.score):.1f}" r="4" fill="{colours[a.character]}" fill-opacity="0.8">'
-                   f'<title>{e(a.character)}: {a.score:.3f} in {e(Path(a.video).name)} shot {a.shot + 1}, {a.gap_s:.1f} s and '
+                   f'<title>{e(a.character)}: {a.score:.3f} in {e(Path(a.video).name)} shot {shot_number(a.shot)}, {a.gap_s:.1f} s and '
                    f'{counted(a.gap_shots, "shot")} after last seen</title></circle>')
     out.append("</svg>")
     return "\n".join(out)
@@ -269,10 +379,15 @@ def cast_page(run: CastRun) -> str:
                     f'<td>{s["appearances"]}</td><td>{s["frames"]}</td><td>{pct(s["same_person_share"])}</td><td>{pct(s["same_look_share"])}</td>'
                     f'<td>{mean}</td><td>{gap}</td></tr>')
     apps = []
-    for a in run.appearances():
+    every = run.appearances()
+    for a in [a for v in run.videos for a in ([a for a in every if a.video == v.video] or [v])]:  # in video order
+        if isinstance(a, CastVideo):  # a video where none of the cast was seen
+            apps.append(f'<tr class="nobody"><td class="muted">-</td><td>{e(Path(a.video).name)}</td><td colspan="5" class="muted">'
+                        f'{e(nobody_of_the_cast(a))}</td></tr>')
+            continue
         score = "" if a.score is None else f"{a.score:.3f}"
         since = "first seen" if a.gap_s is None else f"{a.gap_s:.1f} s, {counted(a.gap_shots, 'shot')}"
-        apps.append(f'<tr><td>{e(a.character)}</td><td>{e(Path(a.video).name)}</td><td>{a.shot + 1}</td><td>{format_time(a.start)}-{format_time(a.end)}</td>'
+        apps.append(f'<tr><td>{e(a.character)}</td><td>{e(Path(a.video).name)}</td><td>{shot_number(a.shot)}</td><td>{format_time(a.start)}-{format_time(a.end)}</td>'
                     f'<td class="tier-{e(a.tier)}">{e(a.tier.replace("_", " "))}</td><td>{score}</td><td>{since}</td></tr>')
     unseen = sum(h.character is None and h.tier != NO_HEAD for v in run.videos for h in v.heads)
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">

@@ -2,9 +2,9 @@
 one tier (segments), drift events, a summary and a verdict.
 
 Per frame, for one reference:
-- the heads of the frame are the sightings of the analysis' tracks there; each track goes to the reference it matches
-  best (its face sightings' mean identity vector above the identity bar; a track that never shows a face, by the look
-  of its head above the appearance bar) or to nobody; the reference's head in a frame is its own track's sighting,
+- the heads of the frame are the sightings of the analysis' tracks there; each track goes to the reference it is, as
+  search, people and redact judge a track (`headsearch.compare.sightings`: the one scorer of a track, by its best
+  sighting's face, else the look of its head), or to nobody; the reference's head in a frame is its own track's sighting,
   else the best-scoring head no other reference took, else none of them is the person (`other_person`);
 - a sighting with a face is tiered by its own scores (`Thresholds.tier`: identity, then the head score for the look);
   a sighting without one (a profile, the back of the head) carries the tier of its track's nearest sighting with a
@@ -36,13 +36,11 @@ from statistics import NormalDist
 import numpy as np
 
 from headsearch.compare.reference import Reference
+from headsearch.compare.sightings import NO_HEAD, Sampled, assign_tracks, carried_tiers, score_sighting, unjudged_frame
 from headsearch.detection.pose import face_yaw
 from headsearch.evaluation.thresholds import Thresholds
-from headsearch.models.base import mean_vector
-from headsearch.models.scoring import appearance_part, head_scores
-from schemas.records import FileResult, HeadTrack, Observation, Tier, VectorKind
+from schemas.records import FileResult, Observation, Tier
 
-NO_HEAD = "no_head"
 TIERS = (str(Tier.SAME_LOOK), str(Tier.OTHER_LOOK), str(Tier.OTHER_PERSON), NO_HEAD)
 RANK = {str(Tier.SAME_LOOK): 2, str(Tier.OTHER_LOOK): 1, str(Tier.OTHER_PERSON): 0}  # no_head has no rank: it is not a fall
 SAME_PERSON = (str(Tier.SAME_LOOK), str(Tier.OTHER_LOOK))
@@ -60,7 +58,6 @@ REASONS = {  # why a sampled frame was not judged
 }
 VIEWS = ("frontal", "three_quarter", "profile", "back")
 FRONTAL_MAX_YAW, THREE_QUARTER_MAX_YAW = 30.0, 60.0
-SMALL_FACE_PX = 32.0  # an unconfirmed face shorter than this (analysed pixels) is said too small
 
 # Verdicts of a video.
 VERDICTS = ("no_head", "drift", "other_person", "other_look", "same_look")
@@ -357,90 +354,21 @@ def view_of(face: bool, yaw: float | None) -> str:
     return "frontal" if turned < FRONTAL_MAX_YAW else "three_quarter" if turned <= THREE_QUARTER_MAX_YAW else "profile"
 
 
-def unjudged_reason(obs: Observation, why_dropped: str) -> str:
-    """Why a sighting of a track the analysis did not count as a person (`FileResult.dropped_tracks`) left its frame
-    unjudged (REASONS)."""
-    if why_dropped.startswith("static overlay"):
-        return "static_overlay"
-    if obs.face is None:
-        return "unconfirmed_head"
-    if min(obs.face.box.width, obs.face.box.height) < SMALL_FACE_PX:
-        return "too_small"
-    return "not_a_face" if "implausible landmarks" in why_dropped else "low_confidence"
-
-
 def _round(x: float | None, digits: int = 4) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
 # ----- scoring -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Scores:
-    identity: float | None
-    head: float | None
-    tier: str | None  # by the sighting's own scores; None: nothing to score it by
-
-
-def _score(obs: Observation, ref: Reference, thresholds: Thresholds, appearance_dims: int) -> _Scores:
-    """A sighting against a reference, on its own."""
-    v = obs.embeddings
-    identity = float(v[VectorKind.ID] @ ref.vectors[VectorKind.ID]) if VectorKind.ID in v and ref.face else None
-    head = None
-    if VectorKind.HEAD in v and VectorKind.HEAD in ref.vectors:
-        head = float(head_scores(ref.vectors[VectorKind.HEAD], ref.face, v[VectorKind.HEAD][None, :],
-                                 np.array([VectorKind.ID in v]), appearance_dims)[0])
-    if identity is not None:
-        tier = str(thresholds.tier(identity, head))
-    elif head is not None and appearance_dims:
-        tier = str(thresholds.tier(None, None, head))
-    else:
-        tier = None
-    return _Scores(identity, head, tier)
-
-
-def _track_score(track: HeadTrack, ref: Reference, appearance_dims: int) -> tuple[int, float] | None:
-    """How well a whole track matches a reference: (1, identity of its face sightings' mean vector) where both sides
-    have identity, else (0, the look of its heads' mean against the reference's); None: nothing to compare."""
-    faces = [o.embeddings[VectorKind.ID] for o in track.observations if VectorKind.ID in o.embeddings]
-    if faces and ref.face:
-        return 1, float(mean_vector(faces) @ ref.vectors[VectorKind.ID])
-    heads = [o.embeddings[VectorKind.HEAD] for o in track.observations if VectorKind.HEAD in o.embeddings]
-    if heads and appearance_dims and VectorKind.HEAD in ref.vectors:
-        mine = mean_vector(appearance_part(np.stack(heads), appearance_dims))
-        return 0, float(mine @ appearance_part(ref.vectors[VectorKind.HEAD], appearance_dims)[0])
-    return None
-
-
-def assign_tracks(tracks: Sequence[HeadTrack], references: Sequence[Reference], thresholds: Thresholds,
-                  appearance_dims: int) -> list[int | None]:
-    """Each track's reference (its index), or None: the best of those it matches (by identity above the identity bar,
-    or, with no identity on either side, by the look of the head above the appearance bar)."""
-    out: list[int | None] = []
-    for track in tracks:
-        best: tuple[tuple[int, float], int] | None = None
-        for r, ref in enumerate(references):
-            s = _track_score(track, ref, appearance_dims)
-            if s is None:
-                continue
-            bar = thresholds.identity if s[0] == 1 else thresholds.appearance
-            if bar is None or s[1] <= bar:
-                continue
-            if best is None or s > best[0]:
-                best = (s, r)
-        out.append(None if best is None else best[1])
-    return out
-
-
 def compare_analysis(result: FileResult, references: Sequence[Reference], thresholds: Thresholds, appearance_dims: int = 0,
                      settings: CompareSettings = CompareSettings()) -> list[Comparison]:
     """An analysed video (every sampled sighting embedded) against each reference: one comparison per reference."""
-    v = _Sampled.of(result)
+    v = Sampled.of(result)
     tracks, shots = v.tracks, v.shots
     owner = assign_tracks(tracks, references, thresholds, appearance_dims)
     out = []
     for r, ref in enumerate(references):
-        scores = {(n, obs.frame_index): _score(obs, ref, thresholds, appearance_dims) for n, tr in enumerate(tracks) for obs in tr.observations}
-        carried = {n: _carried_tiers(tr, n, scores) for n, tr in enumerate(tracks)}
+        scores = {(n, obs.frame_index): score_sighting(obs, ref, thresholds, appearance_dims) for n, tr in enumerate(tracks) for obs in tr.observations}
+        carried = {n: carried_tiers(tr, n, scores) for n, tr in enumerate(tracks)}
         frames = [_frame(time, end, index, shot, v.at.get(index, []), r, owner, scores, carried, ref, v.unjudged.get(index, []))
                   for index, time, end, shot in v.frames()]
         segments = merge_segments(segments_of(frames, shots), settings.min_segment_s)
@@ -451,132 +379,6 @@ def compare_analysis(result: FileResult, references: Sequence[Reference], thresh
     return out
 
 
-@dataclass
-class CastHead:
-    """One head of one sampled frame, in cast mode: the character its track went to (None: nobody), its tier against
-    that character, how it was judged; or, with `character` None and `tier` no_head, a sampled frame without a head."""
-
-    time: float
-    index: int  # the decoded frame's number
-    shot: int
-    character: str | None
-    tier: str
-    judged: str
-    reason: str | None = None
-    view: str | None = None
-    identity: float | None = None
-    head: float | None = None
-    box: tuple[float, float, float, float] | None = None
-    carried: bool = False
-    end: float = 0.0  # the next sampled frame's time
-
-    @property
-    def score(self) -> float | None:
-        return self.identity if self.identity is not None else self.head
-
-    def to_dict(self) -> dict:
-        return {"time": round(self.time, 3), "character": self.character, "tier": self.tier, "judged": self.judged, "reason": self.reason,
-                "view": self.view, "identity": _round(self.identity), "head": _round(self.head),
-                "box": None if self.box is None else [round(float(v), 1) for v in self.box], "frame": self.index, "shot": self.shot}
-
-
-def cast_heads(result: FileResult, references: Sequence[Reference], thresholds: Thresholds, appearance_dims: int = 0) -> list[CastHead]:
-    """Every head of every sampled frame, each with the character (reference) its track went to, or nobody; a frame
-    without a head is one entry of its own (no_head, and why). A head that went to nobody is tiered `other_person`, its
-    scores those against the character it is most like."""
-    v = _Sampled.of(result)
-    tracks = v.tracks
-    owner = assign_tracks(tracks, references, thresholds, appearance_dims)
-    scores = [{(n, o.frame_index): _score(o, ref, thresholds, appearance_dims) for n, tr in enumerate(tracks) for o in tr.observations}
-              for ref in references]
-    carried = {n: _carried_tiers(tr, n, scores[owner[n]]) for n, tr in enumerate(tracks) if owner[n] is not None}
-    out = []
-    for index, time, end, shot in v.frames():
-        seen = v.at.get(index, [])
-        if not seen:
-            out.append(CastHead(time, index, shot, None, NO_HEAD, "none", _unjudged_frame(v.unjudged.get(index, [])), end=end))
-            continue
-        for n, obs in sorted(seen, key=lambda x: x[1].head.center[0]):
-            r = owner[n]
-            if r is None:  # nobody's: scored against the character it is most like
-                s = max((sc[n, index] for sc in scores), key=lambda x: (x.identity if x.identity is not None else -2.0,
-                                                                        x.head if x.head is not None else -2.0), default=None)
-                tier, was_carried, name = str(Tier.OTHER_PERSON), False, None
-            else:
-                s = scores[r][n, index]
-                (tier, was_carried), name = carried[n][index], references[r].name
-            identity, head = (s.identity, s.head) if s is not None else (None, None)
-            judged = "face" if identity is not None else "head" if head is not None else "none"
-            yaw = face_yaw(obs.face)
-            out.append(CastHead(time, index, shot, name, tier, judged, "no_face" if judged == "none" else None,
-                                None if judged == "none" else view_of(obs.face is not None, yaw), identity, head,
-                                obs.head.as_tuple(), was_carried, end))
-    return out
-
-
-@dataclass
-class _Sampled:
-    """An analysed video as its sampled frames are scored: its tracks in time order, their sightings by frame, why
-    the sightings of dropped tracks were not judged, by frame, its shots and sampled frames."""
-
-    tracks: list[HeadTrack]
-    at: dict[int, list[tuple[int, Observation]]]  # frame index -> (track number, sighting)
-    unjudged: dict[int, list[str]]  # frame index -> REASONS of its dropped sightings
-    shots: list
-    samples: list[tuple[int, float]]
-    end: float  # the video's end
-
-    @classmethod
-    def of(cls, result: FileResult) -> _Sampled:
-        tracks = sorted(result.tracks, key=lambda tr: (tr.start, tr.shot_index))
-        at: dict[int, list[tuple[int, Observation]]] = {}
-        for n, track in enumerate(tracks):
-            for obs in track.observations:
-                at.setdefault(obs.frame_index, []).append((n, obs))
-        unjudged: dict[int, list[str]] = {}
-        for track, why in result.dropped_tracks:
-            for obs in track.observations:
-                unjudged.setdefault(obs.frame_index, []).append(unjudged_reason(obs, why))
-        shots = sorted(result.shots, key=lambda s: s.start_frame)
-        end = shots[-1].end_time if shots else (result.samples[-1][1] if result.samples else 0.0)
-        return cls(tracks, at, unjudged, shots, sorted(result.samples), end)
-
-    def frames(self):
-        """Each sampled frame: (frame index, time, the next sampled frame's time or the video's end, shot)."""
-        for i, (index, time) in enumerate(self.samples):
-            end = self.samples[i + 1][1] if i + 1 < len(self.samples) else max(self.end, time)
-            yield index, time, end, _shot_of(self.shots, index)
-
-
-def _unjudged_frame(reasons: Sequence[str]) -> str:
-    """Why a frame with no head kept was not judged: the reason of most of its dropped sightings, else no head."""
-    return max(sorted(set(reasons)), key=reasons.count) if reasons else NO_HEAD
-
-
-def _carried_tiers(track: HeadTrack, n: int, scores: dict) -> dict[int, tuple[str, bool]]:
-    """Each sighting's tier in a track (frame index -> (tier, carried)): a sighting with a face by its own scores; one
-    without, by the track's nearest sighting with a face in time, or by its own look where the track never shows one."""
-    faced = [(o.time, scores[n, o.frame_index].tier) for o in track.observations
-             if scores[n, o.frame_index].identity is not None and scores[n, o.frame_index].tier is not None]
-    out = {}
-    for o in track.observations:
-        own = scores[n, o.frame_index]
-        if own.identity is not None and own.tier is not None:
-            out[o.frame_index] = (own.tier, False)
-        elif faced:
-            out[o.frame_index] = (min(faced, key=lambda ft: (abs(ft[0] - o.time), ft[0]))[1], True)
-        else:
-            out[o.frame_index] = (own.tier or str(Tier.OTHER_PERSON), False)
-    return out
-
-
-def _shot_of(shots: Sequence, frame_index: int) -> int:
-    for s in shots:
-        if s.start_frame <= frame_index <= s.end_frame:
-            return s.index
-    return shots[-1].index if shots else 0
-
-
 def _frame(time: float, end: float, index: int, shot: int, seen: list[tuple[int, Observation]], r: int, owner: list[int | None],
            scores: dict, carried: dict, ref: Reference, unjudged: Sequence[str] = ()) -> Frame:
     frame = Frame(time, end, index, shot, NO_HEAD, heads=len(seen))
@@ -584,7 +386,7 @@ def _frame(time: float, end: float, index: int, shot: int, seen: list[tuple[int,
     if faces:
         frame.face_identity = max(faces)[1]
     if not seen:  # the reason of the most sightings left aside here, else none was there
-        frame.reason = _unjudged_frame(unjudged)
+        frame.reason = unjudged_frame(unjudged)
         return frame
 
     def key(item: tuple[int, Observation]) -> tuple:

@@ -1,4 +1,5 @@
-"""One scorer of a track against a query, used by search (a photo's vectors) and by people (a person's template).
+"""One scorer of a track against a query, used by search (a photo's vectors), people (a person's template), redact and
+compare (which of several people a track is: `best_match`).
 
 A track comes as rows per vector kind: (keys, whether each row shows a face, the vectors as rows); search gives one row
 per embedded sighting (keys: sighting ids), people one row per track, its mean vector (keys: the track id). The
@@ -16,7 +17,7 @@ decides, once for both, which rows count for which score and what the scores mea
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,7 +25,7 @@ import numpy as np
 
 from headsearch.evaluation.thresholds import Thresholds
 from headsearch.models.scoring import appearance_part
-from schemas.records import SearchHit, Tier, VectorKind
+from schemas.records import Observation, SearchHit, Tier, VectorKind
 
 # kind -> (keys: sighting or track ids, whether each row shows a face, the vectors as rows)
 TrackRows = Mapping[VectorKind, tuple[np.ndarray, np.ndarray, np.ndarray]]
@@ -198,3 +199,30 @@ def _look_alone_says_same(thresholds: Thresholds | None, id_score: float | None,
     """The face says another person and the look of the head alone says the same one."""
     return (thresholds is not None and thresholds.tier(id_score, head_score) == Tier.OTHER_PERSON
             and thresholds.tier(None, None, appearance_score) != Tier.OTHER_PERSON)
+
+
+def sighting_rows(sightings: Sequence[Observation]) -> TrackRows:
+    """A track's sightings as the scorer reads a track: per vector kind, (their frame numbers, whether each shows a face,
+    their vectors as rows); kinds no sighting has are left out."""
+    rows: dict[VectorKind, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for kind in VectorKind:
+        have = [o for o in sightings if kind in o.embeddings]
+        if have:
+            rows[kind] = (np.array([o.frame_index for o in have], np.int64), np.array([o.face_visible for o in have], bool),
+                          np.stack([o.embeddings[kind] for o in have]).astype(np.float32))
+    return rows
+
+
+def best_match(rows: TrackRows, queries: Sequence[Query], thresholds: Thresholds) -> tuple[int, TrackScore] | None:
+    """Which of several people (queries) a track is: of those whose tier is not another person's, the one matched by the
+    face before one matched by the look alone, then the highest score (`TrackScore.score`); None: none of them. `compare`
+    gives each track to one of its references this way, as search, people and redact judge a track against one."""
+    best: tuple[tuple[bool, float], int, TrackScore] | None = None
+    for n, query in enumerate(queries):
+        scored = score_track(rows, query, thresholds)
+        if scored.tier is None or scored.tier == Tier.OTHER_PERSON:
+            continue
+        key = (not scored.matched_without_face, scored.score)
+        if best is None or key > best[0]:
+            best = (key, n, scored)
+    return None if best is None else (best[1], best[2])
