@@ -333,7 +333,7 @@ def test_the_web_compare_takes_the_librarys_named_people_as_the_cast(hamilton_li
     assert twin.status_code == 200, twin.text
     got = twin.json()
     lin_summary = next(c for c in got["characters"] if c["character"] == "Lin")
-    assert lin_summary["appearances"] and any(a["shot"] == 2 for a in lin_summary["appearances"])  # 3.588-7.892 s: him, frontal
+    assert lin_summary["appearances"] and any(a["shot"] == 3 for a in lin_summary["appearances"])  # shot 3, 3.588-7.892 s: him, frontal
     assert all(f["judged"] in JUDGED for f in got["frames"]) and {f["character"] for f in got["frames"]} - {None} == {"Lin"}
     page = client.post("/compare", data={"cast": "people", "video_id": str(video["id"]), "csrf": client.headers[CSRF_HEADER]},
                        files={"clip": ("", b"", "video/mp4")})
