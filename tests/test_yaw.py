@@ -69,3 +69,14 @@ def test_labelled_heads_in_video_frames(tmp_path):
     labels = read_label_set(csv)
     assert [(f.path, f.identity, f.time, f.box) for f in labels.files] == [(tmp_path / "clip.mp4", "alex", 1.519, Box(10, 20, 110, 130.5))]
     assert labels.skipped == {"with an unreadable time or box": 1, "group/crowd/unknown": 1}
+
+
+def test_compare_views_and_bench_yaw_bands_are_one_rule():
+    """compare's views and bench's yaw bands once disagreed at exactly 60 degrees (three-quarter for one, the 60+ band
+    for the other): both come from `YAW_VIEWS`, a band holding its lower bound."""
+    from headsearch.compare.timeline import view_of
+    from headsearch.evaluation.verification import YAW_BANDS
+    for yaw in (0.0, 29.99, 30.0, 45.0, 59.99, 60.0, -60.0, 75.0, 90.0):
+        band = next(i for i, (_, lo, hi) in enumerate(YAW_BANDS) if lo <= abs(yaw) < hi)
+        assert view_of(True, yaw) == ("frontal", "three_quarter", "profile")[band], yaw
+    assert view_of(True, 60.0) == "profile" and view_of(False, None) == "back"

@@ -37,7 +37,7 @@ import numpy as np
 
 from headsearch.compare.reference import Reference
 from headsearch.compare.sightings import NO_HEAD, Sampled, assign_tracks, carried_tiers, score_sighting, unjudged_frame
-from headsearch.detection.pose import face_yaw
+from headsearch.detection.pose import face_yaw, yaw_view
 from headsearch.evaluation.thresholds import Thresholds
 from schemas.records import FileResult, Observation, Tier
 
@@ -57,7 +57,6 @@ REASONS = {  # why a sampled frame was not judged
     "no_face": "the head shows no face and the model judges faces only",
 }
 VIEWS = ("frontal", "three_quarter", "profile", "back")
-FRONTAL_MAX_YAW, THREE_QUARTER_MAX_YAW = 30.0, 60.0
 
 # Verdicts of a video.
 VERDICTS = ("no_head", "drift", "other_person", "other_look", "same_look")
@@ -350,8 +349,7 @@ def view_of(face: bool, yaw: float | None) -> str:
     """A head's view: by the yaw of its face, or `back` without one."""
     if not face:
         return "back"
-    turned = abs(yaw) if yaw is not None else 0.0
-    return "frontal" if turned < FRONTAL_MAX_YAW else "three_quarter" if turned <= THREE_QUARTER_MAX_YAW else "profile"
+    return yaw_view(yaw if yaw is not None else 0.0)
 
 
 def _round(x: float | None, digits: int = 4) -> float | None:

@@ -38,6 +38,16 @@ from schemas.records import FaceDetection
 # eye-mouth midline; fitted by research/yaw_reference.py (see the module docstring).
 YAW_K = 1.63
 
+# How far a face is turned, in views: frontal under 30 degrees of |yaw|, three-quarter from 30 to under 60, profile from
+# 60 (a band holds its lower bound, not its upper). Compare's views and bench's yaw bands are these bands.
+YAW_VIEWS = (("frontal", 0.0, 30.0), ("three_quarter", 30.0, 60.0), ("profile", 60.0, 360.0))
+
+
+def yaw_view(yaw: float) -> str:
+    """The view of a face turned by `yaw` degrees (either way): `frontal`, `three_quarter` or `profile`."""
+    turned = abs(yaw)
+    return next((name for name, lo, hi in YAW_VIEWS if lo <= turned < hi), YAW_VIEWS[-1][0])
+
 
 def yaw_features(landmarks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(offset, width, height)`` of landmarks ``(..., 5, 2)`` [left eye, right eye, nose, left mouth corner,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from headsearch.detection.pose import YAW_VIEWS
 from headsearch.evaluation.metrics import (
     DEFAULT_FARS,
     PROTOCOLS,
@@ -68,7 +69,7 @@ class EvaluationReport:
         return out
 
 
-YAW_BANDS = (("0-30", 0.0, 30.0), ("30-60", 30.0, 60.0), ("60+", 60.0, 360.0))  # |yaw| from <= |yaw| < to
+YAW_BANDS = tuple((f"{lo:g}-{hi:g}" if hi < 360 else f"{lo:g}+", lo, hi) for _, lo, hi in YAW_VIEWS)  # lo <= |yaw| < hi
 
 
 def cosine_matrix(vectors: np.ndarray) -> np.ndarray:
