@@ -34,7 +34,7 @@ from headsearch.basics.settings import IndexSettings
 Report = Callable[[str], None]
 VIEWS = ("front", "profile", "back")
 TURNED = ("profile", "back")
-COLUMNS = ("person", "file", "first_frame", "last_frame", "view", "reference", "ref_time", "ref_box")
+COLUMNS = ("person", "file", "first_frame", "last_frame", "view", "reference", "ref_time", "ref_box", "centres")
 ALL_TRACKS_K = 10_000  # a query's distinct tracks: more than any library of a set holds, so the bar alone decides
 TIME_SLACK = 1e-3  # seconds: times are rounded to the millisecond
 
@@ -48,6 +48,20 @@ class Interval:
     first: int
     last: int
     view: str
+    centres: tuple[tuple[int, float, float], ...] = ()  # (frame, x, y): where the head's centre is, in the file's pixels
+
+    def centre_at(self, frame: int) -> tuple[float, float] | None:
+        """The head's centre at `frame` (inside the interval): linear between the labelled frames, held before the
+        first and after the last; None where the interval gives none."""
+        if not self.centres or not self.first <= frame <= self.last:
+            return None
+        after = next((n for n, c in enumerate(self.centres) if c[0] >= frame), len(self.centres))
+        if after == 0 or after == len(self.centres):
+            c = self.centres[min(after, len(self.centres) - 1)]
+            return c[1], c[2]
+        (f0, x0, y0), (f1, x1, y1) = self.centres[after - 1], self.centres[after]
+        w = (frame - f0) / (f1 - f0)
+        return x0 + w * (x1 - x0), y0 + w * (y1 - y0)
 
 
 @dataclass(frozen=True)
@@ -99,7 +113,7 @@ def read_presence_set(path: Path) -> list[LabelledPerson]:
             header = rows[0].keys() if rows else ()
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise cannot_read(path, e) from e
-    missing = [c for c in COLUMNS if c not in header]
+    missing = [c for c in COLUMNS[:-1] if c not in header]  # centres may be left out
     if not rows or missing:
         raise HeadsearchError(f"{path}: not a presence set: columns {','.join(COLUMNS)} expected"
                               + (f" (missing: {', '.join(missing)})" if rows else " with rows"))
@@ -122,10 +136,27 @@ def read_presence_set(path: Path) -> list[LabelledPerson]:
             person = people[name] = LabelledPerson(name, reference)
         elif reference is not None and reference != person.reference:
             raise HeadsearchError(f"{path}:{n}: a second reference for {name}: give one per person")
-        person.intervals.append(Interval(file, first, last, view))
+        person.intervals.append(Interval(file, first, last, view, _centres(row.get("centres"), f"{path}:{n}")))
     for person in people.values():
         person.on_screen()  # overlapping intervals refused now
     return list(people.values())
+
+
+def _centres(cell: str | None, where: str) -> tuple[tuple[int, float, float], ...]:
+    """`frame:x y;frame:x y...` (frames increasing) as (frame, x, y)."""
+    out = []
+    for part in (cell or "").split(";"):
+        if not part.strip():
+            continue
+        try:
+            frame, xy = part.split(":")
+            x, y = (float(v) for v in xy.split())
+            out.append((int(frame), x, y))
+        except ValueError:
+            raise HeadsearchError(f"{where}: centres are frame:x y, separated by ';' (got {part.strip()!r})") from None
+    if any(b[0] <= a[0] for a, b in zip(out, out[1:], strict=False)):
+        raise HeadsearchError(f"{where}: the centres' frames must increase")
+    return tuple(out)
 
 
 def _reference(row: dict, where: str) -> Reference | None:
@@ -171,6 +202,7 @@ class Coverage:
     false: int  # ...of which the person is not on screen
     pieces: list[int]  # per shot the person is on screen in: the distinct tracks claiming some of their frames there
     turned_in_found: tuple[int, int] = (0, 0)  # (covered, on) profile and back frames in the shots where any is claimed
+    others: int = 0  # claiming tracks that are someone else's (where the person's head centre is labelled)
 
     def share(self, views: Sequence[str] = VIEWS) -> float | None:
         on = sum(self.on.get(v, 0) for v in views)
@@ -180,7 +212,7 @@ class Coverage:
         found = [p for p in self.pieces if p]
         return {"on_screen": dict(self.on), "covered": dict(self.covered),
                 "coverage": {v: _rounded(self.share((v,))) for v in VIEWS} | {"all": _rounded(self.share())},
-                "claimed": self.claimed, "false": self.false,
+                "claimed": self.claimed, "false": self.false, "others_tracks": self.others,
                 "false_share": _rounded(self.false / self.claimed if self.claimed else None),
                 "pieces": list(self.pieces), "shots_found": len(found), "shots_on_screen": len(self.pieces),
                 "pieces_per_found_shot": _rounded(sum(found) / len(found) if found else None),
@@ -189,10 +221,23 @@ class Coverage:
                                                                if self.turned_in_found[1] else None)}}
 
 
+def someone_else(intervals: Sequence[Interval], sightings: Sequence[tuple[int, tuple[float, float, float, float]]]) -> bool:
+    """Whether a track is another person's: it was sighted where the person's head centre is labelled (`centres`), and
+    fewer than half of those sightings' head boxes (x1, y1, x2, y2, the file's pixels) hold it."""
+    held = seen = 0
+    for frame, (x1, y1, x2, y2) in sightings:
+        centre = next((c for iv in intervals if (c := iv.centre_at(frame)) is not None), None)
+        if centre is not None:
+            seen += 1
+            held += x1 <= centre[0] <= x2 and y1 <= centre[1] <= y2
+    return seen > 0 and 2 * held < seen
+
+
 def measure(on: dict[str, dict[int, str]], claims: dict[str, dict[object, set[int]]],
-            shots: dict[str, Sequence[tuple[int, int]]]) -> Coverage:
+            shots: dict[str, Sequence[tuple[int, int]]], others: dict[str, set] | None = None) -> Coverage:
     """A person's coverage: `on` (file -> frame -> view), `claims` (file -> track -> frames it claims), `shots`
-    (file -> each shot's first and last frame)."""
+    (file -> each shot's first and last frame), `others` (file -> the claiming tracks that are someone else's: every
+    frame they claim is false, unless one of the person's own tracks claims it while they are on screen)."""
     views = {v: 0 for v in VIEWS}
     covered = dict(views)
     on_count = dict(views)
@@ -201,10 +246,12 @@ def measure(on: dict[str, dict[int, str]], claims: dict[str, dict[object, set[in
     turned = [0, 0]
     for file in sorted(set(on) | set(claims)):
         frames = on.get(file, {})
-        tracks = claims.get(file, {})
+        every = claims.get(file, {})
+        tracks = {k: v for k, v in every.items() if k not in (others or {}).get(file, ())}
         union = set().union(*tracks.values()) if tracks else set()
-        claimed += len(union)
-        false += len(union - frames.keys())
+        claimed_here = set().union(*every.values()) if every else set()
+        claimed += len(claimed_here)
+        false += len(claimed_here - (union & frames.keys()))
         for f, view in frames.items():
             on_count[view] += 1
             covered[view] += f in union
@@ -220,7 +267,8 @@ def measure(on: dict[str, dict[int, str]], claims: dict[str, dict[object, set[in
                 turned_frames = [f for f in seen if frames[f] in TURNED]
                 turned[0] += sum(f in union for f in turned_frames)
                 turned[1] += len(turned_frames)
-    return Coverage(on_count, covered, claimed, false, pieces, (turned[0], turned[1]))
+    strangers = sum(len(set(claims.get(f, {})) & set(ks)) for f, ks in (others or {}).items())
+    return Coverage(on_count, covered, claimed, false, pieces, (turned[0], turned[1]), strangers)
 
 
 def _rounded(x: float | None, digits: int = 4) -> float | None:
@@ -245,7 +293,7 @@ class PersonResult:
     query: Coverage
     tracks: Coverage
     notes: list[str] = field(default_factory=list)
-    claims: dict[str, dict[str, list[tuple[int, int]]]] = field(default_factory=dict)  # method -> file -> claimed runs
+    claims: dict[str, dict[str, list[tuple[int, int]]]] = field(default_factory=dict)  # method[_others] -> file -> claimed runs
 
     def to_dict(self) -> dict:
         return {"person": self.name, "files": self.files, "reference": self.reference, "notes": self.notes,
@@ -268,7 +316,8 @@ class PresenceRun:
         parts = [getattr(p, method) for p in self.people]
         return Coverage({v: sum(c.on[v] for c in parts) for v in VIEWS}, {v: sum(c.covered[v] for c in parts) for v in VIEWS},
                         sum(c.claimed for c in parts), sum(c.false for c in parts), [n for c in parts for n in c.pieces],
-                        (sum(c.turned_in_found[0] for c in parts), sum(c.turned_in_found[1] for c in parts)))
+                        (sum(c.turned_in_found[0] for c in parts), sum(c.turned_in_found[1] for c in parts)),
+                        sum(c.others for c in parts))
 
     def to_dict(self) -> dict:
         return {"set": str(self.options.set_csv), "people": len(self.people), "videos": len(self.frame_counts),
@@ -327,6 +376,7 @@ def _measure(people: list[LabelledPerson], paths: dict[str, Path], root: Path, l
     notes = [f"{f}: the library counts {h.frames} frames, PyAV {len(times[f])}: the frame numbers may not agree"
              for f, h in heads.items() if h.frames != len(times[f])]
     shots = {f: [h.shots[s] for s in sorted(h.shots)] for f, h in heads.items()}
+    sightings = {f: _sightings(h, paths[f]) for f, h in heads.items()}
     service = SearchService(Library.open(library))
     results = []
     for person in people:
@@ -336,9 +386,13 @@ def _measure(people: list[LabelledPerson], paths: dict[str, Path], root: Path, l
         query_claims = _query_claims(service, photo, QueryOptions(k=ALL_TRACKS_K, pictures=False), times, by_path, notes_here)
         track_claims = _track_claims(redactor, heads, photo, notes_here)
         on = person.on_screen()
-        results.append(PersonResult(person.name, person.files, person.reference.describe(), measure(on, query_claims, shots),
-                                    measure(on, track_claims, shots), notes_here,
-                                    {"query": _runs_of(query_claims), "tracks": _runs_of(track_claims)}))
+        query_others, track_others = _others(person, query_claims, sightings), _others(person, track_claims, sightings)
+        results.append(PersonResult(person.name, person.files, person.reference.describe(),
+                                    measure(on, query_claims, shots, query_others), measure(on, track_claims, shots, track_others),
+                                    notes_here, {"query": _runs_of(query_claims, query_others),
+                                                 "tracks": _runs_of(track_claims, track_others),
+                                                 "query_others": _runs_of(query_claims, query_others, theirs=False),
+                                                 "tracks_others": _runs_of(track_claims, track_others, theirs=False)}))
     return PresenceRun(options, results, {p.name: p.on_screen() for p in people}, {f: len(t) for f, t in times.items()},
                        0.0, 0.0, None, notes)
 
@@ -382,9 +436,33 @@ def _track_claims(redactor, heads: dict, photo: Path, notes: list[str]) -> dict[
     return claims
 
 
-def _runs_of(claims: dict[str, dict[object, set[int]]]) -> dict[str, list[tuple[int, int]]]:
-    """Each file's claimed frames as (first, last) runs, for the picture."""
-    return {file: runs(set().union(*tracks.values())) for file, tracks in claims.items() if tracks}
+def _sightings(heads, path: Path) -> dict[object, list[tuple[int, tuple[float, float, float, float]]]]:
+    """Each track's sightings (frame, head box in the file's pixels) of a video's analysis (`VideoHeads`)."""
+    from headsearch.basics.timeline import probe_video
+
+    probe = probe_video(path)
+    sx, sy = (probe.width / heads.size[0], probe.height / heads.size[1]) if probe is not None and all(heads.size) else (1.0, 1.0)
+    return {t.key: [(f, (b.x1 * sx, b.y1 * sy, b.x2 * sx, b.y2 * sy)) for f, b in t.sightings] for t in heads.tracks}
+
+
+def _others(person: LabelledPerson, claims: dict[str, dict[object, set[int]]], sightings: dict[str, dict]) -> dict[str, set]:
+    """The claiming tracks that are someone else's, by where the person's head is labelled (`someone_else`)."""
+    out: dict[str, set] = {}
+    for file, tracks in claims.items():
+        intervals = [iv for iv in person.intervals if iv.file == file]
+        out[file] = {k for k in tracks if someone_else(intervals, sightings.get(file, {}).get(k, []))}
+    return out
+
+
+def _runs_of(claims: dict[str, dict[object, set[int]]], others: dict[str, set], theirs: bool = True) -> dict[str, list[tuple[int, int]]]:
+    """Each file's frames claimed by the person's own tracks (`theirs`) or by someone else's, as (first, last) runs, for
+    the picture."""
+    out = {}
+    for file, tracks in claims.items():
+        kept = [frames for k, frames in tracks.items() if (k in others.get(file, ())) != theirs]
+        if kept:
+            out[file] = runs(set().union(*kept))
+    return out
 
 
 def runs(frames: Iterable[int]) -> list[tuple[int, int]]:

@@ -398,7 +398,7 @@ def _coverage_cells(c: Coverage) -> list[str]:
     d = c.to_dict()
     found = d["pieces_per_found_shot"]
     return ([_share(c, (v,)) for v in ("front", "profile", "back")]
-            + [_share(c, ("front", "profile", "back")), f"{c.false}/{c.claimed}",
+            + [_share(c, ("front", "profile", "back")), f"{c.false}/{c.claimed}", str(c.others),
                f"{found:.2f} ({d['shots_found']}/{d['shots_on_screen']})" if found is not None else f"- (0/{d['shots_on_screen']})"])
 
 
@@ -409,7 +409,7 @@ def presence_text(run: PresenceRun) -> str:
              f"measured in {run.measure_seconds:.0f} s" + (f" (library kept: {run.library})" if run.library else "")]
     head = ["person", "on F/P/B"]
     for method in ("query", "tracks"):
-        head += [f"{method} front", "profile", "back", "all", "false/claimed", "pieces (shots)"]
+        head += [f"{method} front", "profile", "back", "all", "false/claimed", "others", "pieces (shots)"]
     rows = [head]
     for p in run.people + [None]:
         q, t = (p.query, p.tracks) if p is not None else (run.total("query"), run.total("tracks"))
@@ -421,7 +421,9 @@ def presence_text(run: PresenceRun) -> str:
         tf = c.turned_in_found
         lines.append(f"{method}: turned (profile and back) {_share(c, ('profile', 'back'))}; in shots where the person is found "
                      + (f"{tf[0] / tf[1]:.3f} ({tf[0]}/{tf[1]} frames)" if tf[1] else "- (no turned frames there)"))
-    lines.append("(coverage: share of on-screen frames claimed; false: claimed frames where the person is not on screen; pieces: "
+    lines.append("(coverage: share of on-screen frames claimed by the person's own tracks; false: claimed frames where the person "
+                 "is not on screen or only someone else's track claims them; others: claiming tracks that are someone else's, "
+                 "by where the person's head is labelled; pieces: "
                  "distinct tracks per shot the person is found in, mean (found shots/shots on screen); query: confident hits of "
                  "`query PHOTO`; tracks: those `redact --ref PHOTO` hides)")
     for p in run.people:
@@ -435,17 +437,19 @@ VIEW_COLOURS = {"front": (60, 170, 75), "profile": (240, 160, 40), "back": (200,
 
 def plot_presence(run: PresenceRun, path: Path) -> Path:
     """One strip per person and video: on-screen frames coloured by view, and below them the frames the query's hits
-    and the redaction's tracks claim (grey), frame 0 at the left, every video scaled to the same width."""
+    and the redaction's tracks claim (grey: the person's own tracks, blue: someone else's), frame 0 at the left, every
+    video scaled to the same width."""
     from PIL import Image, ImageDraw
 
     from bench.presence import views_of
 
     label_w, strip_w, lane, gap = 300, 700, 9, 8
-    items = [(p, f) for p in run.people for f in sorted(set(run.on_screen[p.name]) | set(p.claims["query"]) | set(p.claims["tracks"]))]
+    items = [(p, f) for p in run.people for f in sorted(set(run.on_screen[p.name]).union(*(p.claims[k] for k in p.claims)))]
     height = 30 + len(items) * (3 * lane + gap)
     image = Image.new("RGB", (label_w + strip_w + 10, height), "white")
     draw = ImageDraw.Draw(image)
-    draw.text((4, 4), "on screen (front green, profile orange, back red); query hits; redact --ref tracks", fill="black")
+    draw.text((4, 4), "lanes: on screen (front green, profile orange, back red); query hits; redact --ref tracks "
+              "(grey: the person's tracks, blue: someone else's)", fill="black")
     y = 30
     for person, file in items:
         frames = max(run.frame_counts.get(file, 1), 1)
@@ -459,8 +463,9 @@ def plot_presence(run: PresenceRun, path: Path) -> Path:
         for first, last, view in views_of(run.on_screen[person.name]).get(file, []):
             draw.rectangle((x(first), y, x(last + 1) - 1, y + lane - 2), fill=VIEW_COLOURS[view])
         for n, method in enumerate(("query", "tracks"), 1):
-            for first, last in person.claims[method].get(file, []):
-                draw.rectangle((x(first), y + n * lane, x(last + 1) - 1, y + n * lane + lane - 2), fill=(90, 90, 90))
+            for key, colour in ((method + "_others", (120, 150, 230)), (method, (90, 90, 90))):
+                for first, last in person.claims[key].get(file, []):
+                    draw.rectangle((x(first), y + n * lane, x(last + 1) - 1, y + n * lane + lane - 2), fill=colour)
         y += 3 * lane + gap
     path.parent.mkdir(parents=True, exist_ok=True)
     image.save(path)
