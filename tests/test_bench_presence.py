@@ -17,6 +17,7 @@ from bench.presence import (
     on_screen_frames,
     read_presence_set,
     runs,
+    someone_else,
     views_of,
 )
 from headsearch.basics.errors import HeadsearchError
@@ -86,6 +87,31 @@ def test_coverage_false_frames_and_pieces_per_shot():
     assert d["pieces_per_found_shot"] == 2.0 and d["shots_found"] == 1 and d["shots_on_screen"] == 2
     assert d["coverage"]["all"] == 0.6 and d["false_share"] == 0.28
     assert views_of(on)["v"] == [(0, 9, "front"), (10, 19, "back"), (30, 39, "profile")]
+
+
+def test_a_head_centre_is_followed_between_its_labelled_frames():
+    iv = Interval("v", 10, 40, "front", ((20, 100.0, 50.0), (30, 200.0, 150.0)))
+    assert iv.centre_at(25) == (150.0, 100.0) and iv.centre_at(12) == (100.0, 50.0) and iv.centre_at(40) == (200.0, 150.0)
+    assert iv.centre_at(41) is None and Interval("v", 0, 5, "back").centre_at(3) is None
+
+
+def test_a_track_is_someone_else_where_its_boxes_miss_the_labelled_centre():
+    ivs = [Interval("v", 0, 20, "front", ((0, 100.0, 100.0), (20, 300.0, 100.0)))]
+    on_them = [(0, (50, 50, 150, 150)), (10, (150, 50, 250, 150)), (20, (250, 50, 350, 150))]
+    beside = [(0, (400, 50, 500, 150)), (10, (150, 50, 250, 150)), (20, (600, 50, 700, 150))]  # one of three
+    assert not someone_else(ivs, on_them) and someone_else(ivs, beside)
+    assert not someone_else(ivs, [(30, (400, 50, 500, 150))])  # seen only where no centre is labelled: no evidence
+    on = on_screen_frames(ivs)
+    c = measure(on, {"v": {1: set(range(0, 11)), 2: set(range(5, 21))}}, {"v": [(0, 20)]}, {"v": {2}})
+    assert c.covered["front"] == 11 and c.false == 10 and c.others == 1 and c.pieces == [1]
+
+
+def test_centres_that_do_not_read_are_refused(tmp_path):
+    path = tmp_path / "p.csv"
+    for cell, says in (("0:1", "centres are frame:x y"), ("3:1 2;2:1 2", "must increase")):
+        path.write_text(HEADER.strip() + f",centres\na,v.mp4,0,4,front,a.jpg,,,{cell}\n")
+        with pytest.raises(HeadsearchError, match=says):
+            read_presence_set(path)
 
 
 def test_nothing_claimed_is_no_coverage_and_no_pieces():
