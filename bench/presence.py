@@ -221,16 +221,26 @@ class Coverage:
                                                                if self.turned_in_found[1] else None)}}
 
 
-def someone_else(intervals: Sequence[Interval], sightings: Sequence[tuple[int, tuple[float, float, float, float]]]) -> bool:
+def someone_else(intervals: Sequence[Interval], sightings: Sequence[tuple[int, tuple[float, float, float, float]]],
+                 rivals: Sequence[Interval] = ()) -> bool:
     """Whether a track is another person's: it was sighted where the person's head centre is labelled (`centres`), and
-    fewer than half of those sightings' head boxes (x1, y1, x2, y2, the file's pixels) hold it."""
+    fewer than half of those sightings hold it: a sighting's head box (x1, y1, x2, y2, the file's pixels) holds the
+    person's centre, and no other labelled person's (`rivals`: their intervals in the file) is nearer the box's centre
+    (head boxes have margins: two heads side by side can both lie in one)."""
     held = seen = 0
     for frame, (x1, y1, x2, y2) in sightings:
         centre = next((c for iv in intervals if (c := iv.centre_at(frame)) is not None), None)
-        if centre is not None:
-            seen += 1
-            held += x1 <= centre[0] <= x2 and y1 <= centre[1] <= y2
+        if centre is None:
+            continue
+        seen += 1
+        mid = ((x1 + x2) / 2, (y1 + y2) / 2)
+        nearest = min([(_distance(mid, centre), 0)] + [(_distance(mid, c), 1) for iv in rivals if (c := iv.centre_at(frame)) is not None])
+        held += x1 <= centre[0] <= x2 and y1 <= centre[1] <= y2 and nearest[1] == 0
     return seen > 0 and 2 * held < seen
+
+
+def _distance(a: tuple[float, float], b: tuple[float, float]) -> float:
+    return ((a[0] - b[0]) ** 2 + (a[1] - b[1]) ** 2) ** 0.5
 
 
 def measure(on: dict[str, dict[int, str]], claims: dict[str, dict[object, set[int]]],
@@ -386,7 +396,8 @@ def _measure(people: list[LabelledPerson], paths: dict[str, Path], root: Path, l
         query_claims = _query_claims(service, photo, QueryOptions(k=ALL_TRACKS_K, pictures=False), times, by_path, notes_here)
         track_claims = _track_claims(redactor, heads, photo, notes_here)
         on = person.on_screen()
-        query_others, track_others = _others(person, query_claims, sightings), _others(person, track_claims, sightings)
+        query_others, track_others = (_others(person, people, query_claims, sightings),
+                                      _others(person, people, track_claims, sightings))
         results.append(PersonResult(person.name, person.files, person.reference.describe(),
                                     measure(on, query_claims, shots, query_others), measure(on, track_claims, shots, track_others),
                                     notes_here, {"query": _runs_of(query_claims, query_others),
@@ -445,12 +456,14 @@ def _sightings(heads, path: Path) -> dict[object, list[tuple[int, tuple[float, f
     return {t.key: [(f, (b.x1 * sx, b.y1 * sy, b.x2 * sx, b.y2 * sy)) for f, b in t.sightings] for t in heads.tracks}
 
 
-def _others(person: LabelledPerson, claims: dict[str, dict[object, set[int]]], sightings: dict[str, dict]) -> dict[str, set]:
+def _others(person: LabelledPerson, people: Sequence[LabelledPerson], claims: dict[str, dict[object, set[int]]],
+            sightings: dict[str, dict]) -> dict[str, set]:
     """The claiming tracks that are someone else's, by where the person's head is labelled (`someone_else`)."""
     out: dict[str, set] = {}
     for file, tracks in claims.items():
         intervals = [iv for iv in person.intervals if iv.file == file]
-        out[file] = {k for k in tracks if someone_else(intervals, sightings.get(file, {}).get(k, []))}
+        rivals = [iv for p in people if p is not person for iv in p.intervals if iv.file == file]
+        out[file] = {k for k in tracks if someone_else(intervals, sightings.get(file, {}).get(k, []), rivals)}
     return out
 
 

@@ -101,6 +101,10 @@ def test_a_track_is_someone_else_where_its_boxes_miss_the_labelled_centre():
     beside = [(0, (400, 50, 500, 150)), (10, (150, 50, 250, 150)), (20, (600, 50, 700, 150))]  # one of three
     assert not someone_else(ivs, on_them) and someone_else(ivs, beside)
     assert not someone_else(ivs, [(30, (400, 50, 500, 150))])  # seen only where no centre is labelled: no evidence
+    # Two heads side by side inside one box with a margin: the box is the one whose centre is nearer its own.
+    beside_them = [Interval("v", 0, 20, "profile", ((0, 190.0, 100.0),))]
+    assert someone_else(ivs, [(0, (80, 50, 260, 150))], beside_them)  # box centre 170: nearer the other head (190)
+    assert not someone_else(ivs, [(0, (20, 50, 200, 150))], beside_them)  # box centre 110: theirs
     on = on_screen_frames(ivs)
     c = measure(on, {"v": {1: set(range(0, 11)), 2: set(range(5, 21))}}, {"v": [(0, 20)]}, {"v": {2}})
     assert c.covered["front"] == 11 and c.false == 10 and c.others == 1 and c.pieces == [1]
