@@ -115,7 +115,7 @@ def read_presence_set(path: Path) -> list[LabelledPerson]:
         raise cannot_read(path, e) from e
     missing = [c for c in COLUMNS[:-1] if c not in header]  # centres may be left out
     if not rows or missing:
-        raise HeadsearchError(f"{path}: not a presence set: columns {','.join(COLUMNS)} expected"
+        raise HeadsearchError(f"{path}: not a presence set: columns {','.join(COLUMNS[:-1])}[,{COLUMNS[-1]}] expected"
                               + (f" (missing: {', '.join(missing)})" if rows else " with rows"))
     people: dict[str, LabelledPerson] = {}
     for n, row in enumerate(rows, 2):
