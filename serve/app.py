@@ -44,6 +44,7 @@ from serve.files import FileChanged, FileNotServed, OpenFileResponse
 from serve.guard import CSRF_FIELD, CSRF_HEADER, SECURITY_HEADERS, Backoff, Guard, SessionTokens, checked_token, csrf_token, require_csrf_token
 from serve.pages import HERE, JsonAnswer, parse_id, templates
 from serve.pages import form_fields as _form
+from serve.pages import hms as hms  # the pages' time filter: tests/test_serve.py imports it from here
 from serve.pages import id_field as _id_field
 from serve.pages import page as _page
 from serve.pages import site_of as _site
