@@ -8,6 +8,10 @@ import click
 from cli.options import library_option, library_path
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+# What is true of a server stopped (not the interrupted commands' "run the same command again to finish"): the changes
+# made through it were committed as each was made; the redactions it ran, finished or not, went with it.
+STOPPED = ("interrupted: the server stopped; changes made in the app are in the library, its redaction jobs and their files "
+           "are gone (`headsearch serve` starts it again)")
 
 
 @click.command()
@@ -45,7 +49,12 @@ def serve(ctx: click.Context, library: Path | None, host: str, port: int, token:
     click.echo(f"headsearch: {address}  (library {app.state.site.root}; Ctrl+C stops)", err=True)
     # wrong tokens are said whatever the verbosity; -v adds a line per request
     logging.getLogger("serve.guard").setLevel(logging.INFO if ctx.meta.get("verbose") else logging.WARNING)
-    uvicorn.Server(server_config(app, host, port)).run(sockets=[listening])
+    try:
+        uvicorn.Server(server_config(app, host, port)).run(sockets=[listening])
+    except KeyboardInterrupt:  # uvicorn stops at Ctrl+C (or a SIGTERM), then raises it again: nothing is left to finish
+        from cli.main import _interrupted
+
+        _interrupted(STOPPED)
 
 
 def _bound(host: str, port: int):

@@ -21,16 +21,13 @@ from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.templating import Jinja2Templates
 
 from headsearch.basics.errors import HeadsearchError, LibraryError, MediaError, NoHeadFound
-from headsearch.basics.json_text import json_text
 from headsearch.basics.settings import MediaLimits
-from headsearch.basics.text import counted, printable, shown_bytes
-from headsearch.basics.timeline import format_time, seek_text
+from headsearch.basics.text import printable
 from headsearch.exports.timelines import EXPORT_FORMATS
 from headsearch.people.persons import (
     PersonNotFound,
@@ -45,33 +42,19 @@ from headsearch.people.persons import (
 )
 from serve.files import FileChanged, FileNotServed, OpenFileResponse
 from serve.guard import CSRF_FIELD, CSRF_HEADER, SECURITY_HEADERS, Backoff, Guard, SessionTokens, checked_token, csrf_token, require_csrf_token
+from serve.pages import HERE, JsonAnswer, parse_id, templates
+from serve.pages import form_fields as _form
+from serve.pages import hms as hms  # the pages' time filter: tests/test_serve.py imports it from here
+from serve.pages import id_field as _id_field
+from serve.pages import page as _page
+from serve.pages import site_of as _site
+from serve.pages import wants_json as _wants_json
 from serve.redacting import RedactBusy
-from serve.uploads import UploadRefused, UploadSlots, read_form, received_compare, received_photo
+from serve.redaction_routes import job_file_routes, redaction_routes
+from serve.uploads import UploadRefused, UploadSlots, received_compare, received_photo
 from serve.views import FILES_PAGE, MAX_K, NotFound, Site
 
 log = logging.getLogger(__name__)
-
-HERE = Path(__file__).resolve().parent
-MAX_ID = 2**63 - 1  # DuckDB's BIGINT, the type of every id
-
-
-class JsonAnswer(JSONResponse):
-    """A JSON answer in the CLI's JSON (`headsearch.basics.json_text`: numpy values included), compact."""
-
-    def render(self, content: object) -> bytes:
-        # A file name's byte that is not UTF-8 (a lone surrogate) goes out as JSON's own escape of it, "\udce9", as --json gives it.
-        text = json_text(content, None, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        return text.encode("utf-8", "backslashreplace")
-
-
-def parse_id(raw: str) -> int | None:
-    """A decimal id, or None when it is no whole number within BIGINT (it names nothing in the library)."""
-    raw = raw.strip()
-    if not raw.isascii() or not raw.isdigit() or len(raw.lstrip("0")) > 19:  # also keeps int() off 4,300-digit strings
-        return None
-    value = int(raw)
-    return value if value <= MAX_ID else None
-
 
 class IdConvertor(Convertor[int]):
     """`{name:id}` in a route: digits only; a number past BIGINT is not found (404), never sent to the database."""
@@ -91,35 +74,7 @@ class IdConvertor(Convertor[int]):
 register_url_convertor("id", IdConvertor())
 
 
-def hms(seconds: float | None) -> str:
-    """Seconds as h:mm:ss.mmm, as players show a position."""
-    return format_time(seconds or 0.0)
-
-
-templates = Jinja2Templates(directory=str(HERE / "templates"))
-templates.env.filters["hms"] = hms
-templates.env.filters["counted"] = counted
-templates.env.filters["seek"] = seek_text
-templates.env.filters["basename"] = lambda p: Path(str(p)).name
-templates.env.finalize = lambda value: shown_bytes(value) if type(value) is str else value  # not Markup: kept safe
-
-
 # ----- helpers -------------------------------------------------------------------------------------
-def _site(request: Request) -> Site:
-    return request.app.state.site
-
-
-def _wants_json(request: Request) -> bool:
-    return request.url.path.startswith("/api/")
-
-
-def _page(request: Request, template: str, data: dict, status: int = 200) -> Response:
-    if _wants_json(request):
-        return JsonAnswer(data, status_code=status)
-    return templates.TemplateResponse(request, template, {"data": data, "token_needed": request.app.state.token is not None,
-                                                          "csrf": csrf_token(request), "csrf_field": CSRF_FIELD}, status_code=status)
-
-
 N = TypeVar("N", int, float)
 MAX_SECONDS = 1e7  # a time in a video asked for (start, end): from 0 up to, not including, this
 
@@ -291,25 +246,7 @@ async def watch(request: Request) -> Response:
     return _page(request, "watch.html", data)
 
 
-def _id_field(raw: object, what: str) -> int:
-    """An id given in a form, JSON body or query string: 400 when it is no number, 404 past BIGINT."""
-    text = str(raw).strip()
-    if not text.isascii() or not text.isdigit():
-        raise HTTPException(400, f"{what} must be a {what} id")
-    value = parse_id(text)
-    if value is None:
-        raise NotFound(f"no {what} {text[:20]}{'...' if len(text) > 20 else ''} (ids are below 2^63)")
-    return value
-
-
 # ----- corrections (forms post here; /api twins answer JSON) ----------------------------------------
-async def _form(request: Request) -> dict:
-    """The fields of a correction (a form or a JSON object, at most a few KiB), once its session token is checked."""
-    fields = await read_form(request)
-    require_csrf_token(request, fields)
-    return fields
-
-
 def _done(request: Request, back: str, result: dict) -> Response:
     if _wants_json(request):
         return JsonAnswer({"ok": True, **result})
@@ -385,52 +322,6 @@ async def person_forget(request: Request) -> Response:
     confirm = str((await _form(request)).get("confirm", ""))
     row = await run_in_threadpool(_site(request).forget, pid, confirm)
     return _done(request, "/people", {"forgotten": asdict(row)})
-
-
-# ----- redactions (`headsearch redact` as a job) ---------------------------------------------------
-async def video_redact(request: Request) -> Response:
-    """POST /videos/ID/redact: `whom` = everyone | person | except (with `person`, an id), `style` = blur | pixelate |
-    box. Starts a job (one redacts at a time; the file goes to the app's cache, the source is only read) and answers
-    with its page (303), or its JSON (202) from /api."""
-    vid = request.path_params["video_id"]
-    fields = await _form(request)
-    raw = str(fields.get("person", "")).strip()
-    person = _id_field(raw, "person") if raw else None
-    job = await run_in_threadpool(_site(request).start_redaction, vid, str(fields.get("whom", "everyone")), person,
-                                  str(fields.get("style", "blur")))
-    return _job_started(request, job)
-
-
-async def person_redact(request: Request) -> Response:
-    """POST /people/ID/redact: hide this person in one of their videos (`video_id`), in `style`; as video_redact."""
-    pid = request.path_params["person_id"]
-    fields = await _form(request)
-    vid = _id_field(fields.get("video_id", ""), "video")
-    job = await run_in_threadpool(_site(request).start_redaction, vid, "person", pid, str(fields.get("style", "blur")))
-    return _job_started(request, job)
-
-
-def _job_started(request: Request, job) -> Response:
-    if _wants_json(request):
-        return JsonAnswer({"ok": True, **job.to_dict("/api")}, status_code=202)
-    return RedirectResponse(f"/jobs/{job.id}", status_code=303)
-
-
-async def job_page(request: Request) -> Response:
-    """GET /jobs/ID: a redaction's progress (the page reloads itself while it runs), then its file and audit trail."""
-    job = _site(request).job(request.path_params["job_id"])
-    return _page(request, "job.html", job.to_dict("/api" if _wants_json(request) else ""))
-
-
-async def job_file(request: Request) -> Response:
-    """GET /jobs/ID/file (the redacted video, to download) and /jobs/ID/audit (its audit trail, JSON)."""
-    import mimetypes
-
-    audit = request.url.path.endswith("/audit")
-    path = await run_in_threadpool(_site(request).job_file, request.path_params["job_id"], audit)
-    kind = "application/json" if audit else mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-    return FileResponse(path, media_type=kind, filename=path.name, content_disposition_type="inline" if audit else "attachment",
-                        headers={"Cache-Control": "no-store"})
 
 
 async def people_update(request: Request) -> Response:
@@ -572,9 +463,7 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
             Route(f"{prefix}/tracks/{{track_id:id}}/move", track_move, methods=["POST"]),
             Route(f"{prefix}/people/{pid}/different", person_different, methods=["POST"]),
             Route(f"{prefix}/people/{pid}/forget", person_forget, methods=["POST"]),
-            Route(f"{prefix}/videos/{{video_id:id}}/redact", video_redact, methods=["POST"]),
-            Route(f"{prefix}/people/{pid}/redact", person_redact, methods=["POST"]),
-            Route(f"{prefix}/jobs/{{job_id:str}}", job_page),
+            *redaction_routes(prefix),
         ]
     routes += [
         Route("/media/{video_id:id}", media),
@@ -584,8 +473,7 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
         Route("/thumbnails/{track_id:id}.jpg", thumbnail),
         Route("/frames/{sighting_id:id}.jpg", frame),
         Route("/person-photos/{photo_id:id}.jpg", person_photo),
-        Route("/jobs/{job_id:str}/file", job_file),
-        Route("/jobs/{job_id:str}/audit", job_file),
+        *job_file_routes(),
     ]
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

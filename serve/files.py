@@ -39,6 +39,10 @@ class FileNotServed(HeadsearchError):
     """The file is gone, or is not what may be sent (a link, not a regular file, outside its folder): 404."""
 
 
+class NotFound(HeadsearchError):
+    """No such video, track, sighting, person or redaction (by id): 404."""
+
+
 class FileChanged(HeadsearchError):
     """The indexed file was changed since it was indexed: 409, re-index it."""
 

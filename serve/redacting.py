@@ -2,7 +2,7 @@
 one redacting at a time in the process (it decodes and encodes a whole video), the others waiting their turn.
 
 A job follows its redaction's progress (frames done of the total, from the redactor's progress callback) and, when it is
-done, offers the file and its audit trail. Its files are written in the app's cache folder, in a folder of this process
+done, shows the check of its output and its contact sheet, then offers the file and its audit trail. Its files are written in the app's cache folder, in a folder of this process
 (`redactions/PID-KEY/JOB/`), never beside the library's videos; the source is only read. A finished job is kept for
 `KEEP_S` and at most `MAX_FINISHED` of them; the process's folder goes when the app stops (and a folder left by a
 process that is gone, when the next one starts a job). Job ids are random (`JOB_ID`): a page's address is its key.
@@ -48,6 +48,8 @@ class RedactJob:
     style: str
     out: Path  # the redacted file, in the job's folder
     audit: Path  # its audit trail
+    sheet: Path  # its contact sheet
+    margin: float  # a share of the head box hidden around it
     state: str = "waiting"  # waiting | analysing | redacting | done | failed
     frames_done: int = 0
     frames_total: int | None = None
@@ -55,6 +57,7 @@ class RedactJob:
     result: dict = field(default_factory=dict)  # when done: frames, boxes, tracks, seconds
     created: float = field(default_factory=time.time)
     ended: float | None = None
+    before_writing: Callable[[], None] | None = None  # called when the analysis is done and the writing starts (may refuse)
 
     # ----- the redactor's progress bar (tqdm's interface) ----------------------------------------
     def reset(self, total: int | None = None) -> None:
@@ -64,6 +67,8 @@ class RedactJob:
         self.frames_done += n
 
     def set_description(self, what: str) -> None:
+        if what == "redacting" and self.before_writing is not None:
+            self.before_writing()
         if self.state not in ("done", "failed"):
             self.state = what
 
@@ -76,7 +81,9 @@ class RedactJob:
         done = self.state == "done"
         return {"id": self.id, "state": self.state, "running": self.running, "video_id": self.video_id, "video": self.video,
                 "whom": self.whom, "style": self.style, "frames_done": self.frames_done, "frames_total": self.frames_total,
-                "error": self.error, "result": self.result, "page": f"{prefix}/jobs/{self.id}",
+                "margin": self.margin, "error": self.error, "result": self.result, "page": f"{prefix}/jobs/{self.id}",
+                "check": self.result.get("check") if done else None,
+                "sheet": f"/jobs/{self.id}/sheet" if done and self.sheet.is_file() else None,
                 "file": f"/jobs/{self.id}/file" if done else None, "audit": f"/jobs/{self.id}/audit" if done else None,
                 "file_name": self.out.name if done else None,
                 "seconds": round((self.ended or time.time()) - self.created, 1)}
@@ -94,10 +101,10 @@ class RedactJobs:
         self._made = False
 
     def start(self, video_id: int, video: str, whom: str, style: str, out_name: str,
-              run: Callable[[Path, RedactJob], dict]) -> RedactJob:
+              run: Callable[[Path, RedactJob], dict], margin: float) -> RedactJob:
         """A new job that runs `run(out, job)` (which writes `out` and its audit trail, and follows its progress with
         `job`) in a thread when its turn comes; refused (RedactBusy) when MAX_WAITING jobs wait already."""
-        from indexer.redact import audit_path
+        from indexer.redact import PREVIEW_SUFFIX, audit_path
 
         self._prune()
         with self._lock:
@@ -108,7 +115,7 @@ class RedactJobs:
             folder = self.folder / key
             folder.mkdir(parents=True)
             out = folder / out_name
-            job = RedactJob(key, video_id, video, whom, style, out, audit_path(out))
+            job = RedactJob(key, video_id, video, whom, style, out, audit_path(out), folder / (out_name + PREVIEW_SUFFIX), margin)
             self._jobs[key] = job
         threading.Thread(target=self._run, args=(job, run), name=f"redact-{key}", daemon=True).start()
         return job

@@ -50,15 +50,12 @@ from headsearch.store.library import Library
 from headsearch.store.rows import ForgottenRow, ListedFile, TrackRow, TrackSummary, VideoRow
 from indexer.redact_frames import STYLES as REDACT_STYLES
 from schemas.records import SearchHit, Tier, VectorKind
-from serve.files import FileChanged, FileNotServed, IndexedFiles, OpenFile, open_in_folder
+from serve.files import FileChanged, FileNotServed, IndexedFiles, NotFound, OpenFile, open_in_folder
 from serve.media import PREVIEW_PAD_S, MediaCache, Playback, cache_folder, decoding, probe_playback
-from serve.redacting import RedactJob, RedactJobs
+from serve.redacting import RedactJobs
+from serve.redaction_views import Redactions
 
 MAX_K = 100
-
-
-class NotFound(HeadsearchError):
-    """No such video, track, sighting or person (by id)."""
 
 
 class NotConfirmed(HeadsearchError):
@@ -75,7 +72,7 @@ KEPT_PHOTO_BYTES = 64 << 20  # the last searches' photos kept (in memory, at mos
 THUMB_INLINE_BYTES = 32 * 1024  # a thumbnail this small goes inside its card
 
 
-class Site:
+class Site(Redactions):
     """One library as the web app serves it: the library, its search service (the model loads on the first search), the media cache."""
 
     def __init__(self, root: Path, cache_dir: Path | None = None, model: str | None = None):
@@ -269,8 +266,7 @@ class Site:
                    "tracks": ts} for pid, ts in sorted(rows.items(), key=lambda kv: (kv[0] is None, -len(kv[1])))]
         return {"video": _video(video), "duration": duration, "hidden_tracks": hidden,
                 "shots": [{**asdict(s), **_span(s.start_time, s.end_time, duration)} for s in shots], "people": people,
-                "redact": {"people": [{"id": p["id"], "label": p["label"]} for p in people if p["id"] is not None],
-                           "styles": list(REDACT_STYLES)} if video.kind == "video" else None}
+                "redact": self.redact_choices(video, tracks, members, persons)}
 
     def track_page(self, track_id: int, k: int = 12) -> dict:
         with self.library.people_reading() as store:
@@ -354,70 +350,6 @@ class Site:
         with self.library.browsing() as b:
             files = [v for v in b.videos() if v.kind == "video" and v.path in wanted]
         return sorted(({"id": v.id, "name": Path(v.path).name} for v in files), key=lambda v: (v["name"].casefold(), v["id"]))
-
-    # ----- redactions -------------------------------------------------------------------------------
-    def redactor(self):
-        """The redactor (`headsearch redact`'s), with this app's model and library, made once."""
-        from indexer.redact import Redactor
-
-        with self._redactor_lock:
-            if self._redactor is None:
-                self._redactor = Redactor(self.service.photos.load(), self.library)
-            return self._redactor
-
-    def start_redaction(self, video_id: int, whom: str, person_id: int | None, style: str) -> RedactJob:
-        """A redaction of a library video (the version indexed) as a job: `whom` is "everyone", "person" (hide
-        `person_id`) or "except" (hide everyone but `person_id`). What can be refused is refused now, in one line
-        (no such video or person, a photo, a file changed since it was indexed, no bars to judge who is who); the
-        video is then written, in the job's thread, into the app's cache folder."""
-        from indexer.redact import DEFAULT_MARGIN, OUTPUT_SUFFIXES, Whom, check_paths, check_readable
-
-        if style not in REDACT_STYLES:
-            raise HeadsearchError(f"style {str(style)[:20]!r}: one of {', '.join(REDACT_STYLES)}")
-        if whom not in ("everyone", "person", "except"):
-            raise HeadsearchError("whom must be everyone, person or except")
-        if whom != "everyone" and person_id is None:
-            raise HeadsearchError(f"whom={whom} needs a person (its id)")
-        video = self.video_row(video_id)
-        if video.kind != "video":
-            raise HeadsearchError(f"{Path(video.path).name} is a photo: only videos are redacted")
-        self.open_indexed(video).close()  # only the version indexed
-        source = Path(video.path)
-        check_readable(source)
-        chosen = (Whom(everyone=True) if whom == "everyone" else
-                  Whom(person=str(person_id)) if whom == "person" else Whom(spare=(str(person_id),)))
-        redactor = self.redactor()
-        targets = redactor.targets(chosen)  # PersonNotFound (404) or no thresholds, now
-        words = ("everyone" if whom == "everyone" else
-                 f"{targets[0].name}" if whom == "person" else f"everyone but {targets[0].name}")
-        suffix = source.suffix.lower() if source.suffix.lower() in OUTPUT_SUFFIXES else ".mkv"
-        out_name = re.sub(r"[^A-Za-z0-9._-]+", "_", source.stem)[:60] + ".redacted" + suffix
-
-        def run(out: Path, job: RedactJob) -> dict:
-            check_paths(source, out, style)
-            summary = redactor.redact(source, chosen, out, style, DEFAULT_MARGIN, None, job, targets)
-            w = summary.written
-            return {"line": summary.line().replace(str(out), out.name), "frames": w.frames, "frames_with_boxes": w.frames_hidden,
-                    "boxes": w.boxes, "seconds": round(summary.seconds, 2), "notes": summary.notes,
-                    "tracks": [{"track": c.track.key, "who": c.who, "why": c.why} for c in summary.chosen]}
-
-        return self.redactions.start(video_id, source.name, words, style, out_name, run)
-
-    def job(self, key: str) -> RedactJob:
-        found = self.redactions.get(key)
-        if found is None:
-            raise NotFound("no such redaction (jobs are forgotten an hour after they end, and when the app stops)")
-        return found
-
-    def job_file(self, key: str, audit: bool = False) -> Path:
-        """A finished job's redacted file (or its audit trail)."""
-        job = self.job(key)
-        if job.state != "done":
-            raise NotFound(f"redaction {key} has no file ({job.state})")
-        path = job.audit if audit else job.out
-        if not path.is_file():
-            raise NotFound(f"redaction {key}'s file is gone")
-        return path
 
     def forget(self, person_id: int, confirm: str) -> ForgottenRow:
         """Forget a person for good (`headsearch people forget`) once `confirm` is their name, or "person ID" when they
