@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -280,9 +281,24 @@ class Database:
                     raise
                 conn.execute("DETACH forgetting_copy")  # the copy checkpointed and closed
         except duckdb.Error as e:
-            raise LibraryError(f"{self.root}: could not write the database again ({error_line(e)}); the library is as it was") from e
+            raise self._copy_failed(target, e) from e
         finally:
             self._close(conn)
+
+    def _copy_failed(self, target: Path, e: duckdb.Error) -> LibraryError:
+        """The copy goes, log included, and one line says why: a full disk in words (DuckDB says only that the
+        checkpoint of the copy failed when it closes it, or that a write failed), else DuckDB's first line."""
+        for stale in (target, target.with_name(target.name + ".wal")):
+            with contextlib.suppress(OSError):
+                stale.unlink(missing_ok=True)
+        try:
+            need, free = (self.root / DATABASE).stat().st_size, shutil.disk_usage(target.parent).free
+        except OSError:
+            need, free = 0, 0
+        if is_disk_full(e) or (isinstance(e, duckdb.IOException) and free < need):
+            return LibraryError(f"{self.root}: disk full: writing the database again needs about {need / 1e6:,.1f} MB free beside it, "
+                                f"{free / 1e6:,.1f} MB are; nothing was changed, the library is as it was")
+        return LibraryError(f"{self.root}: could not write the database again ({error_line(e)}); the library is as it was")
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[sa.Connection]:
