@@ -4,8 +4,9 @@ vectors as stored (float32) and as float16 (a viewer or an export that halves th
 (thumbnails, photo crops, cached frames) and their name. What was searched and what was found are kept in the library's
 record (`forget_checks`).
 
-A vector is looked for by its first `PREFIX_FLOATS` values (32 bytes as float32): a copy of a vector, or of any run of
-it that starts at its beginning, is found, and 8 floats of a unit vector do not occur by chance. A name shorter than
+A vector is looked for by its first `PREFIX_FLOATS` values (32 bytes as float32; the whole vector where one of them is
+0): a copy of a vector, or of any run of it that starts at its beginning, is found, and 8 non-zero floats of a unit
+vector do not occur by chance. A name shorter than
 `MIN_NAME_BYTES` is not looked for (three letters occur by chance in a few megabytes of binary data): the summary says so.
 """
 from __future__ import annotations
@@ -37,7 +38,8 @@ class Needles:
         values = np.frombuffer(bytes(raw), dtype="<f4")
         if values.size < PREFIX_FLOATS or not np.any(values):
             return  # an empty vector (a head seen without a face has no identity vector) is no one's
-        head = values[:PREFIX_FLOATS]
+        # its first values, or the whole vector where they hold a zero (zeros occur everywhere: a sparse vector's run)
+        head = values[:PREFIX_FLOATS] if np.all(values[:PREFIX_FLOATS]) else values
         self.strings[head.tobytes()] = "a vector of theirs (float32)"
         self.strings[head.astype("<f2").tobytes()] = "a vector of theirs (float16)"
 
