@@ -367,8 +367,8 @@ def _removed(row) -> str:
 @click.option("--yes", is_flag=True, help="Do not ask first (needed when the input is not a terminal).")
 @click.option("--keep-name", is_flag=True, help="Keep their name in the library's record of the forgetting (by default the "
                                                  "record keeps their id and counts only).")
-@click.option("--verify", is_flag=True, help="Search the web app's cache folder too (every forget searches the library folder), "
-                                             "and exit with status 1 when anything of them is found.")
+@click.option("--verify", is_flag=True, help="Search the web app's cache folder too. Every forget searches the library folder "
+                                             "and exits with status 1 when anything of them is left.")
 @library_option
 @click.pass_context
 def forget_command(ctx: click.Context, person: str, yes: bool, keep_name: bool, verify: bool, library: Path | None) -> None:
