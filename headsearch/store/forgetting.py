@@ -242,12 +242,17 @@ def forget_and_search(library: Library, person_id: int, keep_name: bool = False,
 
 
 def _keep_check(library: Library, forgotten_id: int, check: Check) -> None:
-    """The search's outcome in the record (a plain write: it changes nothing a search or a page reads)."""
+    """The search's outcome in the record (a plain write: it changes nothing a search or a page reads). The person is
+    gone whatever happens here: a library that cannot take the row (busy, disk full) keeps the forgetting without it,
+    and the summary still says what the search found."""
     from headsearch.store.database import Database
 
-    with Database(library.root, read_only=False).plain() as conn:
-        conn.execute("INSERT INTO forget_checks (forgotten_id, checked_at, files, bytes, needles, found) VALUES (?, ?, ?, ?, ?, ?)",
-                     [forgotten_id, check.checked_at, check.files, check.bytes, check.needles, "\n".join(check.found)])
+    try:
+        with Database(library.root, read_only=False).plain() as conn:
+            conn.execute("INSERT INTO forget_checks (forgotten_id, checked_at, files, bytes, needles, found) VALUES (?, ?, ?, ?, ?, ?)",
+                         [forgotten_id, check.checked_at, check.files, check.bytes, check.needles, "\n".join(check.found)])
+    except Exception as e:  # noqa: BLE001 - DuckDB's errors (a busy file, a full disk) as much as ours: the forgetting stands
+        log.warning("%s: the search after forgetting is not kept in the record (%s)", library.root, e)
 
 
 def _read_anew(library: Library, generation: int, wait: float = 30.0) -> None:
