@@ -7,12 +7,19 @@ cache folder are searched for what is left of them (`headsearch.store.leftovers`
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from headsearch.people.forgetting import forget, likely_line, likely_theirs, person_to_forget
+from headsearch.store.library import Library
 
-if TYPE_CHECKING:
-    from serve.views import Site
+
+class Site(Protocol):
+    """What forgetting needs of `serve.views.Site` (which calls it: no import back, no circle)."""
+
+    library: Library
+    cache: object  # serve.media.MediaCache: its `folder` is searched too
+
+    def forget_kept(self) -> None: ...
 
 
 def forget_everywhere(site: Site, person_id: int, confirm: str, not_confirmed: type[Exception]) -> dict:
