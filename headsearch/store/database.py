@@ -242,7 +242,7 @@ class Database:
                    then: Callable[[duckdb.DuckDBPyConnection, str], None]) -> None:
         """Write a new database file at `target` holding this one's tables with their indexes (DuckDB's `COPY FROM
         DATABASE ... (SCHEMA)`) and their rows: of a table `keep` names, only those its SQL condition keeps (with its
-        parameters); `then(conn, catalog)` runs on the copy, in the same transaction, before the file is closed.
+        parameters; a table it does not name is refused); `then(conn, catalog)` runs on the copy, in the same transaction, before the file is closed.
 
         Rows left out are never written, so nothing of them is in the new file (DuckDB leaves a deleted row's bytes
         in its file until the block is used again: a CHECKPOINT or VACUUM does not clear them, measured with duckdb
@@ -268,7 +268,10 @@ class Database:
                     conn.execute(f'COPY FROM DATABASE "{source}" TO forgetting_copy (SCHEMA)')
                     conn.execute("BEGIN")
                     for name in tables:
-                        where, params = keep.get(name, ("TRUE", []))
+                        if name not in keep:  # a table its caller did not read: it may hold what is being left out
+                            raise LibraryError(f"{self.root}: table {name} appeared while the database was written again; "
+                                               "the library is as it was")
+                        where, params = keep[name]
                         conn.execute(f'INSERT INTO forgetting_copy.main."{name}" SELECT * FROM "{source}".main."{name}" WHERE {where}',
                                      params)
                     then(conn, "forgetting_copy")
