@@ -47,6 +47,7 @@ from headsearch.embedding.photo_heads import PhotoEmbedder
 from headsearch.evaluation.thresholds import Thresholds, thresholds_for
 from headsearch.evaluation.track_scores import PhotoQuery, TrackRows, score_track
 from headsearch.models.registry import find_spec
+from headsearch.people.forgetting import analysis_lost_heads
 from headsearch.people.listing import find_person
 from headsearch.store.library import Library
 from indexer.analysis import analyse_file
@@ -289,7 +290,8 @@ class Redactor:
         (`EveryFaceDetector`; the coarse pass for shots of large faces is off) and keeps the tracks its evidence rule
         drops (`SeenTrack.doubt` says why)."""
         stamp = file_stamp(video)
-        if self.library is not None:
+        # Hiding every head, a file whose analysis lost a forgotten person's tracks is analysed again (they still show in it).
+        if self.library is not None and not (every_head and analysis_lost_heads(self.library, stamp.fingerprint)):
             found = library_heads(self.library, video, stamp.fingerprint)
             if found is not None:
                 return found

@@ -21,7 +21,6 @@ from headsearch.basics.images import encode_jpeg
 from headsearch.basics.timeline import seek_text
 from headsearch.embedding.photo_heads import PhotoEmbedder
 from headsearch.exports.timelines import EXPORT_FORMATS, ExportOptions, Moment, export_bytes
-from headsearch.people.forgetting import forget, person_to_forget
 from headsearch.people.listing import (
     inbox,
     inbox_reasons,
@@ -47,10 +46,11 @@ from headsearch.search.pictures import pictures_folder, render_picture
 from headsearch.search.service import Answer, QueryOptions, SearchService
 from headsearch.store.layout import PERSON_PHOTOS, PICTURES, THUMBNAILS
 from headsearch.store.library import Library
-from headsearch.store.rows import ForgottenRow, ListedFile, TrackRow, TrackSummary, VideoRow
+from headsearch.store.rows import ListedFile, TrackRow, TrackSummary, VideoRow
 from indexer.redact_frames import STYLES as REDACT_STYLES
 from schemas.records import SearchHit, Tier, VectorKind
 from serve.files import FileChanged, FileNotServed, IndexedFiles, NotFound, OpenFile, open_in_folder
+from serve.forgetting import likely_note
 from serve.media import PREVIEW_PAD_S, MediaCache, Playback, cache_folder, decoding, probe_playback
 from serve.redacting import RedactJobs
 from serve.redaction_views import Redactions
@@ -342,7 +342,8 @@ class Site(Redactions):
                 "moments": [{**c, "moment": True} for c in self.cards(moments)],
                 "screen_time": [t.to_dict() for t in screen_time(self.library, person_id)],
                 "exports": self.export_links(f"/people/{person_id}/export", export_moments(answer.results, [person.label()])[0]),
-                "redact": {"videos": self._videos_of(person.videos), "styles": list(REDACT_STYLES)}}
+                "redact": {"videos": self._videos_of(person.videos), "styles": list(REDACT_STYLES)},
+                "forget_note": likely_note(self, person)}
 
     def _videos_of(self, paths: list[str]) -> list[dict]:
         """The library's videos at these paths, to pick from: id and name."""
@@ -351,17 +352,19 @@ class Site(Redactions):
             files = [v for v in b.videos() if v.kind == "video" and v.path in wanted]
         return sorted(({"id": v.id, "name": Path(v.path).name} for v in files), key=lambda v: (v["name"].casefold(), v["id"]))
 
-    def forget(self, person_id: int, confirm: str) -> ForgottenRow:
+    def forget(self, person_id: int, confirm: str) -> dict:
         """Forget a person for good (`headsearch people forget`) once `confirm` is their name, or "person ID" when they
-        have none; the searches and photos the app keeps go too (they may show the person)."""
-        person = person_to_forget(self.library, person_id)
-        if " ".join(str(confirm).split()).casefold() != person.label().casefold():
-            raise NotConfirmed(f"type {person.label()!r} to forget this person: nothing was forgotten")
-        row = forget(self.library, person)
+        have none; every copy the app keeps goes too (`serve.forgetting`)."""
+        from serve.forgetting import forget_everywhere
+
+        return forget_everywhere(self, person_id, confirm, NotConfirmed)
+
+    def forget_kept(self) -> None:
+        """The searches, photos and redactions the app keeps (they may show a person being forgotten)."""
         with self._kept_lock:
             self._kept.clear()
             self._photos.clear()
-        return row
+        self.redactions.forget_all()
 
     def found_by_references(self, references: list[dict[VectorKind, np.ndarray]], mine: set[int]) -> list[dict]:
         """The library searched with a person's reference photos: confident hits (same person by the library's
