@@ -174,3 +174,18 @@ def test_the_web_forget_takes_the_apps_redactions_and_exports_with_it(base, tmp_
     assert all(client.get(href).status_code == 404 for href in kept)
     assert '"For good" means the library holds nothing of them' in page and "indexing one again finds them again" in page
     assert np.isfinite(said["forgotten"]["forgotten_at"])
+
+
+def test_a_reindex_keeps_which_files_held_a_forgotten_person_and_says_they_are_back(base, tmp_path):
+    """`reindex` analyses every file again, so a forgotten person comes back as someone new: it says so, as `index` does,
+    and the new library keeps the files each forgetting touched (a later `--everyone` still knows them)."""
+    library = copy_of(base, tmp_path / "lib")
+    run("people", "forget", base[1], "--yes", "--library", library)
+    with library_db(library) as con:
+        marked = con.execute("select count(*) from forgotten_videos").fetchone()[0]
+    assert marked >= 1
+    r = run("reindex", "--model", "sface", "--library", library, "--delete-old")
+    assert any(line.startswith(f"note: {HAMILTON} held person {base[1]} forgotten on") for line in r.stderr.splitlines()), r.stderr
+    with library_db(library) as con:
+        assert con.execute("select count(*) from forgotten_videos").fetchone()[0] == marked
+        assert con.execute("select count(*) from forget_checks").fetchone()[0] >= 1
