@@ -403,7 +403,8 @@ class AuditTrail:
         os.replace(self.tmp, self.path)
 
     def discard(self) -> None:
-        if not self._file.closed:
+        # Closing flushes what is buffered: on a full disk that fails again, and the file must go all the same.
+        with contextlib.suppress(OSError):
             self._file.close()
         self.tmp.unlink(missing_ok=True)
 
