@@ -378,16 +378,18 @@ class Redactor:
             _describe(progress, "redacting")
             summary = self._write(heads, chosen, whom, out, style, margin, preview, progress, t0, force)
         if verify:
-            summary.verified = self.verify(out, progress)
+            summary.verified = self.verify(out, video, progress)
         return summary
 
-    def verify(self, out: Path, progress: FrameProgress | None = None) -> Verification:
+    def verify(self, out: Path, source: Path | None = None, progress: FrameProgress | None = None) -> Verification:
         """The redacted video `out` looked at again, every frame, with the most sensitive look (`indexer.redact_verify`):
-        the faces still found, and a contact sheet of them (OUT.verify.png) where there are any."""
+        the faces still found, and a contact sheet of them (OUT.verify.png) where there are any; `source`, the video
+        it was redacted from, tells a face from a detection on the hidden patch itself."""
         from indexer.redact_verify import verify_output
 
         _describe(progress, "verifying")
-        return verify_output(Path(out), self._every_face_detector(), progress=progress, decode_max_side=self.settings.decode_max_side)
+        return verify_output(Path(out), self._every_face_detector(), progress=progress, decode_max_side=self.settings.decode_max_side,
+                             source=source)
 
     def _every_face_detector(self) -> EveryFaceDetector:
         if self._every_face is None:

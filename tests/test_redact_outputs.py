@@ -10,15 +10,15 @@ import os
 import subprocess
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
-from conftest import run
+from conftest import EXAMPLES, FACES, HAMILTON, needs_data, run
 from fake_detector import mark_face
 
 from headsearch.basics.errors import HeadsearchError
 from indexer.redact import Whom
 from indexer.redact import redact as redact_video
-from indexer.redact_output import SourceChanged
 
 FAKE = ("--model", "fake-pixels")
 
@@ -165,7 +165,7 @@ def test_a_source_replaced_during_the_analysis_is_refused_and_nothing_written(tm
     other = _clip(tmp_path / "other.mp4", n=20, faces=2, seed=7)
     out = tmp_path / "out.mp4"
     swap = _ReplacedAtFrame(source, other)
-    with pytest.raises(SourceChanged) as e:
+    with pytest.raises(HeadsearchError, match="changed while it was being redacted") as e:
         redact_video(source, Whom(everyone=True), out, model="fake-pixels", progress=swap)
     assert not other.exists()  # the move happened during the run
     assert str(e.value) == f"{source}: changed while it was being redacted (not the content analysed); nothing written to {out}; run again"
@@ -242,3 +242,58 @@ def test_the_summary_counts_tracks_and_gives_the_files_duration(tmp_path):
 
     with av.open(str(source)) as a, av.open(str(out)) as b:
         assert b.duration <= a.duration
+
+
+# ----- slow tier: real media and the real model's bars ------------------------------------------------------------------
+@pytest.mark.slow
+@needs_data
+def test_a_reference_that_matches_nobody_is_an_error_unless_allowed(hamilton_library, tmp_path):
+    """Item 4 of issue 52: a photo of someone not in the video wrote an unredacted copy under the output's name, exit 0."""
+    stranger = FACES / "leonard" / "leonard1.png"
+    out = tmp_path / "out.mp4"
+    line = _one_line(run("redact", HAMILTON, "--ref", stranger, "-l", hamilton_library, "--out", out, ok=False))
+    assert line == (f"error: {HAMILTON}: nobody in it is judged to be leonard1 (at the model's calibrated bars); nothing written to "
+                    f"{out} (--allow-none writes it unchanged)")
+    _nothing_written(tmp_path, out)
+    said = run("redact", HAMILTON, "--ref", stranger, "-l", hamilton_library, "--out", out, "--json", ok=False)
+    assert json.loads(said.stdout)["kind"] == "nobody-matched" and said.exit_code == 1
+    _nothing_written(tmp_path, out)
+    allowed = run("redact", HAMILTON, "--ref", stranger, "-l", hamilton_library, "--out", out, "--allow-none")
+    assert "nobody to hide in 275 frames" in allowed.stdout and out.is_file()
+
+
+def _back_of_head(path: Path) -> Path:
+    """Alex's back of the head at 8.026 s of the hamilton clip, as bench/sets/heads.csv boxes it (0, 124, 210, 360)."""
+    import av
+
+    with av.open(str(HAMILTON)) as c:
+        frame = next(f for f in c.decode(video=0) if f.time >= 8.02)
+    rgb = frame.to_ndarray(format="rgb24")[124:360, 0:210]
+    cv2.imwrite(str(path), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    return path
+
+
+@pytest.mark.slow
+@needs_data
+def test_a_back_of_head_photo_is_a_reference_with_whole_image(hamilton_library, tmp_path):
+    """Item 6 of issue 52: `redact --ref` refused a back-of-head photo that `query --whole-image` takes: with --whole-image
+    the photo is the head crop, and the back it was cut from is hidden."""
+    back = _back_of_head(tmp_path / "back.png")
+    out = tmp_path / "out.mp4"
+    said = json.loads(run("redact", HAMILTON, "--ref", back, "--whole-image", "-l", hamilton_library, "--out", out, "--json").stdout)
+    assert said["tracks"] and all(t["who"] == "back" for t in said["tracks"])
+    trail = json.loads(Path(said["audit"]).read_text())
+    assert trail["whom"] == {"photos": [str(back)], "whole_image": True}
+    near = [f for f in trail["frames"] if abs(f["time"] - 8.026) < 0.05]
+    assert near and any(b["box"][0] < 105 and b["box"][2] > 50 for f in near for b in f["boxes"])  # the back it was cut from
+
+
+@pytest.mark.slow
+@needs_data
+def test_query_says_when_it_searched_the_largest_of_several_heads(hamilton_library):
+    two = EXAMPLES / "two_people.jpg"
+    for extra in ((), ("--json",)):
+        result = run("query", two, "-l", hamilton_library, *extra)
+        assert f"note: {two}: 2 heads in this photo; searched the largest (--all searches each" in result.stderr
+    assert "heads in this photo" not in run("query", two, "-l", hamilton_library, "--all").stderr
+    assert "heads in this photo" not in run("query", EXAMPLES / "obama_small.jpg", "-l", hamilton_library).stderr

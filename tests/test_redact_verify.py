@@ -99,16 +99,20 @@ def test_verify_finds_no_face_on_the_crowd_after_everyone(crowd_redacted):
     said, out = crowd_redacted
     assert said["verify"]["frames"] == 105
     assert said["verify"]["clean"], f"faces left: {said['verify']['faces']}"
+    # What the look finds on the hidden patches themselves is set aside, each with how little it follows the source.
+    assert all(f["follows_source"] < 0.5 for f in said["verify"]["on_hidden"])
 
 
 @pytest.mark.slow
 @needs_data
 def test_verify_finds_the_face_of_a_crowd_frame_put_back(crowd_redacted, tmp_path):
-    """Frame 30 of the source put back into the redacted crowd: its faces are found there, and only there."""
+    """Frame 30 of the source put back into the redacted crowd: its faces are found there, and only there (their detail
+    is the source's)."""
     _, out = crowd_redacted
     leaked = _put_back(CROWD, out, 30, tmp_path / "leaked.mp4")
-    found = verify_output(leaked, _every_face())
+    found = verify_output(leaked, _every_face(), source=CROWD)
     assert found.frames == 105 and found.frames_with_faces == [30] and len(found.faces) >= 3
+    assert all(f.follows_source > 0.9 for f in found.faces)
     assert found.sheet is not None and found.sheet.is_file()
 
 
