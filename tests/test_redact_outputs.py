@@ -13,7 +13,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from conftest import EXAMPLES, FACES, HAMILTON, needs_data, run
+from conftest import DATA, EXAMPLES, FACES, HAMILTON, needs_data, run
 from fake_detector import mark_face
 
 from headsearch.basics.errors import HeadsearchError
@@ -297,3 +297,17 @@ def test_query_says_when_it_searched_the_largest_of_several_heads(hamilton_libra
         assert f"note: {two}: 2 heads in this photo; searched the largest (--all searches each" in result.stderr
     assert "heads in this photo" not in run("query", two, "-l", hamilton_library, "--all").stderr
     assert "heads in this photo" not in run("query", EXAMPLES / "obama_small.jpg", "-l", hamilton_library).stderr
+
+
+@pytest.mark.slow
+@needs_data
+def test_a_variable_rate_output_plays_no_longer_than_its_source(tmp_path):
+    """Item 9 of issue 52: the encoder gave the frame whose duration the decoder lost one frame at the average rate, and
+    the variable-rate goldeneye clip's output played 20.6 ms longer (9.9889 s for 9.9683 s)."""
+    import av
+
+    source = DATA / "PySceneDetect" / "tests" / "resources" / "goldeneye-vfr-drop3.mp4"
+    out = tmp_path / "out.mp4"
+    run("redact", source, "--everyone", "--out", out, *FAKE)
+    with av.open(str(source)) as a, av.open(str(out)) as b:
+        assert b.duration == a.duration and b.streams.video[0].duration == a.streams.video[0].duration
