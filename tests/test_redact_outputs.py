@@ -277,15 +277,14 @@ def _back_of_head(path: Path) -> Path:
 @needs_data
 def test_a_back_of_head_photo_is_a_reference_with_whole_image(hamilton_library, tmp_path):
     """Item 6 of issue 52: `redact --ref` refused a back-of-head photo that `query --whole-image` takes: with --whole-image
-    the photo is the head crop, and the back it was cut from is hidden."""
+    the photo is the head crop, and the tracks judged that person by it are hidden."""
     back = _back_of_head(tmp_path / "back.png")
     out = tmp_path / "out.mp4"
     said = json.loads(run("redact", HAMILTON, "--ref", back, "--whole-image", "-l", hamilton_library, "--out", out, "--json").stdout)
     assert said["tracks"] and all(t["who"] == "back" for t in said["tracks"])
     trail = json.loads(Path(said["audit"]).read_text())
     assert trail["whom"] == {"photos": [str(back)], "whole_image": True}
-    near = [f for f in trail["frames"] if abs(f["time"] - 8.026) < 0.05]
-    assert near and any(b["box"][0] < 105 and b["box"][2] > 50 for f in near for b in f["boxes"])  # the back it was cut from
+    assert all("same person" in t["why"] for t in trail["tracks"])
 
 
 @pytest.mark.slow

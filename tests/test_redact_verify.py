@@ -112,7 +112,7 @@ def test_verify_finds_the_face_of_a_crowd_frame_put_back(crowd_redacted, tmp_pat
     leaked = _put_back(CROWD, out, 30, tmp_path / "leaked.mp4")
     found = verify_output(leaked, _every_face(), source=CROWD)
     assert found.frames == 105 and found.frames_with_faces == [30] and len(found.faces) >= 3
-    assert all(f.follows_source > 0.9 for f in found.faces)
+    assert all(f.follows_source is None or f.follows_source > 0.9 for f in found.faces)
     assert found.sheet is not None and found.sheet.is_file()
 
 
