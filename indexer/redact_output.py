@@ -17,7 +17,7 @@ from pathlib import Path
 
 from headsearch.basics.errors import HeadsearchError, MediaError, is_disk_full
 from headsearch.basics.files import process_alive
-from headsearch.basics.media import file_stamp, media_kind
+from headsearch.basics.media import VIDEO_EXTENSIONS, file_stamp, media_kind
 from headsearch.basics.settings import MediaLimits
 from headsearch.basics.timeline import probe_video
 from indexer.decode import check_video_header
@@ -86,7 +86,7 @@ def check_paths(video: Path, out: Path, style: str = "blur", margin: float = DEF
     if out.is_dir():
         raise HeadsearchError(f"--out {out}: a folder; give a file name")
     if out.suffix.lower() not in OUTPUT_SUFFIXES:
-        said = "name it as a video" if media_kind(out) != MediaKind.VIDEO else f"redact does not write {out.suffix} files"
+        said = f"redact does not write {out.suffix} files" if out.suffix.lower() in VIDEO_EXTENSIONS else "name it as a video"
         raise HeadsearchError(f"--out {out}: {said} ({', '.join(OUTPUT_SUFFIXES)}: they keep the source's frame times)")
     if not force:
         there = [p for p in (out, audit_path(out)) if p.exists()]
