@@ -36,7 +36,9 @@ from headsearch.basics.text import printable
                    "DIR/OUT-NAME.redactions.png.")
 @click.option("--verify", is_flag=True, help="When written, look at every frame of the output again with the most sensitive "
               f"face detector the redactor has; every face still found is listed (frame, time, box, score) and shown in "
-              f"OUT.verify.png, and the exit status is {EXIT_FACES_LEFT} (the output is kept, to look at).")
+              f"OUT.verify.png, and the exit status is {EXIT_FACES_LEFT} (the output is kept, to look at). It does not tell people "
+              "apart: with --person, --ref or --all-except the faces of those left in view are listed too. A detection on a "
+              "hidden patch itself (its detail not the source's) is set aside, and said.")
 @click.option("--library", "-l", type=click.Path(path_type=Path), default=None, envvar="HEADSEARCH_LIBRARY",
               help="A library: its people (--person, --all-except NAME) and its analysis of the video where it holds it "
                    "unchanged (default: $HEADSEARCH_LIBRARY; for a person of a library, else ./headsearch-library; without a "

@@ -422,7 +422,7 @@ class Redactor:
             return HeadBoxes(paths, scale, turns, stored, margin, self.settings.follow_min_score, self.refiner, self.settings.track_iou)
 
         trail: AuditTrail | None = None
-        ours = [tmp] + ([sheet_path] if sheet_path is not None else [])
+        ours = [tmp]  # what this run wrote, deleted if it fails (a contact sheet once written: an older one is gone by then)
         try:
             check_source_unchanged(heads.path, heads.fingerprint, out)  # a file moved over it during the analysis
             trail = AuditTrail(audit, head)
@@ -434,7 +434,7 @@ class Redactor:
                          "encoder": written.encoder, "streams_copied": written.copied, "streams_left_out": written.left_out,
                          "notes": notes})
             if sheet is not None and sheet_path is not None:
-                sheet.write(sheet_path)
+                ours.append(sheet.write(sheet_path))
             check_source_unchanged(heads.path, heads.fingerprint, out)  # ...or while it was read again to be written
             put_in_place(tmp, out, trail, force)
         except BaseException as e:
