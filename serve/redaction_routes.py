@@ -30,6 +30,20 @@ def _margin(fields: dict) -> float | None:
         raise HTTPException(400, "margin must be a number: a share of the head box from 0 to 4 (0.2: a fifth of its size)") from e
 
 
+def _verify(fields: dict) -> bool:
+    """Whether a redaction of everyone looks at its output again for faces left showing (`verify`: on unless "0",
+    "false", "no" or "off")."""
+    raw = fields.get("verify", True)
+    if isinstance(raw, bool):
+        return raw
+    said = str(raw).strip().casefold()
+    if said in ("", "1", "true", "yes", "on"):
+        return True
+    if said in ("0", "false", "no", "off"):
+        return False
+    raise HTTPException(400, "verify must be true or false (whether the output is looked at again for faces)")
+
+
 def _choice(fields: dict) -> Choice:
     """Whom a form names: `who` ("person:ID" or "track:ID", the video page's list), or `person` or `track` (an id)."""
     who = str(fields.get("who", "")).strip()
@@ -59,11 +73,11 @@ async def video_redact(request: Request) -> Response:
             fields = photo.fields
             chosen = Choice("photo", photo=photo.path, photo_name=photo.name)
             job = await run_in_threadpool(site.start_redaction, vid, str(fields.get("whom", "person")), chosen,
-                                          str(fields.get("style", "blur")), _margin(fields))
+                                          str(fields.get("style", "blur")), _margin(fields), _verify(fields))
     else:
         fields = await form_fields(request)
         job = await run_in_threadpool(site.start_redaction, vid, str(fields.get("whom", "everyone")), _choice(fields),
-                                      str(fields.get("style", "blur")), _margin(fields))
+                                      str(fields.get("style", "blur")), _margin(fields), _verify(fields))
     return _job_started(request, job)
 
 

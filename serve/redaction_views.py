@@ -45,10 +45,14 @@ class Choice:
 
 
 def output_check(summary) -> dict | None:
-    """The check of a written output (#49's `redact --verify`: the output looked at again, every face still found), as
-    the job's page shows it: {"line": str, "faces": [{"frame", "time", "box", "score"}, ...]}. None: not checked (this
-    version has no such check)."""
-    return None
+    """The check of a written output (`redact --verify`: the output looked at again, every face still found), as the
+    job's page shows it: the verification's dict, its line naming the file as the job does. None: not checked (a job
+    that leaves people in view on purpose: the check tells no one apart)."""
+    verified = summary.verified
+    if verified is None:
+        return None
+    return {**verified.to_dict(), "output": verified.output.name, "sheet": None,
+            "line": verified.line().replace(str(verified.sheet), "the job's folder").replace(str(verified.output), verified.output.name)}
 
 
 class Redactions:
@@ -92,7 +96,8 @@ class Redactions:
         return {"people": people, "tracks": shown, "styles": list(REDACT_STYLES), "margin": DEFAULT_MARGIN}
 
     # ----- a redaction as a job ------------------------------------------------------------------
-    def start_redaction(self, video_id: int, whom: str, choice: Choice, style: str, margin: float | None = None) -> RedactJob:
+    def start_redaction(self, video_id: int, whom: str, choice: Choice, style: str, margin: float | None = None,
+                        verify: bool = True) -> RedactJob:
         """A redaction of a library video (the version indexed) as a job: `whom` is "everyone", "person" (hide the
         one `choice` names) or "except" (hide everyone but them). What can be refused is refused now, in one line (no
         such video, person or track, a photo, a file changed since it was indexed, a photo with no head or several, no
@@ -134,7 +139,8 @@ class Redactions:
             check_paths(source, out, style, margin)
             still_indexed()  # it may have waited its turn
             job.before_writing = still_indexed  # and after the analysis, before a frame is written
-            summary = redactor.redact(source, chosen, out, style, margin, out.parent, job, targets)
+            summary = redactor.redact(source, chosen, out, style, margin, out.parent, job, targets,
+                                      verify=verify and whom == "everyone")  # the check tells nobody apart: everyone's only
             still_indexed()  # and once all is written: a file replaced meanwhile fails the job (its folder goes)
             w = summary.written
             return {"line": summary.line().replace(str(out), out.name), "frames": w.frames, "frames_with_boxes": w.frames_hidden,
