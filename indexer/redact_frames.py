@@ -169,8 +169,9 @@ def _luma(frame) -> np.ndarray:
 class AuditTrail:
     """The JSON sidecar of a redaction, written as the frames go by (a long video's boxes are never all held): what was
     redacted and how (`head`), then every frame with a box (`frames`: frame number, time, and each box with its track and
-    who it is, in the frame's upright pixels), then the totals (`tail`). Written beside its final name and moved there by
-    `commit`."""
+    who it is, in the frame's upright pixels, `lost` where the head was kept where it was last found; `not_drawn`: boxes
+    left out on a spared head, with why), then the totals (`tail`, with the one-frame gaps: a place hidden at t-1 and t+1
+    and not at t, closed before the pass and any left). Written beside its final name and moved there by `commit`."""
 
     def __init__(self, path: Path, head: dict):
         self.path = Path(path)
@@ -178,12 +179,24 @@ class AuditTrail:
         self._file = open(self.tmp, "w", encoding="utf-8")  # noqa: SIM115 - closed by `close` or `discard`
         self._file.write(json_text(head, indent=1)[:-2].rstrip() + ',\n "frames": [')
         self._first = True
+        self.gaps_closed = 0  # one-frame gaps closed before the pass (`HeadBoxes.gaps_closed`)
+        self.gaps: list[int] = []  # frames of the one-frame gaps left
+        self.lost = 0  # boxes kept where their head was last found
+        self._recent: dict[int, list[Box]] = {}
 
-    def frame(self, index: int, seconds: float, boxes: list[dict]) -> None:
-        self._file.write(("\n  " if self._first else ",\n  ") + json_text({"frame": index, "time": round(seconds, 6), "boxes": boxes}, indent=None))
+    def frame(self, index: int, seconds: float, boxes: list[dict], not_drawn: list[dict] | None = None) -> None:
+        said = {"frame": index, "time": round(seconds, 6), "boxes": boxes} | ({"not_drawn": not_drawn} if not_drawn else {})
+        self._file.write(("\n  " if self._first else ",\n  ") + json_text(said, indent=None))
         self._first = False
+        self.lost += sum(1 for b in boxes if b.get("lost"))
+        now = [Box(*b["box"]) for b in boxes]
+        if one_frame_gap(self._recent.get(index - 2, []), self._recent.get(index - 1, []), now):
+            self.gaps.append(index - 1)
+        self._recent = {i: b for i, b in self._recent.items() if i >= index - 1} | {index: now}
 
     def close(self, tail: dict) -> None:
+        tail = tail | {"one_frame_gaps": {"closed": self.gaps_closed, "left": len(self.gaps), "frames_left": self.gaps[:100]},
+                       "boxes_kept_where_last_found": self.lost}
         rest = json_text(tail, indent=1)[1:]  # without its opening brace: the tail's keys follow the frames
         self._file.write("\n ],\n" + rest.lstrip("\n") + "\n")
         self._file.flush()
@@ -199,10 +212,27 @@ class AuditTrail:
         self.tmp.unlink(missing_ok=True)
 
 
+def one_frame_gap(before: Sequence[Box], now: Sequence[Box], after: Sequence[Box]) -> bool:
+    """A place hidden in the frames before and after and not in this one: a box before and one after on the same head
+    (IoU 0.3 or more) whose common part no box of this frame covers half of."""
+    for a in before:
+        for b in after:
+            if a.iou(b) < 0.3:
+                continue
+            common = Box(max(a.x1, b.x1), max(a.y1, b.y1), min(a.x2, b.x2), min(a.y2, b.y2))
+            if not any(_overlap(common, c) >= 0.5 * common.area for c in now):
+                return True
+    return False
+
+
+def _overlap(a: Box, b: Box) -> float:
+    return max(0.0, min(a.x2, b.x2) - max(a.x1, b.x1)) * max(0.0, min(a.y2, b.y2) - max(a.y1, b.y1))
+
+
 def preview_frames(paths: Sequence[HeadPath], frames: int, tiles: int = PREVIEW_TILES) -> list[int]:
     """The frames a contact sheet shows: the middle frame of each hidden track's span (up to PREVIEW_MAX), and more
     spread evenly over the frames with a box up to `tiles`; evenly over the video where nothing is hidden."""
-    spans = sorted((p.first, p.last) for p in paths)
+    spans = sorted((p.first, p.last) for p in paths if not p.spared)
     if not spans:
         return sorted({round((i + 0.5) * frames / 4) for i in range(4)} & set(range(frames))) if frames else [0]
     chosen = {(a + b) // 2 for a, b in spans[:PREVIEW_MAX]}
@@ -395,6 +425,8 @@ def write_hidden(source: Path, out: Path, boxes_of: Callable[[int, tuple[int, in
         ovs = _video_output(dst, ivs, written.encoder, rotation)
         copies = _copied_outputs(dst, inp, ivs, written)
         heads = boxes_of(turns, (ivs.codec_context.width, ivs.codec_context.height))
+        if trail is not None:
+            trail.gaps_closed = heads.gaps_closed
         step = _frame_step(ivs)
         last_pts: int | None = None
         index = 0
@@ -449,8 +481,11 @@ def _hidden_frame(frame, index: int, heads: HeadBoxes, style: str, pix_fmt: str,
     seconds = float(frame.pts * frame.time_base)
     width, height = heads.stored
     upright = [(to_upright(Box(*b), turns, width, height), p) for p, b in found]
-    if trail is not None and found:
-        trail.frame(index, seconds, [{"track": p.track, "who": p.who, "box": [round(v) for v in box.as_tuple()]} for box, p in upright])
+    if trail is not None and (found or heads.not_drawn):
+        trail.frame(index, seconds, [{"track": p.track, "who": p.who, "box": [round(v) for v in box.as_tuple()]}
+                                     | ({"lost": True} if p.track in heads.lost else {}) for box, p in upright],
+                    [{"track": n.path.track, "who": n.path.who, "box": [round(v) for v in to_upright(Box(*n.box), turns, width, height).as_tuple()],
+                      "why": n.why} for n in heads.not_drawn])
     if preview is not None:
         preview.offer(index, seconds, frame, turns, [(box, p.who) for box, p in upright])
     return frame

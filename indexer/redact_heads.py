@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -38,13 +38,18 @@ REFINE_SIDE = 128  # ...on a copy of that region this many pixels across at most
 @dataclass(frozen=True)
 class HeadPath:
     """One chosen track through its shot: who it is, its sightings (frame index, box in the analysis' pixels, upright), and
-    the frames it covers (`first`..`last`, inclusive)."""
+    the frames it covers (`first`..`last`, inclusive). `spared`: a head followed to be kept, never hidden (--all-except's
+    people: a hidden box on it is not drawn, see `HeadBoxes`); `unconfirmed`: a track the analysis' evidence rule would
+    drop, hidden all the same."""
 
     track: int
     who: str
     sightings: tuple[tuple[int, Box], ...]
     first: int
     last: int
+    spared: bool = False
+    unconfirmed: bool = False
+    faced: tuple[bool, ...] = ()  # whether each sighting shows a face (empty: all do)
 
 
 def covered_frames(sighted: Sequence[int], shot: tuple[int, int], samples: Sequence[int] | None = None,
@@ -122,12 +127,27 @@ class _Following:
     upright: HeadPath  # as given (for the audit trail's names)
     next: int = 0  # index of the first sighting at or after the current frame
     template: np.ndarray | None = None
-    box: Box | None = None  # where the head region was last seen
+    box: Box | None = None  # where the head was last found (a sighting, followed, or found by the detector)
+    lost: bool = False  # in the frame just asked: neither following nor the detector found it where it was last found
+    now: Box | None = None  # in the frame just asked: the one box that says best where the head is (found, else predicted)
+    faceless: bool = False  # in the frame just asked: its nearest sighting shows no face
+
+
+@dataclass(frozen=True)
+class NotDrawn:
+    """A hidden track's box left undrawn in a frame, and why (it lies on a spared person's head)."""
+
+    path: HeadPath
+    box: tuple[int, int, int, int]  # pixels of the stored frame, grown and clipped as it would have been drawn
+    why: str
 
 
 class HeadBoxes:
     """Each chosen head's box in each frame, asked frame after frame in decoding order (`at`), in the stored frame's
-    pixels: see the module's docstring."""
+    pixels: see the module's docstring. Spared paths (`HeadPath.spared`) are followed the same way and never drawn: a
+    hidden box mostly on a spared head (SAME_HEAD_SHARE of it: the spared person seen by a second track), or an
+    unconfirmed one touching it (a hand, a curtain), is left out, said in `not_drawn`. One-frame gaps between a
+    track's end and the next track's start at the same place are closed before the first frame (`gaps_closed`)."""
 
     def __init__(self, paths: Sequence[HeadPath], scale: tuple[float, float], turns: int, stored: tuple[int, int], margin: float,
                  follow_min_score: float, detector: FaceDetector | None = None, min_iou: float = 0.3):
@@ -137,40 +157,62 @@ class HeadBoxes:
         def placed(box: Box) -> Box:
             return to_stored(Box(box.x1 * sx, box.y1 * sy, box.x2 * sx, box.y2 * sy), turns, width, height)
 
-        self._waiting = sorted((_Following(HeadPath(p.track, p.who, tuple((f, placed(b)) for f, b in p.sightings), p.first, p.last), p)
-                                for p in paths), key=lambda f: f.path.first, reverse=True)
+        closed, self.gaps_closed = closing_gaps(paths)
+        self._waiting = sorted((_Following(replace(p, sightings=tuple((f, placed(b)) for f, b in p.sightings)), p) for p in closed),
+                               key=lambda f: f.path.first, reverse=True)
         self._active: list[_Following] = []
         self.margin, self.stored, self.min_score = margin, stored, follow_min_score
         self.detector, self.min_iou, self.turns = detector, min_iou, turns
+        self.not_drawn: list[NotDrawn] = []  # in the frame just asked
+        self.lost: set[int] = set()  # tracks kept where they were last found in the frame just asked
+        self._spared_heads: list[Box] = []  # where the spared heads are in the frame being asked
 
     def at(self, index: int, luma: Callable[[], np.ndarray],
            region: Callable[[Box, int], tuple[np.ndarray, float, float, float]] | None = None) -> list[tuple[HeadPath, tuple[int, int, int, int]]]:
-        """The heads in frame `index` (the next frame decoded): each path with its pixel box, grown by the margin and
-        clipped to the frame. `luma` gives the frame's grey pixels (asked for only when a head is followed); `region(box,
-        side)`, a small RGB copy of a region of the frame (pixels, scale, left, top), for the detector."""
+        """The heads hidden in frame `index` (the next frame decoded): each path with its pixel box, grown by the margin
+        and clipped to the frame. `luma` gives the frame's grey pixels (asked for only when a head is followed);
+        `region(box, side)`, a small RGB copy of a region of the frame (pixels, scale, left, top), for the detector."""
         while self._waiting and self._waiting[-1].path.first <= index:
             self._active.append(self._waiting.pop())
         self._active = [f for f in self._active if f.path.last >= index]
+        self.not_drawn, self.lost = [], set()
+        now = [f for f in self._active if f.path.first <= index]
+        if not now:
+            return []
+        grey = luma()
+        self._spared_heads = []
+        boxes = []
+        for f in sorted(now, key=lambda f: not f.path.spared):  # the spared first: the others' following keeps off their heads
+            boxes.append((f, self._box(f, index, grey, region)))
+            if f.path.spared and f.now is not None:
+                self._spared_heads.append(f.now)
+        spared = [(f.upright, f.now) for f, _ in boxes if f.path.spared]
         out = []
-        grey = None
-        for f in self._active:
-            if f.path.first > index:
+        for f, box in boxes:
+            if f.path.spared:
                 continue
-            if grey is None:
-                grey = luma()
-            box = self._box(f, index, grey, region)
             placed = pixel_box(grown(box, self.margin), *self.stored)
-            if placed is not None:
-                out.append((f.upright, placed))
+            if placed is None:
+                continue
+            why = _on_spared_head(f, spared)
+            if why is not None:
+                self.not_drawn.append(NotDrawn(f.upright, placed, why))
+                continue
+            if f.lost:
+                self.lost.add(f.path.track)
+            out.append((f.upright, placed))
         return out
 
     def _box(self, f: _Following, index: int, grey: np.ndarray, region) -> Box:
         s = f.path.sightings
         while f.next < len(s) and s[f.next][0] < index:
             f.next += 1
+        f.lost = False
+        near = f.next if f.next < len(s) and (f.next == 0 or s[f.next][0] - index <= index - s[f.next - 1][0]) else f.next - 1
+        f.faceless = bool(f.path.faced) and not f.path.faced[near]
         if f.next < len(s) and s[f.next][0] == index:  # a sighting: the analysis' box; following starts again from it
             box = s[f.next][1]
-            f.template, f.box = head_template(grey, box), box
+            f.template, f.box, f.now = head_template(grey, box), box, box
             return box
         if f.next == 0:
             predicted = s[0][1]
@@ -178,15 +220,24 @@ class HeadBoxes:
             predicted = _lerp(s[f.next - 1], s[f.next], index) if f.next < len(s) else s[-1][1]
         box = predicted
         followed = self._follow(f, grey, predicted)
+        if followed is not None and not f.path.spared and self._on_spared(followed):
+            followed = None  # another head's following does not pass onto a spared head
         if followed is not None:
             box = _union(box, followed)
         # The detector looks where the head was last found (followed now, or found by it in the frame before: a head
         # that moves on past its track's last sighting, or away from the line between two), else where it should be.
         anchor = followed or f.box or predicted
-        detected = self._detect(predicted, region, anchor) if region is not None else None
+        detected = self._detect(predicted, region, anchor, not f.path.spared) if region is not None else None
         if detected is not None:
             box = _union(box, detected)
-        f.box = detected or followed or predicted  # lost: looked for again near where the head should be
+        found = detected or followed
+        f.now = found or predicted
+        # Before the track's first sighting there is nowhere to stay; found again where it was, it is followed on from there.
+        if f.box is None or (found is not None and found.iou(f.box) > 0):
+            f.box = found
+        else:  # lost, or a head found away from where this one was (another head): the box stays where it was last found
+            box = _union(box, f.box)
+            f.lost = True
         return box
 
     def _follow(self, f: _Following, grey: np.ndarray, predicted: Box) -> Box | None:
@@ -199,10 +250,16 @@ class HeadBoxes:
                 return found[0]
         return None
 
-    def _detect(self, predicted: Box, region, anchor: Box | None = None) -> Box | None:
+    def _on_spared(self, head: Box) -> bool:
+        """A head found is a spared one's: it overlaps where a spared head is now as the tracker associates heads, or lies
+        mostly on it (SAME_HEAD_SHARE of it)."""
+        return any(head.iou(spared) >= self.min_iou or _intersection(head, spared) >= SAME_HEAD_SHARE * head.area for spared in self._spared_heads)
+
+    def _detect(self, predicted: Box, region, anchor: Box | None = None, off_spared: bool = False) -> Box | None:
         """The head the face detector finds in this frame around `anchor` (where the head was last found; the predicted
-        box where it is not known), where it continues the track: from the predicted box or from the anchor. The
-        detector looks at the upright picture (a phone's portrait video is stored turned)."""
+        box where it is not known), where it continues the track: from the predicted box or from the anchor; with
+        `off_spared`, none on a spared head. The detector looks at the upright picture (a phone's portrait video is
+        stored turned)."""
         if self.detector is None:
             return None
         width, height = self.stored
@@ -218,6 +275,8 @@ class HeadBoxes:
         best, best_score = None, self.min_iou
         for face in self.detector.detect(rgb):
             head = to_stored(head_box_from_face(_placed(face, scale, corner.x1, corner.y1)), self.turns, width, height)
+            if off_spared and self._on_spared(head):
+                continue
             score = max(association_score(predicted, head), association_score(anchor, head) if anchor is not None else 0.0)
             if score >= best_score:
                 best, best_score = head, score
@@ -229,3 +288,51 @@ def _placed(face: FaceDetection, scale: float, left: float, top: float) -> FaceD
     b = face.box
     return FaceDetection(Box(b.x1 / scale + left, b.y1 / scale + top, b.x2 / scale + left, b.y2 / scale + top),
                          face.landmarks / scale + np.array([left, top], np.float32), face.score)
+
+
+SAME_HEAD_SHARE = 0.5  # a hidden box this much inside a spared head's box is that head, seen by a second track
+GAP_REACH = 1.0  # two tracks one frame apart continue each other where their boxes' centres are within this many sides
+
+
+def _on_spared_head(f: _Following, spared: Sequence[tuple[HeadPath, Box]]) -> str | None:
+    """Why a hidden head's box is not drawn (None: it is): there is no face to hide in it (its nearest sighting shows
+    none) and it lies mostly on a spared person's head (a second track on that head, from its keypoints), or it is
+    unconfirmed and touches one (a hand, a curtain); each box where the head is now, before the margin."""
+    box = f.now
+    if box is None:
+        return None
+    for person, head in spared:
+        inside = _intersection(box, head) / max(box.area, 1e-9)
+        if f.faceless and inside >= SAME_HEAD_SHARE:
+            return (f"no face seen, and on the spared head of {person.who} (track {person.track}): {inside:.2f} of the box inside it "
+                    f">= {SAME_HEAD_SHARE}")
+        if f.path.unconfirmed and inside > 0:
+            return f"unconfirmed, and it overlaps the spared head of {person.who} (track {person.track}): {inside:.2f} of the box inside it"
+    return None
+
+
+def _intersection(a: Box, b: Box) -> float:
+    return max(0.0, min(a.x2, b.x2) - max(a.x1, b.x1)) * max(0.0, min(a.y2, b.y2) - max(a.y1, b.y1))
+
+
+def closing_gaps(paths: Sequence[HeadPath]) -> tuple[list[HeadPath], int]:
+    """The paths with their one-frame gaps closed, and how many: where a hidden track ends at frame t-1 and another
+    begins at t+1 at the same place (its first box's centre within GAP_REACH sides of the other's last), a sampled frame
+    where the detector missed the head, the later one begins at t (its first box) and the head is hidden at t too."""
+    hidden = [p for p in paths if not p.spared]
+    ends: dict[int, list[HeadPath]] = {}
+    for p in hidden:
+        ends.setdefault(p.last, []).append(p)
+    out, closed = [], 0
+    for p in paths:
+        before = [] if p.spared else ends.get(p.first - 2, [])
+        if any(_continues(a.sightings[-1][1], p.sightings[0][1]) for a in before if a.sightings and p.sightings):
+            p = replace(p, first=p.first - 1)
+            closed += 1
+        out.append(p)
+    return out, closed
+
+
+def _continues(a: Box, b: Box) -> bool:
+    (ax, ay), (bx, by) = a.center, b.center
+    return math.hypot(ax - bx, ay - by) <= GAP_REACH * max(a.width, a.height, b.width, b.height)

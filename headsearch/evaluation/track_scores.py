@@ -198,3 +198,13 @@ def _look_alone_says_same(thresholds: Thresholds | None, id_score: float | None,
     """The face says another person and the look of the head alone says the same one."""
     return (thresholds is not None and thresholds.tier(id_score, head_score) == Tier.OTHER_PERSON
             and thresholds.tier(None, None, appearance_score) != Tier.OTHER_PERSON)
+
+
+def judged_by(score: TrackScore, thresholds: Thresholds) -> str:
+    """The scores a track was judged by, each with its bar ("identity 0.752 > 0.387, look of the head 0.229 <= 0.796"):
+    the words of a redaction's audit trail, so a verdict can be checked; scores without a bar are left out."""
+    said = [f"{name} {value:.3f} {'>' if value > bar else '<='} {bar:.3f}"
+            for name, value, bar in (("identity", score.id_score, thresholds.identity), ("head", score.head_score, thresholds.head_identity),
+                                     ("look of the head", score.appearance_score, thresholds.appearance))
+            if value is not None and bar is not None]
+    return ", ".join(said) or "no score with a bar"
