@@ -319,8 +319,9 @@ class Redactor:
     def choose(self, heads: VideoHeads, whom: Whom, targets: Sequence[Target]) -> list[Chosen]:
         """The tracks whose heads are hidden, each with who it is and why (the scores it was judged by, with their bars);
         for --all-except, the tracks spared go to `heads.spared`, with why, and are followed so that no hidden box is
-        drawn on their heads (`indexer.redact_heads.HeadBoxes`). One rule for whom: a track is spared by --all-except P
-        exactly where --ref P would hide it (the same judgement, `_judged`)."""
+        drawn on their heads (`indexer.redact_heads.HeadBoxes`). One rule for whom: --all-except P spares every track --ref
+        P would hide (the same judgement, `_verdict`), frame by frame where its sightings' own faces say who it is there
+        (`indexer.redact_whom`: a track passing from P to the head behind P is hidden from there)."""
         if whom.everyone:
             return [Chosen(tr, f"track {tr.key}", _unconfirmed("everyone", tr)) for tr in heads.tracks]
         if whom.spare:
