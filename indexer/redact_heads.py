@@ -15,7 +15,17 @@ box in the frames between comes from its track's sightings, within its shot (not
   interpolated box), REFINE_SIDE pixels across (a few milliseconds a head), and its head box counts where it continues
   the track as the tracker associates heads, from that box or from the interpolated one (a face that leans, opens its
   mouth, comes closer, or walks on past its track's last sighting);
+* where neither following nor the detector finds the head where it was last found (it turned away, went behind
+  something, or only another head is found there), the box keeps that last place too: a followed head is never put
+  back to a stale box (the sighting's, some 150 pixels behind a man walking out of the crowd clip), and the trail marks the
+  frame `lost`;
 * the box then grows by the margin (a share of its width and height, half on each side) and is clipped to the frame.
+
+Heads spared (`--all-except`) are followed the same way and never drawn; another head's following and detector keep
+off them, and a hidden box is left undrawn where it lies on one with no face of its own to hide (a second track on the
+spared head, from its keypoints) or is unconfirmed and touches it (a hand, a curtain): `HeadBoxes.not_drawn` says why.
+A track that ends one frame before the next begins at the same place (the detector missed the head at the sampled
+frame between) has that frame closed before the pass (`closing_gaps`).
 """
 from __future__ import annotations
 
