@@ -41,7 +41,7 @@ from headsearch.compare.reference import Reference, ReferenceHead, person_heads,
 from headsearch.detection.faces import FaceDetector
 from headsearch.embedding.photo_heads import PhotoEmbedder
 from headsearch.evaluation.thresholds import Thresholds, thresholds_for
-from headsearch.evaluation.track_scores import PhotoQuery, TrackRows, score_track
+from headsearch.evaluation.track_scores import PhotoQuery, TrackRows
 from headsearch.models.registry import find_spec
 from headsearch.people.forgetting import analysis_lost_heads
 from headsearch.people.listing import find_person
@@ -73,7 +73,8 @@ from indexer.redact_output import (
     remove_stale,
 )
 from indexer.redact_output import OUTPUT_SUFFIXES as OUTPUT_SUFFIXES  # the web app names the kinds of output from here
-from schemas.records import Box, FaceDetection, FileResult, HeadTrack, MediaKind, Tier, VectorKind
+from indexer.redact_whom import Span, Verdict, judged_spans, sighting_faces, verdict, whom_spans
+from schemas.records import Box, FaceDetection, FileResult, HeadTrack, MediaKind, VectorKind
 
 if TYPE_CHECKING:
     from indexer.redact_verify import Verification
@@ -154,6 +155,11 @@ class SeenTrack:
     start: float
     end: float
     doubt: str | None = None  # why the analysis' evidence rule would drop it (None: a confirmed head)
+    keys: tuple[int, ...] = ()  # each sighting's key in `rows` (its observation id in the library; empty: its index)
+
+    @property
+    def sighting_keys(self) -> tuple[int, ...]:
+        return self.keys or tuple(range(len(self.sightings)))
 
 
 @dataclass
@@ -171,19 +177,22 @@ class VideoHeads:
     period: int  # frames between samples, where `samples` is None
     source: str  # where the analysis comes from, in words
     members: dict[int, int] = field(default_factory=dict)  # library track id -> person id
+    spared: list[Chosen] = field(default_factory=list)  # --all-except: the tracks of the people spared (`Redactor.choose`)
     seconds: float = 0.0  # how long finding them took
 
 
 @dataclass(frozen=True)
 class Chosen:
-    """A track whose head is hidden: who it is and why it was chosen, in words."""
+    """A track whose head is hidden (or spared): who it is and why it was chosen, in words; `frames`: the frames of it
+    chosen so (first, last), where not all it covers."""
 
     track: SeenTrack
     who: str
     why: str
+    frames: tuple[int, int] | None = None
 
     def to_dict(self, heads: VideoHeads) -> dict:
-        first, last = _covered(self.track, heads)
+        first, last = self.frames or _covered(self.track, heads)
         return {"track": self.track.key, "who": self.who, "why": self.why, "shot": self.track.shot,
                 "start": round(self.track.start, 3), "end": round(self.track.end, 3), "first_frame": first, "last_frame": last,
                 "sightings": len(self.track.sightings)}
@@ -313,6 +322,8 @@ class Redactor:
             if found is not None:
                 return found
         settings = self.settings if identify else replace(self.settings, embed_every_s=ONE_PER_TRACK_S)
+        if identify and every_head:  # --all-except: each sighting judged on its own face (`indexer.redact_whom`)
+            settings = replace(settings, embed_every_s=0.0)
         detector = self.photos.detector
         if every_head:
             # Enlarged throughout: the coarse pass for shots of large faces would look past the small ones.
@@ -323,35 +334,48 @@ class Redactor:
         return analysed_heads(video, result, unconfirmed=every_head)
 
     def choose(self, heads: VideoHeads, whom: Whom, targets: Sequence[Target]) -> list[Chosen]:
-        """The tracks whose heads are hidden, each with who it is and why."""
+        """The tracks whose heads are hidden, each with who it is and why (the scores it was judged by, with their bars);
+        for --all-except, the tracks spared go to `heads.spared`, with why, and are followed so that no hidden box is
+        drawn on their heads (`indexer.redact_heads.HeadBoxes`). One rule for whom: --all-except P spares every track --ref
+        P would hide (the same judgement, `_verdict`), frame by frame where its sightings' own faces say who it is there
+        (`indexer.redact_whom`: a track passing from P to the head behind P is hidden from there)."""
         if whom.everyone:
             return [Chosen(tr, f"track {tr.key}", _unconfirmed("everyone", tr)) for tr in heads.tracks]
         if whom.spare:
-            out = []
+            out, heads.spared = [], []
             for tr in heads.tracks:
-                if not any(self._is(tr, t, heads) for t in targets):
-                    out.append(Chosen(tr, f"track {tr.key}", _unconfirmed(f"not one of the spared ({', '.join(t.name for t in targets)})", tr)))
+                covered = _covered(tr, heads)
+                for first, last, spared_by, why in whom_spans([(t.name, self._spans(tr, t, heads, covered)) for t in targets], covered):
+                    if spared_by is not None:
+                        heads.spared.append(Chosen(tr, spared_by, f"spared: {why}", (first, last)))
+                    else:
+                        out.append(Chosen(tr, f"track {tr.key}", _unconfirmed(f"not one of the spared ({why})", tr), (first, last)))
             return out
         target = targets[0]
-        return [Chosen(tr, target.name, why) for tr in heads.tracks if (why := self._is(tr, target, heads))]
+        return [Chosen(tr, target.name, why) for tr in heads.tracks for is_same, why in [self._judged(tr, target, heads)] if is_same]
 
-    def _is(self, track: SeenTrack, target: Target, heads: VideoHeads) -> str | None:
-        """Why a track is the target's person, in words (None: it is not)."""
+    def _judged(self, track: SeenTrack, target: Target, heads: VideoHeads) -> tuple[bool, str]:
+        """Whether a track is the target's person, and why, in words: the scores it was judged by, each with its bar."""
         if target.person_id is not None and heads.members.get(track.key) == target.person_id:
-            return f"a track of person {target.person_id} in the library"
+            return True, f"a track of person {target.person_id} in the library"
         if not track.rows:
-            return None
+            return False, "no vector of its head to judge it by"
+        judged = self._verdict(track.rows, target)
+        return judged.same, judged.why
+
+    def _verdict(self, rows: TrackRows, target: Target) -> Verdict:
         ref = target.reference
         dims = self.appearance_dims if VectorKind.HEAD in ref.vectors else 0
-        query = PhotoQuery(ref.vectors.get(VectorKind.ID), ref.vectors.get(VectorKind.HEAD), dims)
-        scored = score_track(track.rows, query, self.thresholds)
-        if scored.tier is None or scored.tier == Tier.OTHER_PERSON:
-            return None
-        if scored.id_score is not None and scored.id_score > self.thresholds.identity:
-            return f"same person: identity {scored.id_score:.3f} > {self.thresholds.identity:.3f}"
-        if scored.matched_without_face:
-            return f"same person by the look of the head: {scored.appearance_score:.3f} > {self.thresholds.appearance:.3f}"
-        return f"same person: head {scored.head_score:.3f} > {self.thresholds.head_identity:.3f}"
+        return verdict(rows, PhotoQuery(ref.vectors.get(VectorKind.ID), ref.vectors.get(VectorKind.HEAD), dims), self.thresholds)
+
+    def _spans(self, track: SeenTrack, target: Target, heads: VideoHeads, covered: tuple[int, int]) -> list[Span]:
+        """The track's frames under the target's verdicts: the track's own where the library's person holds it, else
+        sighting by sighting (`indexer.redact_whom.judged_spans`)."""
+        whole = Verdict(*self._judged(track, target, heads))
+        if target.person_id is not None and heads.members.get(track.key) == target.person_id:
+            return [Span(*covered, whole)]
+        return judged_spans([f for f, _ in track.sightings], track.sighting_keys, track.rows, covered, whole,
+                            lambda rows: self._verdict(rows, target))
 
     # ----- the whole run -------------------------------------------------------------------------
     def redact(self, video: Path, whom: Whom, out: Path, style: str = "blur", margin: float = DEFAULT_MARGIN,
@@ -400,7 +424,7 @@ class Redactor:
 
     def _write(self, heads: VideoHeads, chosen: list[Chosen], whom: Whom, out: Path, style: str, margin: float,
                preview: Path | None, progress: FrameProgress | None, t0: float, force: bool = True) -> RedactSummary:
-        paths = [HeadPath(c.track.key, c.who, c.track.sightings, *_covered(c.track, heads)) for c in chosen]
+        paths = head_paths(chosen, heads)
         audit = audit_path(out)
         sheet_path = Path(preview) / (out.name + PREVIEW_SUFFIX) if preview is not None else None
         if sheet_path is not None:
@@ -412,7 +436,7 @@ class Redactor:
                 "made": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "whom": whom.to_dict(), "style": style,
                 "margin": margin, "analysis": heads.source,
                 "boxes_in": "pixels of the upright picture (x1, y1, x2, y2), grown by the margin and clipped to the frame",
-                "tracks": [c.to_dict(heads) for c in chosen]}
+                "tracks": [c.to_dict(heads) for c in chosen], "spared": [c.to_dict(heads) for c in heads.spared]}
         sheet = PreviewSheet(set(preview_frames(paths, heads.frames)), f"{heads.path.name} -> {out.name}: {style}, "
                              f"{counted(len(chosen), 'track')} hidden") if sheet_path is not None else None
         scale = (1.0, 1.0)
@@ -554,13 +578,22 @@ def library_heads(library: Library, video: Path, fingerprint: str) -> VideoHeads
         seen = tuple((s.frame_index, Box(s.x1, s.y1, s.x2, s.y2)) for s in sightings[tr.id])
         if seen:
             kinds = vectors[tr.id].kinds if tr.id in vectors else {}
-            tracks.append(SeenTrack(tr.id, shot_of.get(tr.shot_id, 0), seen, kinds, tr.start_time, tr.end_time))
+            tracks.append(SeenTrack(tr.id, shot_of.get(tr.shot_id, 0), seen, kinds, tr.start_time, tr.end_time,
+                                    keys=tuple(s.id for s in sightings[tr.id])))
     gaps = [b[0] - a[0] for t in tracks for a, b in zip(t.sightings, t.sightings[1:], strict=False) if b[0] > a[0]]
     period = int(np.median(gaps)) if gaps else max(1, round((row.fps or 25.0) / IndexSettings.sample_fps))
     return VideoHeads(video, fingerprint, (row.width, row.height), row.frames_decoded, row.fps,
                       {s.shot_index: (s.start_frame, s.end_frame) for s in shot_rows}, tracks, None, period,
                       f"the library {library.root.resolve()} (indexed {datetime.datetime.fromtimestamp(row.indexed_at).isoformat(timespec='seconds')})",
                       members)
+
+
+def head_paths(chosen: Sequence[Chosen], heads: VideoHeads) -> list[HeadPath]:
+    """The paths of the heads hidden (unconfirmed ones said so) and of those spared, followed too (`heads.spared`), each
+    with which sightings show a face."""
+    return [HeadPath(c.track.key, c.who, c.track.sightings, *(c.frames or _covered(c.track, heads)), spared=spared,
+                     unconfirmed=c.track.doubt is not None, faced=sighting_faces(c.track.rows, c.track.sighting_keys))
+            for cs, spared in ((chosen, False), (heads.spared, True)) for c in cs]
 
 
 def _covered(track: SeenTrack, heads: VideoHeads) -> tuple[int, int]:

@@ -1,22 +1,6 @@
-"""Heads hidden in every frame of a video: where each chosen head lies in each frame, how it is hidden, and the one pass
-that decodes, hides and encodes the video frame by frame (its audio and other streams copied, packet for packet), with
-the audit trail of every box and a contact sheet to check before publishing.
-
-An analysis sees heads at sampled frames (`indexer.analysis`: two a second, and every shot's first frame); a head's
-box in the frames between comes from its track's sightings, within its shot (nothing crosses a cut):
-
-* between two sightings: the box interpolated between them; before a track's first sighting, back to the frame after
-  the sampled frame before it in its shot (the shot's first frame at most), the first sighting's box; after its last
-  sighting, up to the frame before the next sampled frame of its shot (the shot's last frame at most), the last one's;
-* joined with where the head region was followed to, frame by frame, from the last sighting (the tracker's template
-  matching, `indexer.tracker.find_head_region`), where it matched well within one box side of that box (a head that
-  moves and comes back between two samples);
-* and joined with the head the face detector finds there in this very frame: it looks only at a small copy of the
-  region around where the head was last found (followed there, or found by the detector the frame before; else the
-  interpolated box), REFINE_SIDE pixels across (a few milliseconds a head), and its head box counts where it continues
-  the track as the tracker associates heads, from that box or from the interpolated one (a face that leans, opens its
-  mouth, comes closer, or walks on past its track's last sighting);
-* the box then grows by the margin (a share of its width and height, half on each side) and is clipped to the frame.
+"""Heads hidden in every frame of a video: how each is hidden, and the one pass that decodes, hides and encodes the
+video frame by frame (its audio and other streams copied, packet for packet), with the audit trail of every box and
+a contact sheet to check before publishing. Where each head is in each frame: `indexer.redact_heads`.
 
 Heads are hidden on the decoded frame's own planes (YUV, no colour conversion): every pixel outside the boxes reaches
 the encoder as decoded. The frames keep their presentation times, so the output keeps the source's frame count, rate,
@@ -26,7 +10,6 @@ left out, and said.
 """
 from __future__ import annotations
 
-import bisect
 import contextlib
 import logging
 import math
@@ -44,18 +27,23 @@ from headsearch.basics.errors import MediaError, first_line
 from headsearch.basics.files import write_bytes_atomic
 from headsearch.basics.json_text import json_text
 from headsearch.basics.timeline import format_time
-from headsearch.detection.faces import FaceDetector, head_box_from_face
-from indexer.tracker import association_score, find_head_region, head_template
-from schemas.records import Box, FaceDetection
+from indexer.redact_heads import (  # noqa: F401 - where each head is, named here too for the redactor and its tests
+    REFINE_SIDE,
+    HeadBoxes,
+    HeadPath,
+    covered_frames,
+    grown,
+    pixel_box,
+    to_stored,
+    to_upright,
+)
+from schemas.records import Box
 
 log = logging.getLogger(__name__)
 
 STYLES = ("blur", "pixelate", "box")
 BLUR_CELLS = 6  # blur: the head is averaged down to about this many cells across, then smoothed back (nothing of a face is left)
 PIXEL_CELLS = 8  # pixelate: this many blocks across the head
-FOLLOW_REACH = 1.0  # a followed head region counts within this many box sides of the interpolated box
-REFINE_REACH = 0.5  # the detector looks this many box sides around the interpolated box...
-REFINE_SIDE = 128  # ...on a copy of that region this many pixels across at most (its face, some 40 pixels, is found)
 PREVIEW_TILES = 12  # frames on the contact sheet (more when more tracks are hidden: one frame of each, up to PREVIEW_MAX)
 PREVIEW_MAX = 24
 PREVIEW_TILE_W = 360
@@ -80,203 +68,6 @@ class FrameProgress(Protocol):
     def reset(self, total: int | None = None) -> object: ...
 
     def update(self, n: int = 1) -> object: ...
-
-
-# ----- where each head is --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class HeadPath:
-    """One chosen track through its shot: who it is, its sightings (frame index, box in the analysis' pixels, upright), and
-    the frames it covers (`first`..`last`, inclusive)."""
-
-    track: int
-    who: str
-    sightings: tuple[tuple[int, Box], ...]
-    first: int
-    last: int
-
-
-def covered_frames(sighted: Sequence[int], shot: tuple[int, int], samples: Sequence[int] | None = None,
-                   period: int = 1) -> tuple[int, int]:
-    """The frames a track covers: its sightings' frames (sorted), reaching back to the frame after the sampled frame
-    before its first sighting and on to the frame before the sampled frame after its last, within its shot (`shot`:
-    first and last frame). `samples` (sorted frame indexes of every sampled frame), or, where they are not known, one
-    sample every `period` frames."""
-    first, last = sighted[0], sighted[-1]
-    start, end = shot
-    if samples is not None:
-        i = bisect.bisect_left(samples, first)
-        before = samples[i - 1] if i > 0 else None
-        j = bisect.bisect_right(samples, last)
-        after = samples[j] if j < len(samples) else None
-    else:
-        before, after = first - period, last + period
-    lo = max(start, before + 1) if before is not None else start
-    hi = min(end, after - 1) if after is not None else end
-    return min(lo, first), max(hi, last)
-
-
-def to_stored(box: Box, turns: int, width: int, height: int) -> Box:
-    """A box on the upright picture as a box on the stored frame (`width` x `height`), which is shown upright turned
-    `turns` quarter turns anticlockwise (`np.rot90(stored, turns)`, as the decoder turns a phone's portrait video)."""
-    turns %= 4
-    if turns == 1:
-        return Box(width - box.y2, box.x1, width - box.y1, box.x2)
-    if turns == 2:
-        return Box(width - box.x2, height - box.y2, width - box.x1, height - box.y1)
-    if turns == 3:
-        return Box(box.y1, height - box.x2, box.y2, height - box.x1)
-    return box
-
-
-def to_upright(box: Box, turns: int, width: int, height: int) -> Box:
-    """The inverse of `to_stored`: a box on the stored frame (`width` x `height`) as a box on the upright picture."""
-    turns %= 4
-    if turns == 1:
-        return Box(box.y1, width - box.x2, box.y2, width - box.x1)
-    if turns == 2:
-        return Box(width - box.x2, height - box.y2, width - box.x1, height - box.y1)
-    if turns == 3:
-        return Box(height - box.y2, box.x1, height - box.y1, box.x2)
-    return box
-
-
-def _lerp(a: tuple[int, Box], b: tuple[int, Box], frame: int) -> Box:
-    t = (frame - a[0]) / max(b[0] - a[0], 1)
-    return Box(*(p + t * (q - p) for p, q in zip(a[1].as_tuple(), b[1].as_tuple(), strict=True)))
-
-
-def _union(a: Box, b: Box) -> Box:
-    return Box(min(a.x1, b.x1), min(a.y1, b.y1), max(a.x2, b.x2), max(a.y2, b.y2))
-
-
-def grown(box: Box, margin: float) -> Box:
-    """The box grown by `margin` of its width and height, half on each side."""
-    dx, dy = margin * box.width / 2, margin * box.height / 2
-    return Box(box.x1 - dx, box.y1 - dy, box.x2 + dx, box.y2 + dy)
-
-
-def pixel_box(box: Box, width: int, height: int) -> tuple[int, int, int, int] | None:
-    """The whole pixels a box touches, clipped to the frame (None: none)."""
-    x1, y1 = max(0, math.floor(box.x1)), max(0, math.floor(box.y1))
-    x2, y2 = min(width, math.ceil(box.x2)), min(height, math.ceil(box.y2))
-    return (x1, y1, x2, y2) if x2 > x1 and y2 > y1 else None
-
-
-@dataclass
-class _Following:
-    """One path's state frame after frame: its next sighting, and the head region followed from the last one."""
-
-    path: HeadPath  # its sightings in the stored frame's pixels
-    upright: HeadPath  # as given (for the audit trail's names)
-    next: int = 0  # index of the first sighting at or after the current frame
-    template: np.ndarray | None = None
-    box: Box | None = None  # where the head region was last seen
-
-
-class HeadBoxes:
-    """Each chosen head's box in each frame, asked frame after frame in decoding order (`at`), in the stored frame's
-    pixels: see the module's docstring."""
-
-    def __init__(self, paths: Sequence[HeadPath], scale: tuple[float, float], turns: int, stored: tuple[int, int], margin: float,
-                 follow_min_score: float, detector: FaceDetector | None = None, min_iou: float = 0.3):
-        width, height = stored
-        sx, sy = scale
-
-        def placed(box: Box) -> Box:
-            return to_stored(Box(box.x1 * sx, box.y1 * sy, box.x2 * sx, box.y2 * sy), turns, width, height)
-
-        self._waiting = sorted((_Following(HeadPath(p.track, p.who, tuple((f, placed(b)) for f, b in p.sightings), p.first, p.last), p)
-                                for p in paths), key=lambda f: f.path.first, reverse=True)
-        self._active: list[_Following] = []
-        self.margin, self.stored, self.min_score = margin, stored, follow_min_score
-        self.detector, self.min_iou, self.turns = detector, min_iou, turns
-
-    def at(self, index: int, luma: Callable[[], np.ndarray],
-           region: Callable[[Box, int], tuple[np.ndarray, float, float, float]] | None = None) -> list[tuple[HeadPath, tuple[int, int, int, int]]]:
-        """The heads in frame `index` (the next frame decoded): each path with its pixel box, grown by the margin and
-        clipped to the frame. `luma` gives the frame's grey pixels (asked for only when a head is followed); `region(box,
-        side)`, a small RGB copy of a region of the frame (pixels, scale, left, top), for the detector."""
-        while self._waiting and self._waiting[-1].path.first <= index:
-            self._active.append(self._waiting.pop())
-        self._active = [f for f in self._active if f.path.last >= index]
-        out = []
-        grey = None
-        for f in self._active:
-            if f.path.first > index:
-                continue
-            if grey is None:
-                grey = luma()
-            box = self._box(f, index, grey, region)
-            placed = pixel_box(grown(box, self.margin), *self.stored)
-            if placed is not None:
-                out.append((f.upright, placed))
-        return out
-
-    def _box(self, f: _Following, index: int, grey: np.ndarray, region) -> Box:
-        s = f.path.sightings
-        while f.next < len(s) and s[f.next][0] < index:
-            f.next += 1
-        if f.next < len(s) and s[f.next][0] == index:  # a sighting: the analysis' box; following starts again from it
-            box = s[f.next][1]
-            f.template, f.box = head_template(grey, box), box
-            return box
-        if f.next == 0:
-            predicted = s[0][1]
-        else:
-            predicted = _lerp(s[f.next - 1], s[f.next], index) if f.next < len(s) else s[-1][1]
-        box = predicted
-        followed = self._follow(f, grey, predicted)
-        if followed is not None:
-            box = _union(box, followed)
-        # The detector looks where the head was last found (followed now, or found by it in the frame before: a head
-        # that moves on past its track's last sighting, or away from the line between two), else where it should be.
-        anchor = followed or f.box or predicted
-        detected = self._detect(predicted, region, anchor) if region is not None else None
-        if detected is not None:
-            box = _union(box, detected)
-        f.box = detected or followed or predicted  # lost: looked for again near where the head should be
-        return box
-
-    def _follow(self, f: _Following, grey: np.ndarray, predicted: Box) -> Box | None:
-        if f.template is None or f.box is None:
-            return None
-        found = find_head_region(grey, f.template, f.box, self.min_score)
-        if found is not None:
-            (cx, cy), (px, py) = found[0].center, predicted.center
-            if math.hypot(cx - px, cy - py) <= FOLLOW_REACH * max(predicted.width, 1.0):
-                return found[0]
-        return None
-
-    def _detect(self, predicted: Box, region, anchor: Box | None = None) -> Box | None:
-        """The head the face detector finds in this frame around `anchor` (where the head was last found; the predicted
-        box where it is not known), where it continues the track: from the predicted box or from the anchor. The
-        detector looks at the upright picture (a phone's portrait video is stored turned)."""
-        if self.detector is None:
-            return None
-        width, height = self.stored
-        up = to_upright(anchor or predicted, self.turns, width, height)
-        reach = REFINE_REACH * max(up.width, up.height, 1.0)
-        around = to_stored(Box(up.x1 - reach, up.y1 - reach, up.x2 + reach, up.y2 + reach), self.turns, width, height)
-        rgb, scale, left, top = region(around, REFINE_SIDE)
-        if rgb.size == 0:
-            return None
-        corner = to_upright(Box(left, top, left + rgb.shape[1] / scale, top + rgb.shape[0] / scale), self.turns, width, height)
-        if self.turns:
-            rgb = np.ascontiguousarray(np.rot90(rgb, self.turns))
-        best, best_score = None, self.min_iou
-        for face in self.detector.detect(rgb):
-            head = to_stored(head_box_from_face(_placed(face, scale, corner.x1, corner.y1)), self.turns, width, height)
-            score = max(association_score(predicted, head), association_score(anchor, head) if anchor is not None else 0.0)
-            if score >= best_score:
-                best, best_score = head, score
-        return best
-
-
-def _placed(face: FaceDetection, scale: float, left: float, top: float) -> FaceDetection:
-    """A face found on a region's copy (scaled by `scale`, its corner at `left`, `top`) in the frame's pixels."""
-    b = face.box
-    return FaceDetection(Box(b.x1 / scale + left, b.y1 / scale + top, b.x2 / scale + left, b.y2 / scale + top),
-                         face.landmarks / scale + np.array([left, top], np.float32), face.score)
 
 
 # ----- how a head is hidden -------------------------------------------------------------------------
@@ -378,8 +169,9 @@ def _luma(frame) -> np.ndarray:
 class AuditTrail:
     """The JSON sidecar of a redaction, written as the frames go by (a long video's boxes are never all held): what was
     redacted and how (`head`), then every frame with a box (`frames`: frame number, time, and each box with its track and
-    who it is, in the frame's upright pixels), then the totals (`tail`). Written beside its final name and moved there by
-    `commit`."""
+    who it is, in the frame's upright pixels, `lost` where the head was kept where it was last found; `not_drawn`: boxes
+    left out on a spared head, with why), then the totals (`tail`, with the one-frame gaps: a place hidden at t-1 and t+1
+    and not at t, closed before the pass and any left). Written beside its final name and moved there by `commit`."""
 
     def __init__(self, path: Path, head: dict):
         self.path = Path(path)
@@ -387,12 +179,24 @@ class AuditTrail:
         self._file = open(self.tmp, "w", encoding="utf-8")  # noqa: SIM115 - closed by `close` or `discard`
         self._file.write(json_text(head, indent=1)[:-2].rstrip() + ',\n "frames": [')
         self._first = True
+        self.gaps_closed = 0  # one-frame gaps closed before the pass (`HeadBoxes.gaps_closed`)
+        self.gaps: list[int] = []  # frames of the one-frame gaps left
+        self.lost = 0  # boxes kept where their head was last found
+        self._recent: dict[int, list[Box]] = {}
 
-    def frame(self, index: int, seconds: float, boxes: list[dict]) -> None:
-        self._file.write(("\n  " if self._first else ",\n  ") + json_text({"frame": index, "time": round(seconds, 6), "boxes": boxes}, indent=None))
+    def frame(self, index: int, seconds: float, boxes: list[dict], not_drawn: list[dict] | None = None) -> None:
+        said = {"frame": index, "time": round(seconds, 6), "boxes": boxes} | ({"not_drawn": not_drawn} if not_drawn else {})
+        self._file.write(("\n  " if self._first else ",\n  ") + json_text(said, indent=None))
         self._first = False
+        self.lost += sum(1 for b in boxes if b.get("lost"))
+        now = [Box(*b["box"]) for b in boxes]
+        if one_frame_gap(self._recent.get(index - 2, []), self._recent.get(index - 1, []), now):
+            self.gaps.append(index - 1)
+        self._recent = {i: b for i, b in self._recent.items() if i >= index - 1} | {index: now}
 
     def close(self, tail: dict) -> None:
+        tail = tail | {"one_frame_gaps": {"closed": self.gaps_closed, "left": len(self.gaps), "frames_left": self.gaps[:100]},
+                       "boxes_kept_where_last_found": self.lost}
         rest = json_text(tail, indent=1)[1:]  # without its opening brace: the tail's keys follow the frames
         self._file.write("\n ],\n" + rest.lstrip("\n") + "\n")
         self._file.flush()
@@ -409,10 +213,27 @@ class AuditTrail:
         self.tmp.unlink(missing_ok=True)
 
 
+def one_frame_gap(before: Sequence[Box], now: Sequence[Box], after: Sequence[Box]) -> bool:
+    """A place hidden in the frames before and after and not in this one: a box before and one after on the same head
+    (IoU 0.3 or more) whose common part no box of this frame covers half of."""
+    for a in before:
+        for b in after:
+            if a.iou(b) < 0.3:
+                continue
+            common = Box(max(a.x1, b.x1), max(a.y1, b.y1), min(a.x2, b.x2), min(a.y2, b.y2))
+            if not any(_overlap(common, c) >= 0.5 * common.area for c in now):
+                return True
+    return False
+
+
+def _overlap(a: Box, b: Box) -> float:
+    return max(0.0, min(a.x2, b.x2) - max(a.x1, b.x1)) * max(0.0, min(a.y2, b.y2) - max(a.y1, b.y1))
+
+
 def preview_frames(paths: Sequence[HeadPath], frames: int, tiles: int = PREVIEW_TILES) -> list[int]:
     """The frames a contact sheet shows: the middle frame of each hidden track's span (up to PREVIEW_MAX), and more
     spread evenly over the frames with a box up to `tiles`; evenly over the video where nothing is hidden."""
-    spans = sorted((p.first, p.last) for p in paths)
+    spans = sorted((p.first, p.last) for p in paths if not p.spared)
     if not spans:
         return sorted({round((i + 0.5) * frames / 4) for i in range(4)} & set(range(frames))) if frames else [0]
     chosen = {(a + b) // 2 for a, b in spans[:PREVIEW_MAX]}
@@ -605,6 +426,8 @@ def write_hidden(source: Path, out: Path, boxes_of: Callable[[int, tuple[int, in
         ovs = _video_output(dst, ivs, written.encoder, rotation)
         copies = _copied_outputs(dst, inp, ivs, written)
         heads = boxes_of(turns, (ivs.codec_context.width, ivs.codec_context.height))
+        if trail is not None:
+            trail.gaps_closed = heads.gaps_closed
         step = _frame_step(ivs)
         lasting: dict[int, int] = {}  # a source frame's presentation time -> its packet's duration (time base of the source)
         last_pts: int | None = None
@@ -674,8 +497,11 @@ def _hidden_frame(frame, index: int, heads: HeadBoxes, style: str, pix_fmt: str,
     seconds = float(frame.pts * frame.time_base)
     width, height = heads.stored
     upright = [(to_upright(Box(*b), turns, width, height), p) for p, b in found]
-    if trail is not None and found:
-        trail.frame(index, seconds, [{"track": p.track, "who": p.who, "box": [round(v) for v in box.as_tuple()]} for box, p in upright])
+    if trail is not None and (found or heads.not_drawn):
+        trail.frame(index, seconds, [{"track": p.track, "who": p.who, "box": [round(v) for v in box.as_tuple()]}
+                                     | ({"lost": True} if p.track in heads.lost else {}) for box, p in upright],
+                    [{"track": n.path.track, "who": n.path.who, "box": [round(v) for v in to_upright(Box(*n.box), turns, width, height).as_tuple()],
+                      "why": n.why} for n in heads.not_drawn])
     if preview is not None:
         preview.offer(index, seconds, frame, turns, [(box, p.who) for box, p in upright])
     return frame

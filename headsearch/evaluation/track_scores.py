@@ -226,3 +226,13 @@ def best_match(rows: TrackRows, queries: Sequence[Query], thresholds: Thresholds
         if best is None or key > best[0]:
             best = (key, n, scored)
     return None if best is None else (best[1], best[2])
+
+
+def judged_by(score: TrackScore, thresholds: Thresholds) -> str:
+    """The scores a track was judged by, each with its bar ("identity 0.752 > 0.387, look of the head 0.229 <= 0.796"):
+    the words of a redaction's audit trail, so a verdict can be checked; scores without a bar are left out."""
+    said = [f"{name} {value:.3f} {'>' if value > bar else '<='} {bar:.3f}"
+            for name, value, bar in (("identity", score.id_score, thresholds.identity), ("head", score.head_score, thresholds.head_identity),
+                                     ("look of the head", score.appearance_score, thresholds.appearance))
+            if value is not None and bar is not None]
+    return ", ".join(said) or "no score with a bar"
