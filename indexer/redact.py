@@ -51,6 +51,7 @@ from headsearch.people.listing import find_person
 from headsearch.store.library import Library
 from indexer.analysis import analyse_file
 from indexer.decode import check_video_header
+from indexer.every_head import with_earlier_sightings
 from indexer.redact_frames import (
     REFINE_SIDE,
     STYLES,
@@ -303,7 +304,9 @@ class Redactor:
         result = analyse_file(video, settings, detector, self.photos.embedder, stamp=stamp, progress=progress)
         if result.kind != MediaKind.VIDEO:
             raise MediaError(f"{video}: a photo, not a video")
-        return analysed_heads(video, result, unconfirmed=every_head)
+        heads = analysed_heads(video, result, unconfirmed=every_head)
+        # Heads in view before any detector found them: each track followed back to its shot's first sample.
+        return with_earlier_sightings(heads, self.settings) if every_head else heads
 
     def choose(self, heads: VideoHeads, whom: Whom, targets: Sequence[Target]) -> list[Chosen]:
         """The tracks whose heads are hidden, each with who it is and why."""
