@@ -90,7 +90,7 @@ def followed_back(path: Path, max_side: int, tracks: Sequence[TrackStart], sampl
         due.setdefault(tracks[n].sightings[0][0], []).append(n)
     greys: dict[int, np.ndarray] = {}
     last = max(due)
-    for frame in VideoStream(path, max_side):
+    for frame in VideoStream(path, max_side, small_copies=False):  # no shots to find: no small copies
         if frame.index in needed:
             greys[frame.index] = cv2.cvtColor(frame.rgb, cv2.COLOR_RGB2GRAY)
         for n in due.get(frame.index, ()):
