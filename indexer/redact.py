@@ -287,8 +287,8 @@ class Redactor:
         """The video's heads: the library's analysis where it holds this video unchanged, else a new analysis (where no
         one is to be identified, `identify` False, each track embeds one sighting only). `every_head` (every head is
         hidden but those identified: --everyone, --all-except): a new analysis looks for small and faint faces too
-        (`EveryFaceDetector`; the coarse pass for shots of large faces is off) and keeps the tracks its evidence rule
-        drops (`SeenTrack.doubt` says why)."""
+        (`EveryFaceDetector`; the coarse pass for shots of large faces is off), keeps the tracks its evidence rule
+        drops (`SeenTrack.doubt` says why) and follows each track back to its shot's first sample (`indexer.every_head`)."""
         stamp = file_stamp(video)
         if self.library is not None:
             found = library_heads(self.library, video, stamp.fingerprint)
