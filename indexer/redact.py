@@ -47,6 +47,7 @@ from headsearch.people.forgetting import analysis_lost_heads
 from headsearch.people.listing import find_person
 from headsearch.store.library import Library
 from indexer.analysis import analyse_file
+from indexer.every_head import EveryFaceDetector, with_earlier_sightings
 from indexer.redact_frames import (
     REFINE_SIDE,
     AuditTrail,
@@ -74,7 +75,7 @@ from indexer.redact_output import (
 )
 from indexer.redact_output import OUTPUT_SUFFIXES as OUTPUT_SUFFIXES  # the web app names the kinds of output from here
 from indexer.redact_whom import Span, Verdict, judged_spans, sighting_faces, verdict, whom_spans
-from schemas.records import Box, FaceDetection, FileResult, HeadTrack, MediaKind, VectorKind
+from schemas.records import Box, FileResult, HeadTrack, MediaKind, VectorKind
 
 if TYPE_CHECKING:
     from indexer.redact_verify import Verification
@@ -83,18 +84,6 @@ log = logging.getLogger(__name__)
 
 AUDIT_FORMAT = "headsearch-redactions/1"
 ONE_PER_TRACK_S = 1e9  # `embed_every_s` where nobody is identified (--everyone): a track embeds one sighting
-# Where every head is hidden (--everyone, --all-except), a head the analysis misses is a leak, and a false one only a
-# patch blurred for nothing: the analysis' detector looks at each sampled frame enlarged too, for the small faces the
-# index's look misses (RetinaFace finds a face of some 40 pixels and up at its scale; the index's detector sees a 1080p
-# frame at a third, where a 20-40 pixel crowd face is too small), weaker and smaller ones, and the tracks its evidence
-# rule would drop are hidden too. On the crowd of
-# facenet-pytorch's video.mp4 (1080p): a man's profile some 35 x 50 pixels, seen at 0.62 with the frame enlarged twice and
-# not at all at the index's scale, and a face the index's tracker lost at its last sample, found at 0.81.
-EVERY_HEAD_ZOOM = 2.0  # the decoded frame (at most 1280 pixels across) is enlarged this much...
-EVERY_HEAD_SIDE = 2560  # ...to at most this long side
-EVERY_HEAD_SCORE = 0.5  # faces scored from this (the index: 0.7)
-EVERY_HEAD_MIN_FACE_PX = 8.0  # ...and from this size in decoded pixels (16 at the detector's scale: its smallest anchor)
-EVERY_HEAD_SMALL_FACE_PX = 64.0  # ...up to this size (decoded pixels): the larger ones are the index's detector's to find
 
 
 @dataclass(frozen=True)
@@ -313,8 +302,8 @@ class Redactor:
         """The video's heads: the library's analysis where it holds this video unchanged, else a new analysis (where no
         one is to be identified, `identify` False, each track embeds one sighting only). `every_head` (every head is
         hidden but those identified: --everyone, --all-except): a new analysis looks for small and faint faces too
-        (`EveryFaceDetector`; the coarse pass for shots of large faces is off) and keeps the tracks its evidence rule
-        drops (`SeenTrack.doubt` says why)."""
+        (`EveryFaceDetector`; the coarse pass for shots of large faces is off), keeps the tracks its evidence rule
+        drops (`SeenTrack.doubt` says why) and follows each track back to its shot's first sample (`indexer.every_head`)."""
         stamp = file_stamp(video)
         # Hiding every head, a file whose analysis lost a forgotten person's tracks is analysed again (they still show in it).
         if self.library is not None and not (every_head and analysis_lost_heads(self.library, stamp.fingerprint)):
@@ -331,7 +320,9 @@ class Redactor:
         result = analyse_file(video, settings, detector, self.photos.embedder, stamp=stamp, progress=progress)
         if result.kind != MediaKind.VIDEO:
             raise MediaError(f"{video}: a photo, not a video")
-        return analysed_heads(video, result, unconfirmed=every_head)
+        heads = analysed_heads(video, result, unconfirmed=every_head)
+        # Heads in view before any detector found them: each track followed back to its shot's first sample.
+        return with_earlier_sightings(heads, self.settings) if every_head else heads
 
     def choose(self, heads: VideoHeads, whom: Whom, targets: Sequence[Target]) -> list[Chosen]:
         """The tracks whose heads are hidden, each with who it is and why (the scores it was judged by, with their bars);
@@ -473,30 +464,6 @@ class Redactor:
         seconds = media_seconds(heads.path) or (heads.frames / heads.fps if heads.fps else 0.0)
         return RedactSummary(heads.path, out, audit, sheet_path, chosen, written, heads.source, time.perf_counter() - t0, heads.seconds,
                              seconds, notes)
-
-
-class EveryFaceDetector(FaceDetector):
-    """The face detector of an analysis that hides every head: the index's detector's faces, and the small ones it cannot
-    see, from a second look at the frame enlarged EVERY_HEAD_ZOOM times (at most EVERY_HEAD_SIDE pixels across), faces
-    from EVERY_HEAD_SCORE and EVERY_HEAD_MIN_FACE_PX up to EVERY_HEAD_SMALL_FACE_PX. Large faces come from the index's
-    look alone: enlarged, a close-up's face is past the detector's largest anchors, and it gave boxes of the whole frame
-    and several tracks on one face (on the 10-minute video: 438 tracks and 90,482 boxes, against the index's 121)."""
-
-    def __init__(self, settings: IndexSettings, usual: FaceDetector):
-        super().__init__(EVERY_HEAD_SCORE, EVERY_HEAD_SIDE, settings.detect_min_side, EVERY_HEAD_MIN_FACE_PX)
-        self.usual = usual  # the index's look (the redactor's own detector)
-
-    def _load(self):
-        return self.usual._load()  # the same network: its session, not a second one
-
-    def scale_for(self, width: int, height: int, max_side: int | None = None) -> float:
-        return max(min(EVERY_HEAD_ZOOM, self.max_side / max(width, height, 1)), super().scale_for(width, height))
-
-    def detect(self, rgb: np.ndarray, max_side: int | None = None) -> list[FaceDetection]:
-        usual = self.usual.detect(rgb, max_side) if max_side else self.usual.detect(rgb)
-        small = [f for f in super().detect(rgb) if max(f.box.width, f.box.height) < EVERY_HEAD_SMALL_FACE_PX
-                 and not any(u.box.x1 <= f.box.center[0] <= u.box.x2 and u.box.y1 <= f.box.center[1] <= u.box.y2 for u in usual)]
-        return sorted(usual + small, key=lambda d: -d.score)
 
 
 def _unconfirmed(why: str, track: SeenTrack) -> str:

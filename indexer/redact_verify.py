@@ -1,7 +1,7 @@
 """`redact --verify`: a redacted video looked at again, every frame, for faces still showing.
 
 The look is the most sensitive the redactor has: the detector of a redaction that hides every head
-(`indexer.redact.EveryFaceDetector`: the index's look, and the frame enlarged for small and faint faces), on every
+(`indexer.every_head.EveryFaceDetector`: the index's look, and the frame enlarged for small and faint faces), on every
 frame of the OUTPUT as a player shows it (upright, at the size the analysis decodes), not on the frames the analysis
 sampled. What it finds is a face a viewer may see: each with its frame, time, box and score, and a contact sheet of them
 (each face cut out larger, its box drawn) to look at before publishing. `verify_output` returns a `Verification` whose
