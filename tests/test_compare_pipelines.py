@@ -61,8 +61,8 @@ def test_each_frame_is_judged_or_says_why_not_and_the_shares_add_up():
 
 
 def test_views_and_whole_percents():
-    assert [view_of(True, y) for y in (0.0, -29.9, 30.0, 60.0, -61.0, None)] == ["frontal", "frontal", "three_quarter", "three_quarter",
-                                                                                  "profile", "frontal"]
+    assert [view_of(True, y) for y in (0.0, -29.9, 30.0, 60.0, -61.0, None)] == ["frontal", "frontal", "three_quarter", "profile",
+                                                                                  "profile", "frontal"]  # 60 is profile (YAW_VIEWS)
     assert view_of(False, None) == "back" and set(VIEWS) == {"frontal", "three_quarter", "profile", "back"}
     for shares in ({"a": 1 / 3, "b": 1 / 3, "c": 1 / 3}, {"a": 0.625, "b": 0.3125, "c": 0.0625}, {"a": 0.995, "b": 0.005}):
         pct = whole_percents(shares)
