@@ -10,6 +10,7 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
+import clips  # noqa: F401 - the tests' one clip writer and reader (write_clip, read_frames, timed_frames...): tests/clips.py
 import duckdb
 import fake_detector
 import fake_model  # noqa: F401 - registers the tests' fake embedder (`--model fake-pixels`) through the real registry

@@ -17,6 +17,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+from clips import write_clip
 
 
 @dataclass(frozen=True)
@@ -47,29 +48,9 @@ def face_frame(face: np.ndarray, width: int, height: int, shift: int = 0) -> np.
     return frame
 
 
-def write_video(path: Path, frames, fps: int = 10, codec: str = "libx264", pix_fmt: str = "yuv420p",
-                fmt: str | None = None, options: dict | None = None, container_options: dict | None = None,
-                pts: list[int] | None = None, time_base: Fraction | None = None, rotation: int | None = None) -> None:
-    import av
-
-    frames = list(frames)
-    h, w = frames[0].shape[:2]
-    with av.open(str(path), "w", format=fmt, options=container_options or {}) as out:
-        stream = out.add_stream(codec, rate=fps, options=options or {})
-        stream.width, stream.height, stream.pix_fmt = w, h, pix_fmt
-        if time_base is not None:
-            stream.codec_context.time_base = time_base
-            stream.time_base = time_base
-        if rotation is not None:
-            stream.set_display_rotation(rotation)
-        for i, rgb in enumerate(frames):
-            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
-            if pts is not None:
-                frame.pts, frame.time_base = pts[i], time_base
-            for packet in stream.encode(frame):
-                out.mux(packet)
-        for packet in stream.encode(None):
-            out.mux(packet)
+def write_video(path: Path, frames, fps: int = 10, **kw) -> None:
+    """`clips.write_clip` at the corpus's 10 fps (its other options: codec, pixel format, container, pts...)."""
+    write_clip(path, frames, fps=fps, **kw)
 
 
 def face_clip(face: np.ndarray, width: int = 320, height: int = 240, n: int = 15) -> list[np.ndarray]:

@@ -10,6 +10,7 @@ import time
 import cv2
 import numpy as np
 import pytest
+from clips import remux
 from conftest import AMY_DIR, DATA, EXAMPLES, HAMILTON, library_db, make_arcface_like_onnx, needs_data, pixel_copy, query_json, run
 from test_index_query import assert_consistent, table_counts
 
@@ -17,19 +18,6 @@ from headsearch.models import DEFAULT_MODEL
 from headsearch.store.library import Library
 
 pytestmark = [needs_data, pytest.mark.slow]
-
-
-def remux_to_ts(src, dst) -> None:
-    """Copy a video's stream into MPEG-TS, a container that stays readable when cut short."""
-    import av
-
-    with av.open(str(src)) as inp, av.open(str(dst), "w", format="mpegts") as out:
-        stream = out.add_stream_from_template(inp.streams.video[0])
-        for packet in inp.demux(inp.streams.video[0]):
-            if packet.dts is None:
-                continue
-            packet.stream = stream
-            out.mux(packet)
 
 
 def one_line_error(result, *fragments: str) -> None:
@@ -49,7 +37,7 @@ def test_bad_files_do_not_stop_the_others(tmp_path):
     (media / "fake.jpg").write_text("not an image either")
     data = HAMILTON.read_bytes()
     (media / "cut-before-index.mp4").write_bytes(data[: len(data) // 2])  # its moov index is at the end
-    remux_to_ts(HAMILTON, tmp_path / "full.ts")
+    remux(HAMILTON, tmp_path / "full.ts", fmt="mpegts")  # stays readable when cut short
     ts = (tmp_path / "full.ts").read_bytes()
     (media / "truncated.ts").write_bytes(ts[: len(ts) // 2])
     cv2.imwrite(str(media / "amy.png"), cv2.imread(str(AMY_DIR / "amy1.png")))

@@ -8,6 +8,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from clips import timed_frames, write_clip
 from conftest import DATA, needs_data, run
 
 from bench.redact import ToolResult, detail, hidden, judge_frame
@@ -57,27 +58,19 @@ def test_a_frame_counts_its_heads_by_view_and_the_picture_outside():
 
 def _first_seconds(src: Path, out: Path, until: float) -> float:
     """The clip's frames up to `until` (its own timeline) as a new clip starting at 0; the first frame's time in the source."""
-    import av
-
     from headsearch.basics.timeline import probe_timing
 
-    first = None
-    with av.open(str(src)) as c, av.open(str(out), "w") as dst:
-        stream = c.streams.video[0]
-        rate = probe_timing(src).rate
-        o = dst.add_stream("libx264", rate=rate, options={"preset": "ultrafast", "crf": "12"})
-        o.width, o.height, o.pix_fmt = stream.codec_context.width, stream.codec_context.height, "yuv420p"
-        for n, frame in enumerate(c.decode(stream)):
-            first = frame.time if first is None else first
-            if frame.time > until:
-                break
-            f = frame.reformat(format="yuv420p")
-            f.pts, f.time_base = n, 1 / rate
-            for packet in o.encode(f):
-                dst.mux(packet)
-        for packet in o.encode():
-            dst.mux(packet)
-    return first
+    times: list[float] = []
+
+    def shown_until_then():
+        for time, rgb in timed_frames(src):
+            if time > until:
+                return
+            times.append(time)
+            yield rgb
+
+    write_clip(out, shown_until_then(), fps=probe_timing(src).rate, options={"preset": "ultrafast", "crf": "12"})
+    return times[0]
 
 
 def test_an_output_on_its_own_timeline_is_judged_on_the_source_frames_pictures(tmp_path, monkeypatch):
@@ -87,16 +80,14 @@ def test_an_output_on_its_own_timeline_is_judged_on_the_source_frames_pictures(t
     number, another frame of a moving picture passed for hidden heads)."""
     from fractions import Fraction
 
-    from hostile_media import write_video
-
     import bench.redact as br
 
     frames = [np.roll(textured(seed=3), 12 * i, axis=1) for i in range(20)]
     source = tmp_path / "clip.mp4"
-    write_video(source, frames, fps=10, pts=list(range(5, 25)), time_base=Fraction(1, 10), options={"crf": "10"})
+    write_clip(source, frames, fps=10, pts=list(range(5, 25)), time_base=Fraction(1, 10), options={"crf": "10"})
 
     def copy(video: Path, out: Path) -> None:  # hides nothing; its timeline starts at 0, the first frame shown until 0.5 s
-        write_video(out, [frames[0]] * 5 + frames, fps=10, options={"crf": "10"})
+        write_clip(out, [frames[0]] * 5 + frames, fps=10, options={"crf": "10"})
 
     monkeypatch.setattr(br, "run_deface", copy)
     labels = tmp_path / "heads.csv"

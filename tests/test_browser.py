@@ -141,14 +141,13 @@ def _get_json(url: str) -> dict:
 
 def _frames_around(path: Path, time_s: float):
     """The decoded frame presented at `time_s` (the one indexed there) and the frame just before it, as RGB arrays."""
-    import av
+    from clips import timed_frames
 
     before = None
-    with av.open(str(path)) as container:
-        for frame in container.decode(container.streams.video[0]):
-            if frame.time is not None and frame.time >= time_s - 1e-4:
-                return frame.to_ndarray(format="rgb24"), before
-            before = frame.to_ndarray(format="rgb24")
+    for shown, rgb in timed_frames(path):
+        if shown >= time_s - 1e-4:  # a frame without a time (nan) is never it
+            return rgb, before
+        before = rgb
     raise AssertionError(f"no frame at {time_s} in {path}")
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clips import frames_of, write_clip
 from conftest import EXAMPLES, HAMILTON, RETALKING, needs_data, run
 
 pytestmark = [needs_data, pytest.mark.slow]
@@ -27,19 +28,15 @@ def _still(video: Path, t: float, out: Path) -> Path:
 def _blur_faces(video: Path, out: Path, start: float, end: float) -> Path:
     """The clip with every face blurred beyond detection from `start` to `end` s (25 fps): the head is still there, the
     face is not, as in a turn away."""
-    import av
     import cv2
 
     from headsearch.detection.faces import FaceDetector
 
-    detector, faces = FaceDetector(), []
-    with av.open(str(video)) as src, av.open(str(out), "w") as dst:
-        stream = None
-        for n, frame in enumerate(src.decode(src.streams.video[0])):
-            rgb = frame.to_ndarray(format="rgb24")
-            if stream is None:
-                stream = dst.add_stream("libx264", rate=25, options={"preset": "ultrafast"})
-                stream.width, stream.height, stream.pix_fmt = rgb.shape[1] // 2 * 2, rgb.shape[0] // 2 * 2, "yuv420p"
+    detector = FaceDetector()
+
+    def blurred():
+        faces = []
+        for n, rgb in enumerate(frames_of(video)):
             if start <= n / 25 < end:
                 if n % 3 == 0 or not faces:  # a talking head hardly moves in 3 frames
                     faces = detector.detect(rgb) or faces
@@ -47,13 +44,9 @@ def _blur_faces(video: Path, out: Path, start: float, end: float) -> Path:
                     x1, y1 = max(0, int(f.box.x1) - 10), max(0, int(f.box.y1) - 10)
                     x2, y2 = int(f.box.x2) + 10, int(f.box.y2) + 10
                     rgb[y1:y2, x1:x2] = cv2.GaussianBlur(rgb[y1:y2, x1:x2], (0, 0), 25)
-            out_frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb[: stream.height, : stream.width]), format="rgb24")
-            out_frame.pts = n
-            for packet in stream.encode(out_frame):
-                dst.mux(packet)
-        for packet in stream.encode():
-            dst.mux(packet)
-    return out
+            yield rgb
+
+    return write_clip(out, blurred(), fps=25, options={"preset": "ultrafast"}, even=True)
 
 
 @pytest.fixture(scope="module")
@@ -209,20 +202,10 @@ def test_bad_references_are_one_line(tmp_path):
 
 
 def test_no_head_at_all_is_a_verdict(tmp_path):
-    import av
-
     video = tmp_path / "grey.mp4"
-    with av.open(str(video), "w") as c:
-        s = c.add_stream("libx264", rate=10, options={"preset": "ultrafast"})
-        s.width, s.height, s.pix_fmt = 160, 120, "yuv420p"
-        rng = np.random.default_rng(0)
-        for i in range(20):
-            f = av.VideoFrame.from_ndarray(rng.integers(100, 140, (120, 160, 3), dtype=np.uint8), format="rgb24")
-            f.pts = i
-            for p in s.encode(f):
-                c.mux(p)
-        for p in s.encode():
-            c.mux(p)
+    rng = np.random.default_rng(0)
+    write_clip(video, (rng.integers(100, 140, (120, 160, 3), dtype=np.uint8) for _ in range(20)), fps=10,
+               options={"preset": "ultrafast"})
     out = json.loads(run("compare", video, "--ref", EXAMPLES / "obama_small.jpg", "--json").stdout)
     assert out[0]["verdict"] == "no_head" and out[0]["summary"]["shares"]["no_head"] == 1.0 and out[0]["summary"]["facesim"] is None
 

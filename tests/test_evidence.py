@@ -3,10 +3,10 @@ hands and static overlays are dropped; face-less sightings are embedded only by 
 whole heads; --whole-image with a face-only model says why it cannot search."""
 from __future__ import annotations
 
-import av
 import cv2
 import numpy as np
 import pytest
+from clips import first_frame, frames_of, write_clip
 from conftest import DATA, EXAMPLES, HAMILTON, library_db, needs_data, needs_train, query_json, run
 
 from headsearch.basics.images import read_image_rgb
@@ -49,19 +49,13 @@ def test_hands_are_dropped_and_real_people_kept(hamilton_library):
 def paste_still_face(src, dst, face_png, frames=(82, 211)) -> None:
     """`src`'s frames [a, b) (a moving shot) with a still face picture pasted in a fixed corner."""
     face = cv2.resize(read_image_rgb(face_png), (110, 110), interpolation=cv2.INTER_AREA)
-    with av.open(str(src)) as inp, av.open(str(dst), "w") as out:
-        stream = out.add_stream("libx264" if "libx264" in av.codecs_available else "mpeg4", rate=30)
-        ctx = inp.streams.video[0].codec_context
-        stream.width, stream.height, stream.pix_fmt = ctx.width, ctx.height, "yuv420p"
-        for i, frame in enumerate(inp.decode(video=0)):
-            if not frames[0] <= i < frames[1]:
-                continue
-            rgb = frame.to_ndarray(format="rgb24")
+
+    def pasted():
+        for rgb in frames_of(src, *frames):
             rgb[12:122, 12:122] = face
-            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
+            yield rgb
+
+    write_clip(dst, pasted(), fps=30)
 
 
 def test_static_overlay_is_dropped(tmp_path):
@@ -70,9 +64,7 @@ def test_static_overlay_is_dropped(tmp_path):
     clip = tmp_path / "overlay.mp4"
     obama = EXAMPLES / "obama_small.jpg"
     paste_still_face(HAMILTON, clip, obama)
-    with av.open(str(clip)) as c:
-        first = next(c.decode(video=0)).to_ndarray(format="rgb24")
-    faces = FaceDetector().detect(first)
+    faces = FaceDetector().detect(first_frame(clip))
     assert any(f.box.x2 < 140 and f.box.y2 < 140 and f.score > 0.9 for f in faces), "the pasted face is detected"
     lib = tmp_path / "lib"
     result = run("index", clip, "--library", lib, "-q", "-v")

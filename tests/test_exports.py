@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clips import clip_info, frames_of, read_frames, write_clip
 from conftest import DATA, EXAMPLES, HAMILTON, RETALKING, needs_data, run
 
 pytestmark = [needs_data, pytest.mark.slow]
@@ -31,22 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _with_timecode(src: Path, out: Path, timecode: str = "01:00:00:00") -> Path:
     """The clip again, at 25 fps, with a start timecode (a tmcd track)."""
-    import av
-
-    with av.open(str(src)) as inp, av.open(str(out), "w") as dst:
-        stream = dst.add_stream("libx264", rate=25, options={"preset": "ultrafast"})
-        stream.metadata["timecode"] = timecode
-        for n, frame in enumerate(inp.decode(inp.streams.video[0])):
-            rgb = frame.to_ndarray(format="rgb24")
-            if n == 0:
-                stream.width, stream.height, stream.pix_fmt = rgb.shape[1] // 2 * 2, rgb.shape[0] // 2 * 2, "yuv420p"
-            f = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb[: stream.height, : stream.width]), format="rgb24")
-            f.pts = n
-            for p in stream.encode(f):
-                dst.mux(p)
-        for p in stream.encode():
-            dst.mux(p)
-    return out
+    return write_clip(out, frames_of(src), fps=25, options={"preset": "ultrafast"}, timecode=timecode, even=True)
 
 
 def _still(library: Path, video: Path, out: Path) -> Path:
@@ -214,10 +200,8 @@ def test_a_persons_mlt_selects_render_and_are_found_again(tmp_path):
     render = tmp_path / "render.mp4"
     subprocess.run([melt, str(selects), "-consumer", f"avformat:{render}", "vcodec=libx264", "preset=ultrafast", "an=1", "-silent"],
                    check=True, capture_output=True, timeout=300)
-    import av
-
-    with av.open(str(render)) as out, av.open(str(clips[0])) as source:  # the source's size, not melt's 720x576
-        assert (out.streams.video[0].width, out.streams.video[0].height) == (source.streams.video[0].width, source.streams.video[0].height)
+    rendered, source = clip_info(render), clip_info(clips[0])  # the source's size, not melt's 720x576
+    assert (rendered.width, rendered.height) == (source.width, source.height)
     again = tmp_path / "again"
     run("index", render, "--library", again, "-q")
     shots = json.loads(run("list", "--tracks", "--json", "--library", again).stdout)
@@ -238,24 +222,13 @@ def test_a_persons_mlt_selects_render_and_are_found_again(tmp_path):
 def test_screen_time_counts_overlapping_tracks_once(tmp_path):
     """One person twice in the same frames (the clip beside its mirror image): two tracks that overlap, one person
     once merged; screen time is the union of their ranges, not their sum."""
-    import av
     import cv2
 
-    clip = RETALKING / "3.mp4"
     out = tmp_path / "twice.mp4"
-    with av.open(str(clip)) as src, av.open(str(out), "w") as dst:
-        stream = dst.add_stream("libx264", rate=25, options={"preset": "ultrafast"})
-        frames = [f.to_ndarray(format="rgb24") for f in src.decode(src.streams.video[0])][:100]
-        h, w = frames[0].shape[:2]
-        stream.width, stream.height, stream.pix_fmt = w, h // 2 * 2, "yuv420p"
-        for n, rgb in enumerate(frames):
-            both = cv2.resize(np.hstack([rgb, cv2.flip(rgb, 1)]), (w, h // 2 * 2), interpolation=cv2.INTER_AREA)
-            f = av.VideoFrame.from_ndarray(both, format="rgb24")
-            f.pts = n
-            for p in stream.encode(f):
-                dst.mux(p)
-        for p in stream.encode():
-            dst.mux(p)
+    frames = read_frames(RETALKING / "3.mp4", stop=100)
+    h, w = frames[0].shape[:2]
+    write_clip(out, (cv2.resize(np.hstack([rgb, cv2.flip(rgb, 1)]), (w, h // 2 * 2), interpolation=cv2.INTER_AREA)
+                     for rgb in frames), fps=25, options={"preset": "ultrafast"})
     library = tmp_path / "library"
     run("index", out, "--library", library, "-q")
     tracks = json.loads(run("list", "--tracks", "--json", "--library", library).stdout)

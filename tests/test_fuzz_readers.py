@@ -9,6 +9,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from clips import remux
 from conftest import AMY_DIR, DATA, needs_data
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -108,24 +109,11 @@ def check_video(path: Path) -> None:
         assert "\n" not in str(e)
 
 
-def remux(src: Path, dst: Path, fmt: str) -> Path:
-    """The same coded frames in another container (no re-encoding)."""
-    import av
-
-    with av.open(str(src)) as inp, av.open(str(dst), "w", format=fmt) as out:
-        stream = out.add_stream_from_template(inp.streams.video[0])
-        for packet in inp.demux(inp.streams.video[0]):
-            if packet.dts is not None:
-                packet.stream = stream
-                out.mux(packet)
-    return dst
-
-
 # MP4 (its index at the end), Matroska, and MPEG-TS (slower to probe when damaged: fewer examples).
 @pytest.mark.parametrize(("container", "examples"), [("mp4", 300), ("matroska", 300), ("mpegts", 60)])
 def test_video_reader_on_mutated_clips(container, examples, workdir):
     src = SEEDS["mp4"]
-    seed = (src if container == "mp4" else remux(src, workdir / f"seed.{container}", container)).read_bytes()
+    seed = (src if container == "mp4" else remux(src, workdir / f"seed.{container}", fmt=container)).read_bytes()
     path = workdir / f"mutated.{ {'mp4': 'mp4', 'matroska': 'mkv', 'mpegts': 'ts'}[container] }"
 
     @settings(FUZZ, max_examples=examples)

@@ -6,6 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
+from clips import frames_of, write_clip
 from conftest import DATA, EXAMPLES, HAMILTON, library_db, needs_data, needs_train, pixel_copy, query_json, run
 
 from headsearch.models import DEFAULT_MODEL
@@ -245,17 +246,7 @@ def test_av1_video_falls_back_to_pyav(tmp_path):
     if "libsvtav1" not in av.codecs_available:
         pytest.skip("this PyAV build has no AV1 encoder")
     clip = tmp_path / "clip-av1.mkv"
-    with av.open(str(DATA / "video-retalking" / "examples" / "face" / "1.mp4")) as src, av.open(str(clip), "w") as out:
-        stream = out.add_stream("libsvtav1", rate=25)
-        ctx = src.streams.video[0].codec_context
-        stream.width, stream.height, stream.pix_fmt = ctx.width, ctx.height, "yuv420p"
-        for i, frame in enumerate(src.decode(video=0)):
-            if i == 50:
-                break
-            for packet in stream.encode(av.VideoFrame.from_ndarray(frame.to_ndarray(format="rgb24"), format="rgb24")):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
+    write_clip(clip, frames_of(DATA / "video-retalking" / "examples" / "face" / "1.mp4", stop=50), fps=25, codec="libsvtav1")
     lib = tmp_path / "lib"
     run("index", clip, "--library", lib, "-q")
     with library_db(lib) as con:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from clips import first_frame
 from conftest import DATA, needs_data
 from test_tracker import head, textured_frame
 
@@ -95,17 +96,10 @@ def test_a_faceless_box_without_a_finder_does_not_start_a_track():
     assert obs == [] and tr.finish() == []
 
 
-def _first_frame(path) -> np.ndarray:
-    import av
-
-    with av.open(str(path)) as c:
-        return next(c.decode(video=0)).to_ndarray(format="rgb24")
-
-
 @needs_data
 @pytest.mark.slow  # a real video
 def test_movenet_finds_the_walking_crowd():
-    rgb = _first_frame(CROWD)
+    rgb = first_frame(CROWD)
     people = PoseDetector().people(rgb, side=512, tiles=3)
     assert people.shape == (18, 56)
     heads = keypoint_heads(people)
@@ -148,7 +142,7 @@ def test_a_first_look_spares_the_pass_where_every_person_is_a_face_and_not_in_a_
     screened.find(portrait, [])
     assert screened.pose.sides == [512]
     # The walking crowd: more people than the first look may stand for, so the pass runs, and finds what it found without it.
-    crowd = _first_frame(CROWD)
+    crowd = first_frame(CROWD)
     faces = detect_heads(detector, crowd)
     screened.pose.sides.clear()
     unscreened.pose.sides.clear()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import shutil
 
-import av
 import cv2
 import numpy as np
 import pytest
+from clips import clip_info, frame_at, keyframe_times, read_frames
 from conftest import AMY_DIR, EXAMPLES, HAMILTON, needs_data, query_json, run
 
 from headsearch.detection.faces import FaceDetector
@@ -19,17 +19,6 @@ pytestmark = [needs_data, pytest.mark.slow]
 
 LIN = EXAMPLES / "lin-manuel-miranda.png"
 OBAMA_DIR = EXAMPLES / "knn_examples" / "train" / "obama"
-
-
-def frame_at(path, t: float) -> np.ndarray:
-    """PyAV's frame shown at presentation time t (the last frame not after it)."""
-    best = None
-    with av.open(str(path)) as c:
-        for f in c.decode(video=0):
-            if f.time > t + 1e-3:
-                break
-            best = f.to_ndarray(format="rgb24")
-    return best
 
 
 def with_thresholds(src, dst, identity: float):
@@ -170,13 +159,10 @@ def test_export_clips_play_from_a_keyframe(hamilton_library, tmp_path):
     for hit in hits:
         clip = hit["clip"]
         assert clip["method"] == "remux" and clip["start"] <= hit["start"] + 1e-3 and clip["end"] >= hit["end"] - 0.05
-        with av.open(clip["path"]) as c:
-            frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
-            assert c.streams.audio  # the sound comes along
+        frames = read_frames(clip["path"])
+        assert clip_info(clip["path"]).audio  # the sound comes along
         assert len(frames) >= (hit["end"] - hit["start"]) * 29.97 - 2
         assert np.array_equal(frames[0], frame_at(HAMILTON, clip["start"]))  # starts exactly at that source frame
-        with av.open(str(HAMILTON)) as c:
-            keyframes = [float(p.pts * p.time_base) for p in c.demux(video=0) if p.is_keyframe and p.pts is not None]
-        assert min(abs(k - clip["start"]) for k in keyframes) < 1e-3
+        assert min(abs(k - clip["start"]) for k in keyframe_times(HAMILTON)) < 1e-3
     text = run("query", LIN, "--library", hamilton_library, "-k", "1", "--export-clips", clips).stdout.splitlines()
     assert text[1].strip().startswith("clip ") and "play: mpv " in text[1]

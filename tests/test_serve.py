@@ -15,13 +15,12 @@ import socket
 import struct
 import time
 import zlib
-from fractions import Fraction
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
 import upload_memory  # noqa: E402 - tests/upload_memory.py, which runs the issue's 50 uploads on its own
+from clips import clip_info, frames_of, write_clip
 from conftest import DATA, EXAMPLES, HAMILTON, RETALKING, http_answer, library_db, needs_data, pixel_copy, query_json, run, serving, upload_head
 from starlette.testclient import TestClient
 
@@ -43,18 +42,7 @@ def library(hamilton_library, tmp_path_factory) -> Path:
     lib = tmp_path_factory.mktemp("serve") / "library"
     shutil.copytree(hamilton_library, lib)
     avi = lib.parent / "hamilton.avi"
-    with av.open(str(HAMILTON)) as src, av.open(str(avi), "w") as dst:
-        out = dst.add_stream("mpeg4", rate=25)
-        out.width, out.height, out.pix_fmt = 320, 180, "yuv420p"
-        for i, frame in enumerate(src.decode(video=0)):
-            if i >= 100:
-                break
-            img = frame.reformat(width=320, height=180, format="yuv420p")
-            img.pts, img.time_base = i, Fraction(1, 25)
-            for packet in out.encode(img):
-                dst.mux(packet)
-        for packet in out.encode():
-            dst.mux(packet)
+    write_clip(avi, frames_of(HAMILTON, stop=100, width=320, height=180), fps=25, codec="mpeg4")
     run("index", TWO_PEOPLE, avi, "--library", lib, "-q")
     return lib
 
@@ -184,10 +172,8 @@ def test_preview_clip_for_files_browsers_cannot_play(client, library):
     assert client.get(f"/media/{vid}").status_code == 415
     r = client.get(watch["src"])
     assert r.status_code == 200 and r.headers["content-type"] == "video/mp4"
-    with av.open(io.BytesIO(r.content)) as clip:
-        stream = clip.streams.video[0]
-        assert stream.codec_context.name == "h264"
-        frames = sum(1 for _ in clip.decode(stream))
+    assert clip_info(io.BytesIO(r.content)).codec == "h264"
+    frames = sum(1 for _ in frames_of(io.BytesIO(r.content)))
     assert 86 <= frames <= 89  # 0.5 s to the end of the 4 s file (100 frames at 25 fps)
     assert client.get(watch["src"]).content == r.content  # cached
     assert client.get(watch["src"], headers={"Range": "bytes=0-9"}).status_code == 206

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clips import clip_info, frames_of, write_clip
 from conftest import DATA as DATA_DIR
 from conftest import made_picture
 
@@ -61,13 +62,8 @@ def _decode(path: Path, long_side: int | None = None) -> Iterator[np.ndarray]:
     if frames is not None:
         yield from frames
         return
-    import av
-
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        size = _even_size(stream.codec_context.width, stream.codec_context.height, long_side)
-        for frame in container.decode(stream):
-            yield frame.to_ndarray(format="rgb24", **size)
+    info = clip_info(path)
+    yield from frames_of(path, **_even_size(info.width, info.height, long_side))
 
 
 def _detect(frames: Iterator[np.ndarray], detector: ShotBoundaryDetector | None = None) -> list[int]:
@@ -329,8 +325,6 @@ def test_reference_cuts(rel: str, expected: list[int]) -> None:
 def _cuts_over_every_frame(path: Path, long_side: int) -> list[int]:
     """Shot starts in a real video, once every one of its frames went through the detector (a decoder
     that yields nothing, or stops early, must not pass for a video without cuts)."""
-    import av
-
     seen = 0
 
     def counted() -> Iterator[np.ndarray]:
@@ -340,8 +334,7 @@ def _cuts_over_every_frame(path: Path, long_side: int) -> list[int]:
             yield frame
 
     cuts = _detect(counted())
-    with av.open(str(path)) as container:
-        frames = container.streams.video[0].frames
+    frames = clip_info(path).frames
     assert seen == frames > 1, (path, seen, frames)
     return cuts
 
@@ -361,8 +354,6 @@ def test_talking_heads_have_no_cuts(rel: str) -> None:
 def test_a_slideshow_is_cut_at_every_new_picture(fps: int, tmp_path) -> None:
     """Six different pictures of 1 s each (issue 43: one shot for a 1-5 fps slideshow, the minimum shot of 8 frames
     swallowing every cut), through the indexer's own decode and detector at the stream's rate."""
-    from hostile_media import write_video
-
     from headsearch.basics.settings import IndexSettings
     from headsearch.detection.faces import FaceDetector
     from headsearch.models import load_embedder
@@ -370,7 +361,7 @@ def test_a_slideshow_is_cut_at_every_new_picture(fps: int, tmp_path) -> None:
 
     frames = [made_picture(seed, 640, 360) for seed in range(6)]
     video = tmp_path / f"slides-{fps}.mp4"
-    write_video(video, [f for f in frames for _ in range(fps)], fps=fps)
+    write_clip(video, [f for f in frames for _ in range(fps)], fps=fps)
     result = analyse_file(video, IndexSettings(), FaceDetector(), load_embedder("fake-pixels"))
     assert [round(s.start_time, 3) for s in result.shots] == [float(i) for i in range(6)]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
+from clips import frame_times, remux, write_clip
 from conftest import EXAMPLES, HAMILTON, RETALKING, library_db, made_picture, needs_data, query_json, run
 from fake_model import FAKE_MODEL
 from test_library_format import format1_library
@@ -18,34 +18,10 @@ from indexer.decode import VideoStream
 LIN = EXAMPLES / "lin-manuel-miranda.png"
 
 
-def pyav_times(path: Path) -> list[float]:
-    """Presentation time of every decoded frame, by decode index (PyAV's `frame.time`)."""
-    with av.open(str(path)) as c:
-        return [float(f.time) for f in c.decode(video=0)]
-
-
-def late_start_copy(src: Path, dst: Path, seconds: float = 2.5) -> Path:
-    """The video stream of `src` copied into an MP4 whose video starts `seconds` late on the timeline."""
-    with av.open(str(src)) as inp, av.open(str(dst), "w") as out:
-        vs = inp.streams.video[0]
-        stream = out.add_stream_from_template(vs)
-        shift = int(round(seconds / vs.time_base))
-        for packet in inp.demux(vs):
-            if packet.dts is None:
-                continue
-            packet.pts += shift
-            packet.dts += shift
-            packet.stream = stream
-            out.mux(packet)
-    return dst
-
-
 def made_clip(path: Path, fps: int = 30, frames: int = 45) -> Path:
     """A generated clip: a picture sliding one way, `frames` frames at `fps`."""
-    from hostile_media import write_video
-
     picture = made_picture(0)
-    write_video(path, [np.roll(picture, 4 * i, axis=1) for i in range(frames)], fps=fps)
+    write_clip(path, (np.roll(picture, 4 * i, axis=1) for i in range(frames)), fps=fps)
     return path
 
 
@@ -60,7 +36,7 @@ def stored_times(library: Path, video: Path) -> tuple[list[tuple], list[tuple]]:
 @needs_data
 @pytest.mark.slow  # the real clip, indexed with the default model
 def test_hamilton_times_are_pyav_presentation_times(hamilton_library):
-    truth = pyav_times(HAMILTON)
+    truth = frame_times(HAMILTON)
     assert truth[0] == pytest.approx(0.852, abs=1e-3)
     assert [round(truth[i], 3) for i in (20, 82, 211)] == [1.519, 3.588, 7.892]
     shots, obs = stored_times(hamilton_library, HAMILTON)
@@ -78,9 +54,9 @@ def test_hamilton_times_are_pyav_presentation_times(hamilton_library):
 @pytest.mark.parametrize("decoder", ["decord", "pyav"])
 def test_late_start_video_both_decoders(tmp_path, decoder):
     source = made_clip(tmp_path / "clip.mp4")
-    late = late_start_copy(source, tmp_path / "late.mp4")
-    truth = pyav_times(late)
-    assert truth[0] == pytest.approx(2.5 + pyav_times(source)[0], abs=1e-3)  # 2.5 s later than the source starts
+    late = remux(source, tmp_path / "late.mp4", shift=2.5)  # its video starts 2.5 s late on the timeline
+    truth = frame_times(late)
+    assert truth[0] == pytest.approx(2.5 + frame_times(source)[0], abs=1e-3)  # 2.5 s later than the source starts
     stream = VideoStream(late, decoders=(decoder,))
     assert stream.info.decoder == decoder and stream.info.start_time == pytest.approx(truth[0], abs=1e-4)
     times = [f.time for f in stream]
@@ -91,10 +67,10 @@ def test_late_start_video_both_decoders(tmp_path, decoder):
 @needs_data
 @pytest.mark.slow  # a real clip: its sightings' times need heads found
 def test_late_start_video_indexed_and_queried(tmp_path):
-    late = late_start_copy(RETALKING / "1.mp4", tmp_path / "late.mp4")
+    late = remux(RETALKING / "1.mp4", tmp_path / "late.mp4", shift=2.5)  # its video starts 2.5 s late on the timeline
     lib = tmp_path / "lib"
     run("index", late, "--library", lib, "--model", FAKE_MODEL, "-q")  # the model is incidental: the tests' fake
-    truth = pyav_times(late)
+    truth = frame_times(late)
     shots, obs = stored_times(lib, late)
     assert shots[0][1] == pytest.approx(truth[0], abs=1e-4)
     assert obs and all(t == pytest.approx(truth[i], abs=1e-4) for i, t in obs)
@@ -114,7 +90,7 @@ def test_format1_library_times_moved_onto_the_timeline(tmp_path):
     with library_db(library) as con:
         track_before = con.execute("select start_time, end_time, best_time from tracks t join videos v on t.video_id = v.id "
                                    "where v.path = ?", [str(video)]).fetchone()
-    truth = pyav_times(video)
+    truth = frame_times(video)
     assert before[0][1] == pytest.approx(truth[before[0][0]] - truth[0], abs=1e-4)  # as decord counted
     run("stats", "--library", library)  # opening upgrades it
     shots, after = stored_times(library, video)
