@@ -303,7 +303,8 @@ class Redactor:
         one is to be identified, `identify` False, each track embeds one sighting only). `every_head` (every head is
         hidden but those identified: --everyone, --all-except): a new analysis looks for small and faint faces too
         (`EveryFaceDetector`; the coarse pass for shots of large faces is off), keeps the tracks its evidence rule
-        drops (`SeenTrack.doubt` says why) and follows each track back to its shot's first sample (`indexer.every_head`)."""
+        drops (`SeenTrack.doubt` says why) and, for --everyone, follows each track back to its shot's first sample
+        (`indexer.every_head`)."""
         stamp = file_stamp(video)
         # Hiding every head, a file whose analysis lost a forgotten person's tracks is analysed again (they still show in it).
         if self.library is not None and not (every_head and analysis_lost_heads(self.library, stamp.fingerprint)):
@@ -321,8 +322,10 @@ class Redactor:
         if result.kind != MediaKind.VIDEO:
             raise MediaError(f"{video}: a photo, not a video")
         heads = analysed_heads(video, result, unconfirmed=every_head)
-        # Heads in view before any detector found them: each track followed back to its shot's first sample.
-        return with_earlier_sightings(heads, self.settings) if every_head else heads
+        # Heads in view before any detector found them: each track followed back to its shot's first sample. Not where
+        # some are spared (--all-except): a template followed back can settle on a spared face (the crowd's boy, frames
+        # 40-48, under a track first found at frame 79), and nothing there says whose head it is.
+        return with_earlier_sightings(heads, self.settings) if every_head and not identify else heads
 
     def choose(self, heads: VideoHeads, whom: Whom, targets: Sequence[Target]) -> list[Chosen]:
         """The tracks whose heads are hidden, each with who it is and why (the scores it was judged by, with their bars);
