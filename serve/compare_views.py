@@ -126,7 +126,7 @@ class Comparing:
         from headsearch.compare.report import frame_picture, page_data, plot_svg
 
         def work(path: Path, job: Job) -> tuple[dict, dict]:
-            c = comparer.compare_video(path, [reference], job)
+            c = comparer.compare_video(path, [reference], job)[0]
             video_id = getattr(job, "video_id", None)
             link = (lambda t: watch_url(video_id, t, t + 2.0)) if video_id is not None else None
             data = page_data(c)
