@@ -420,6 +420,10 @@ class QueryRequest:
                     answer = service.search_photo(self.image, options, heads=heads)
         if answer.note:
             click.echo(answer.note, err=True)
+        largest = answer.results[0].head if answer.results and not self.all_heads and self.person is None else None
+        if largest is not None and largest.heads_in_photo > 1:  # on stderr in --json too: its list of hits stays as it is
+            click.echo(f"note: {printable(str(self.image))}: {largest.heads_in_photo} heads in this photo; searched the largest "
+                       "(--all searches each, numbered left to right)", err=True)
         self.deliver(answer)
         log.info("seconds: %s; in all %.2f s since the command started", clock.summary(), time.perf_counter() - started)
         leave_quickly()

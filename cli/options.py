@@ -14,6 +14,7 @@ from headsearch.basics.settings import default_library_path
 EXIT_PARTIAL = 2  # some inputs failed, the others were done (indexed, measured, built into the dataset)
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 EXIT_TERMINATED = 143  # SIGTERM: stopped as by Ctrl-C (128 + 15, as shells report a program ended by SIGTERM)
+EXIT_FACES_LEFT = 5  # redact --verify: the output was written, and faces were still found in it
 EXIT_BROKEN_PIPE = 141  # the reader of our output went away (`| head`), as shells report SIGPIPE
 
 library_option = click.option(

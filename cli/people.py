@@ -51,6 +51,10 @@ def people(ctx: click.Context, library: Path | None, as_json: bool, include_hidd
     except (OSError, LibraryError) as e:  # a read-only library (a mount, an archive): list the people as they were grouped
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         _echo_err(f"note: {lib.root} cannot be written here ({reason}): the people as last grouped, new tracks not grouped")
+    from headsearch.people.forgetting import returned_notes
+
+    for line in returned_notes(lib):  # a file that held a forgotten person was analysed again: they are back
+        _echo_err(line)
     found = list_people(lib, include_hidden=include_hidden, include_unlisted=unlisted)
     if as_json:
         click.echo(json_text([p.to_dict() for p in found]))
@@ -361,17 +365,25 @@ def _removed(row) -> str:
 @people.command("forget")
 @click.argument("person")
 @click.option("--yes", is_flag=True, help="Do not ask first (needed when the input is not a terminal).")
+@click.option("--keep-name", is_flag=True, help="Keep their name in the library's record of the forgetting (by default the "
+                                                 "record keeps their id and counts only).")
+@click.option("--verify", is_flag=True, help="Search the web app's cache folder too. Every forget searches the library folder "
+                                             "and exits with status 1 when anything of them is left.")
 @library_option
 @click.pass_context
-def forget_command(ctx: click.Context, person: str, yes: bool, library: Path | None) -> None:
+def forget_command(ctx: click.Context, person: str, yes: bool, keep_name: bool, verify: bool, library: Path | None) -> None:
     """Forget PERSON (a name or an id) for good: their tracks, sightings, vectors (every vector index), thumbnails,
     pictures, reference photos, name, verdicts and suggestions leave the library in one step that a kill cannot leave
-    half done, and no file of the library keeps their vectors. The videos stay indexed, with everyone else in them.
-    The library keeps a record (when, who, how much was removed: `headsearch people forgotten`)."""
+    half done; then every file of the library folder is read and searched for their vectors, pictures and name.
+
+    "For good" means the library holds nothing of them; it keeps a record: when, their id, how much was removed
+    (`headsearch people forgotten`; their name only with --keep-name), and which files they were in (by content, not
+    by name), so that a redaction hiding everyone analyses those files again and a file indexed again that brings them
+    back says so. The videos themselves are not changed: indexing one again finds them again, as someone new."""
     import sys
 
     from headsearch.basics.errors import HeadsearchError
-    from headsearch.people.forgetting import forget, likely_theirs, person_to_forget
+    from headsearch.people.forgetting import forget, likely_line, likely_theirs, person_to_forget
 
     if not yes and not sys.stdin.isatty():
         raise HeadsearchError("people forget asks first, and the input is not a terminal: give --yes to forget without asking")
@@ -382,14 +394,20 @@ def forget_command(ctx: click.Context, person: str, yes: bool, library: Path | N
             f"{counted(found.references, 'reference photo')})")
     waiting = likely_theirs(lib, found)
     if waiting:
-        shown = " ".join(map(str, waiting[:20])) + (" ..." if len(waiting) > 20 else "")
-        _echo_err(f"note: {counted(len(waiting), 'track')} in the inbox {'is' if len(waiting) == 1 else 'are'} likely theirs but not in the "
-                  f"person, and not forgotten with them: tracks {shown} (`headsearch people move TRACK... --to {found.id}` first)")
+        _echo_err(likely_line(waiting, found.id))
     if not yes and not click.confirm(f"Forget {what} for good? Their tracks, vectors, pictures and photos are deleted", default=False,
                                      err=True):
         raise HeadsearchError(f"nothing forgotten: {printable(found.label())} stays")
-    row = forget(lib, found)
+    also = ()
+    if verify:
+        from serve.media import cache_folder
+
+        also = (cache_folder(lib.root, lib.manifest.get("created_at", "")),)
+    row, check = forget(lib, found, keep_name=keep_name, also=also)
     click.echo(f"forgot {what}: removed {_removed(row)}")
+    click.echo(check.line())
+    if check.found:
+        raise HeadsearchError(f"something of person {found.id} is still there after the forgetting (above): remove those files")
 
 
 @people.command("forgotten")

@@ -22,6 +22,7 @@ from headsearch.basics.settings import IndexSettings
 from headsearch.basics.text import counted
 from headsearch.detection.faces import FaceDetector
 from headsearch.models import Embedder
+from headsearch.people.forgetting import returned_notes
 from headsearch.people.persons import update_people
 from headsearch.store.library import Library
 from headsearch.store.rows import FailedFile, StoredFile
@@ -251,6 +252,8 @@ class Indexer:
             self._store_one_by_one(results, summary, report)
             return
         summary.stage_seconds["store"] += time.perf_counter() - t0
+        for line in returned_notes(self.library, [r.stamp.fingerprint for r in results]):  # a forgotten person is back
+            report(line)
         for result in results:
             self._count(result, summary)
 

@@ -21,39 +21,34 @@ output's name.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime
 import logging
-import os
-import re
 import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from headsearch.basics.errors import HeadsearchError, MediaError, NoHeadFound
 from headsearch.basics.failures import file_failures
-from headsearch.basics.files import process_alive
 from headsearch.basics.media import file_stamp, media_kind
-from headsearch.basics.settings import IndexSettings, MediaLimits
+from headsearch.basics.settings import IndexSettings
 from headsearch.basics.text import counted
-from headsearch.basics.timeline import probe_video
 from headsearch.compare.reference import Reference, ReferenceHead, person_heads, photo_files
 from headsearch.detection.faces import FaceDetector
 from headsearch.embedding.photo_heads import PhotoEmbedder
 from headsearch.evaluation.thresholds import Thresholds, thresholds_for
 from headsearch.evaluation.track_scores import PhotoQuery, TrackRows, score_track
 from headsearch.models.registry import find_spec
+from headsearch.people.forgetting import analysis_lost_heads
 from headsearch.people.listing import find_person
 from headsearch.store.library import Library
 from indexer.analysis import analyse_file
-from indexer.decode import check_video_header
 from indexer.redact_frames import (
     REFINE_SIDE,
-    STYLES,
     AuditTrail,
     FrameProgress,
     HeadBoxes,
@@ -64,14 +59,27 @@ from indexer.redact_frames import (
     preview_frames,
     write_hidden,
 )
+from indexer.redact_output import (
+    DEFAULT_MARGIN,
+    PREVIEW_SUFFIX,
+    audit_path,
+    check_paths,
+    check_readable,
+    check_source_unchanged,
+    clear_after_failure,
+    media_seconds,
+    partial_path,
+    put_in_place,
+    remove_stale,
+)
+from indexer.redact_output import OUTPUT_SUFFIXES as OUTPUT_SUFFIXES  # the web app names the kinds of output from here
 from schemas.records import Box, FaceDetection, FileResult, HeadTrack, MediaKind, Tier, VectorKind
+
+if TYPE_CHECKING:
+    from indexer.redact_verify import Verification
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MARGIN = 0.2  # the head box grows by a fifth of its size (a tenth on each side): room for a head that moves between frames
-AUDIT_SUFFIX = ".redactions.json"  # the audit trail: OUT + this
-PREVIEW_SUFFIX = ".redactions.png"  # the contact sheet: DIR / (OUT's name + this)
-OUTPUT_SUFFIXES = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".ts", ".mpg", ".mpeg", ".flv")
 AUDIT_FORMAT = "headsearch-redactions/1"
 ONE_PER_TRACK_S = 1e9  # `embed_every_s` where nobody is identified (--everyone): a track embeds one sighting
 # Where every head is hidden (--everyone, --all-except), a head the analysis misses is a leak, and a false one only a
@@ -98,6 +106,7 @@ class Whom:
     photos: tuple[Path, ...] = ()
     spare: tuple[str, ...] = ()
     everyone: bool = False
+    whole_image: bool = False  # each photo is the head crop (the back of a head too), as `query --whole-image` takes it
 
     def __post_init__(self) -> None:
         chosen = sum((self.person is not None, bool(self.photos), bool(self.spare), self.everyone))
@@ -115,7 +124,9 @@ class Whom:
             return {"everyone": True}
         if self.spare:
             return {"all_except": list(self.spare)}
-        return {"person": self.person} if self.person is not None else {"photos": [str(p) for p in self.photos]}
+        if self.person is not None:
+            return {"person": self.person}
+        return {"photos": [str(p) for p in self.photos], **({"whole_image": True} if self.whole_image else {})}
 
 
 def _is_photo(value: str | Path) -> bool:
@@ -191,8 +202,9 @@ class RedactSummary:
     analysis: str
     seconds: float  # wall time, the analysis included
     analysis_seconds: float  # ...of which finding the heads (the library's analysis read, or a new one)
-    video_seconds: float  # how long the video plays
+    video_seconds: float  # how long the video plays (its file's duration)
     notes: list[str] = field(default_factory=list)
+    verified: Verification | None = None  # the output looked at again (`--verify`)
 
     @property
     def speed(self) -> float:
@@ -200,8 +212,11 @@ class RedactSummary:
         return self.video_seconds / self.seconds if self.seconds > 0 else 0.0
 
     def line(self) -> str:
-        who = Counter(c.who for c in self.chosen)
-        people = ", ".join(f"{w} ({counted(n, 'track')})" for w, n in who.most_common(6)) + (", ..." if len(who) > 6 else "")
+        # Tracks hidden as nobody in particular (--everyone, --all-except) are counted, not named one by one.
+        who = Counter(c.who for c in self.chosen if c.who != f"track {c.track.key}")
+        unnamed = sum(c.who == f"track {c.track.key}" for c in self.chosen)
+        people = ", ".join([f"{w} ({counted(n, 'track')})" for w, n in who.most_common(6)] + (["..."] if len(who) > 6 else [])
+                           + ([counted(unnamed, "other track" if who else "track")] if unnamed else []))
         boxes = self.written.boxes
         hidden = (f"{boxes:,} box{'es' if boxes != 1 else ''} hidden in {self.written.frames_hidden:,} of "
                   f"{counted(self.written.frames, 'frame')}" + (f": {people}" if people else ""))
@@ -254,18 +269,21 @@ class Redactor:
         if whom.everyone:
             return []
         if whom.photos:
-            return [self._photo_target(whom.photos)]
+            return [self._photo_target(whom.photos, whom.whole_image)]
         if whom.person is not None:
             return [self._person_target(whom.person)]
-        return [self._photo_target([Path(s)]) if _is_photo(s) else self._person_target(s) for s in whom.spare]
+        return [self._photo_target([Path(s)], whom.whole_image) if _is_photo(s) else self._person_target(s) for s in whom.spare]
 
-    def _photo_target(self, photos: Sequence[Path]) -> Target:
+    def _photo_target(self, photos: Sequence[Path], whole_image: bool = False) -> Target:
         heads = []
-        for photo in photo_files([Path(p) for p in photos]):
+        for photo in _reference_photos(photos):
             try:
-                found = self.photos.heads(photo, str(photo), all_heads=True)
+                found = self.photos.heads(photo, str(photo), all_heads=not whole_image, whole_image=whole_image)
             except NoHeadFound as e:
-                raise NoHeadFound(f"{photo}: no head found in this photo: give a photo of the person's head") from e
+                if whole_image:
+                    raise
+                raise NoHeadFound(f"{photo}: no head found in this photo: give a photo of the person's head (a photo that is "
+                                  "the head crop, e.g. the back of a head: --whole-image)") from e
             if len(found) > 1:
                 raise HeadsearchError(f"{photo}: {len(found)} heads in this photo: give a photo of the one person (a crop of their head)")
             heads.append(ReferenceHead(found[0].vectors, found[0].head.face_visible, None, found[0].head.box.area))
@@ -289,17 +307,16 @@ class Redactor:
         (`EveryFaceDetector`; the coarse pass for shots of large faces is off) and keeps the tracks its evidence rule
         drops (`SeenTrack.doubt` says why)."""
         stamp = file_stamp(video)
-        if self.library is not None:
+        # Hiding every head, a file whose analysis lost a forgotten person's tracks is analysed again (they still show in it).
+        if self.library is not None and not (every_head and analysis_lost_heads(self.library, stamp.fingerprint)):
             found = library_heads(self.library, video, stamp.fingerprint)
             if found is not None:
                 return found
         settings = self.settings if identify else replace(self.settings, embed_every_s=ONE_PER_TRACK_S)
         detector = self.photos.detector
         if every_head:
-            if self._every_face is None:
-                self._every_face = EveryFaceDetector(self.settings, self.photos.detector)
             # Enlarged throughout: the coarse pass for shots of large faces would look past the small ones.
-            settings, detector = replace(settings, detect_coarse_side=0), self._every_face
+            settings, detector = replace(settings, detect_coarse_side=0), self._every_face_detector()
         result = analyse_file(video, settings, detector, self.photos.embedder, stamp=stamp, progress=progress)
         if result.kind != MediaKind.VIDEO:
             raise MediaError(f"{video}: a photo, not a video")
@@ -338,13 +355,16 @@ class Redactor:
 
     # ----- the whole run -------------------------------------------------------------------------
     def redact(self, video: Path, whom: Whom, out: Path, style: str = "blur", margin: float = DEFAULT_MARGIN,
-               preview: Path | None = None, progress: FrameProgress | None = None, targets: Sequence[Target] | None = None) -> RedactSummary:
+               preview: Path | None = None, progress: FrameProgress | None = None, targets: Sequence[Target] | None = None,
+               force: bool = True, allow_none: bool = True, verify: bool = False) -> RedactSummary:
         """Hide `whom`'s heads in every frame of `video`, written to `out` with its audit trail (and a contact sheet in
         the folder `preview`); `progress` (tqdm's interface) follows the analysis, then the writing. `targets`: `whom`'s
-        people made already (`targets(whom)`), for many videos."""
+        people made already (`targets(whom)`), for many videos. Without `force` an output (or audit trail) there already
+        is refused; without `allow_none` a person to hide whom no track matches is refused (`NobodyMatched`), and nothing
+        is written. `verify`: the output is looked at again when written (`verify`, the summary's `verified`)."""
         t0 = time.perf_counter()
         video, out = Path(video), Path(out)
-        check_paths(video, out, style, margin)
+        check_paths(video, out, style, margin, force)
         check_readable(video)
         targets = self.targets(whom) if targets is None else targets
         # Whatever nobody foresaw in a file is one line, its traceback in errors.log (the library's, else a private one).
@@ -354,18 +374,39 @@ class Redactor:
             heads = self.heads(video, progress, identify=not whom.everyone, every_head=whom.everyone or bool(whom.spare))
             heads.seconds = time.perf_counter() - t1
             chosen = self.choose(heads, whom, targets)
+            if not chosen and not allow_none and not whom.everyone and not whom.spare:
+                raise NobodyMatched(f"{video}: nobody in it is judged to be {targets[0].name} (at the model's calibrated bars); "
+                                    f"nothing written to {out} (--allow-none writes it unchanged)")
             _describe(progress, "redacting")
-            return self._write(heads, chosen, whom, out, style, margin, preview, progress, t0)
+            summary = self._write(heads, chosen, whom, out, style, margin, preview, progress, t0, force)
+        if verify:
+            summary.verified = self.verify(out, video, progress)
+        return summary
+
+    def verify(self, out: Path, source: Path | None = None, progress: FrameProgress | None = None) -> Verification:
+        """The redacted video `out` looked at again, every frame, with the most sensitive look (`indexer.redact_verify`):
+        the faces still found, and a contact sheet of them (OUT.verify.png) where there are any; `source`, the video
+        it was redacted from, tells a face from a detection on the hidden patch itself."""
+        from indexer.redact_verify import verify_output
+
+        _describe(progress, "verifying")
+        return verify_output(Path(out), self._every_face_detector(), progress=progress, decode_max_side=self.settings.decode_max_side,
+                             source=source)
+
+    def _every_face_detector(self) -> EveryFaceDetector:
+        if self._every_face is None:
+            self._every_face = EveryFaceDetector(self.settings, self.photos.detector)
+        return self._every_face
 
     def _write(self, heads: VideoHeads, chosen: list[Chosen], whom: Whom, out: Path, style: str, margin: float,
-               preview: Path | None, progress: FrameProgress | None, t0: float) -> RedactSummary:
+               preview: Path | None, progress: FrameProgress | None, t0: float, force: bool = True) -> RedactSummary:
         paths = [HeadPath(c.track.key, c.who, c.track.sightings, *_covered(c.track, heads)) for c in chosen]
         audit = audit_path(out)
         sheet_path = Path(preview) / (out.name + PREVIEW_SUFFIX) if preview is not None else None
         if sheet_path is not None:
             sheet_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = partial_path(out)
-        _remove_stale(out)
+        remove_stale(out)
         head = {"format": AUDIT_FORMAT, "source": str(heads.path.resolve()), "source_fingerprint": heads.fingerprint,
                 "output": str(out.resolve()),
                 "made": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "whom": whom.to_dict(), "style": style,
@@ -382,8 +423,11 @@ class Redactor:
             scale = (upright[0] / max(heads.size[0], 1), upright[1] / max(heads.size[1], 1))
             return HeadBoxes(paths, scale, turns, stored, margin, self.settings.follow_min_score, self.refiner, self.settings.track_iou)
 
-        trail = AuditTrail(audit, head)
+        trail: AuditTrail | None = None
+        ours = [tmp]  # what this run wrote, deleted if it fails (a contact sheet once written: an older one is gone by then)
         try:
+            check_source_unchanged(heads.path, heads.fingerprint, out)  # a file moved over it during the analysis
+            trail = AuditTrail(audit, head)
             written = write_hidden(heads.path, tmp, boxes_of, style, trail, sheet, progress, heads.frames or None)
             notes = [f"left out {s}" for s in written.left_out]
             if written.stopped_at is not None:
@@ -392,17 +436,19 @@ class Redactor:
                          "encoder": written.encoder, "streams_copied": written.copied, "streams_left_out": written.left_out,
                          "notes": notes})
             if sheet is not None and sheet_path is not None:
-                sheet.write(sheet_path)
-            trail.commit()
-            os.replace(tmp, out)
-        except BaseException:
-            trail.discard()
-            tmp.unlink(missing_ok=True)
+                ours.append(sheet.write(sheet_path))
+            check_source_unchanged(heads.path, heads.fingerprint, out)  # ...or while it was read again to be written
+            put_in_place(tmp, out, trail, force)
+        except BaseException as e:
+            instead = clear_after_failure(e, out, ours, trail)
+            if instead is not None:
+                raise instead from e
             raise
         for note in notes:
             log.warning("%s", note)
+        seconds = media_seconds(heads.path) or (heads.frames / heads.fps if heads.fps else 0.0)
         return RedactSummary(heads.path, out, audit, sheet_path, chosen, written, heads.source, time.perf_counter() - t0, heads.seconds,
-                             heads.frames / heads.fps if heads.fps else 0.0, notes)
+                             seconds, notes)
 
 
 class EveryFaceDetector(FaceDetector):
@@ -435,70 +481,30 @@ def _unconfirmed(why: str, track: SeenTrack) -> str:
 
 def redact(video: Path, whom: Whom, out: Path, style: str = "blur", margin: float = DEFAULT_MARGIN, preview: Path | None = None,
            library: Path | None = None, model: str | None = None, progress: FrameProgress | None = None,
-           settings: IndexSettings | None = None) -> RedactSummary:
+           settings: IndexSettings | None = None, force: bool = False, allow_none: bool = False, verify: bool = False) -> RedactSummary:
     """Hide `whom`'s heads in every frame of `video` into `out` (see `Redactor.redact`): the paths are checked and the video
-    opened before the model loads; a library is opened where one is named or a person of one is asked for."""
-    check_paths(Path(video), Path(out), style, margin)
+    opened before the model loads; a library is opened where one is named or a person of one is asked for. Refused
+    unless asked for: an output there already (`force`), a person to hide whom no track matches (`allow_none`)."""
+    check_paths(Path(video), Path(out), style, margin, force)
     if whom.needs_library and library is None:
         raise HeadsearchError("a person of a library needs --library (or $HEADSEARCH_LIBRARY)")
+    if whom.photos:
+        _reference_photos(whom.photos)
     check_readable(Path(video))
     redactor = Redactor.open(library, model, settings)
-    return redactor.redact(Path(video), whom, Path(out), style, margin, preview, progress)
+    return redactor.redact(Path(video), whom, Path(out), style, margin, preview, progress, force=force, allow_none=allow_none, verify=verify)
 
 
-# ----- paths ---------------------------------------------------------------------------------------
-def audit_path(out: Path) -> Path:
-    """The audit trail of an output: OUT.redactions.json beside it."""
-    return Path(out).with_name(Path(out).name + AUDIT_SUFFIX)
+class NobodyMatched(HeadsearchError):
+    """No track of the video is the person to hide (and writing it unchanged was not asked for)."""
 
 
-def partial_path(out: Path) -> Path:
-    """Where an output is written until it is complete: beside it, hidden, named by this process (same suffix, which
-    says the kind of file)."""
-    return Path(out).with_name(f".{Path(out).stem}.redacting-{os.getpid()}{Path(out).suffix}")
-
-
-def _remove_stale(out: Path) -> None:
-    """Partial outputs (and audit trails) of runs killed before they finished: their process is gone."""
-    patterns = (re.compile(re.escape(f".{out.stem}.redacting-") + r"(\d+)" + re.escape(out.suffix) + "$"),
-                re.compile(re.escape(f".{audit_path(out).name}.") + r"(\d+)\.tmp$"))
-    with contextlib.suppress(OSError):
-        for p in out.parent.iterdir():
-            m = next((m for pattern in patterns if (m := pattern.match(p.name))), None)
-            if m and int(m.group(1)) != os.getpid() and not process_alive(int(m.group(1))):
-                p.unlink(missing_ok=True)
-
-
-
-def check_paths(video: Path, out: Path, style: str = "blur", margin: float = DEFAULT_MARGIN) -> None:
-    """Refuse, in one line, what cannot be done: a missing video, an output that is the source (it is never
-    overwritten), in a missing folder, or not named as a video; an unknown style or a negative margin."""
-    if style not in STYLES:
-        raise HeadsearchError(f"--style {style}: one of {', '.join(STYLES)}")
-    if not (0.0 <= margin <= 4.0):
-        raise HeadsearchError(f"--margin {margin}: a share of the head box from 0 to 4 (0.2: a fifth of its size)")
-    if not video.exists():
-        raise MediaError(f"{video}: no such file")
-    if not video.is_file():
-        raise MediaError(f"{video}: not a file")
-    if media_kind(video) != MediaKind.VIDEO:
-        raise MediaError(f"{video}: a photo, not a video")
-    if out.resolve() == video.resolve() or (out.exists() and os.path.samefile(out, video)):
-        raise HeadsearchError(f"--out {out}: that is the source video; redact never overwrites its source (give another file)")
-    if not out.parent.is_dir():
-        raise HeadsearchError(f"--out {out}: no folder {out.parent} (redact makes no folders for its output)")
-    if out.is_dir():
-        raise HeadsearchError(f"--out {out}: a folder; give a file name")
-    if out.suffix.lower() not in OUTPUT_SUFFIXES:
-        raise HeadsearchError(f"--out {out}: name it as a video ({', '.join(OUTPUT_SUFFIXES[:5])}...)")
-
-
-def check_readable(video: Path) -> None:
-    """Refuse, before any model loads, a video whose header is damaged or whose first frame PyAV (which writes the
-    output) cannot decode."""
-    check_video_header(video, MediaLimits.from_env())
-    if probe_video(video) is None:
-        raise MediaError(f"{video}: not a readable video")
+def _reference_photos(paths: Sequence[Path]) -> list[Path]:
+    """The photos of --ref (files, or folders of them); anything else refused in one line that names --ref."""
+    for p in paths:
+        if Path(p).is_file() and media_kind(p) != MediaKind.IMAGE:
+            raise HeadsearchError(f"--ref {p}: not a photo (--ref takes photos of the person's head, or a folder of them)")
+    return photo_files([Path(p) for p in paths])
 
 
 def _describe(progress: FrameProgress | None, what: str) -> None:

@@ -403,7 +403,8 @@ class AuditTrail:
         os.replace(self.tmp, self.path)
 
     def discard(self) -> None:
-        if not self._file.closed:
+        # Closing flushes what is buffered: on a full disk that fails again, and the file must go all the same.
+        with contextlib.suppress(OSError):
             self._file.close()
         self.tmp.unlink(missing_ok=True)
 
@@ -605,6 +606,7 @@ def write_hidden(source: Path, out: Path, boxes_of: Callable[[int, tuple[int, in
         copies = _copied_outputs(dst, inp, ivs, written)
         heads = boxes_of(turns, (ivs.codec_context.width, ivs.codec_context.height))
         step = _frame_step(ivs)
+        lasting: dict[int, int] = {}  # a source frame's presentation time -> its packet's duration (time base of the source)
         last_pts: int | None = None
         index = 0
         packets = inp.demux([ivs, *(inp.streams[i] for i in copies)])
@@ -615,10 +617,12 @@ def write_hidden(source: Path, out: Path, boxes_of: Callable[[int, tuple[int, in
                         packet.stream = copies[packet.stream.index]
                         _write(source, lambda p=packet: dst.mux(p))
                     continue
+                if packet.pts is not None and packet.duration:
+                    lasting[packet.pts] = packet.duration
                 for frame in packet.decode():
                     last_pts = _keep_time(frame, last_pts, step, ivs.time_base)
                     hidden = _hidden_frame(frame, index, heads, style, ovs.codec_context.pix_fmt, turns, written, trail, preview)
-                    _write(source, lambda f=hidden: [dst.mux(encoded) for encoded in ovs.encode(f)])
+                    _write(source, lambda f=hidden: _mux_encoded(dst, ovs.encode(f), lasting, ivs.time_base))
                     index += 1
                     if progress is not None:
                         progress.update(1)
@@ -627,10 +631,22 @@ def write_hidden(source: Path, out: Path, boxes_of: Callable[[int, tuple[int, in
                 raise MediaError(f"{source}: not a readable video ({first_line(e)})") from e
             written.stopped_at = index
             log.warning("%s: decoding stopped at frame %d (%s)", source, index, first_line(e))
-        _write(source, lambda: [dst.mux(encoded) for encoded in ovs.encode()])
+        _write(source, lambda: _mux_encoded(dst, ovs.encode(), lasting, ivs.time_base))
     written.frames = index
     written.seconds = time.perf_counter() - t0
     return written
+
+
+def _mux_encoded(dst, packets, lasting: dict[int, int], time_base) -> None:
+    """Encoded packets written, each lasting as long as the source's frame at its time: the encoder gives a frame whose
+    duration the decoder lost (the last, often) one frame at the average rate, which made a variable-rate file's output
+    play longer than its source (goldeneye-vfr-drop3.mp4: 20.6 ms)."""
+    for packet in packets:
+        if packet.pts is not None and packet.time_base is not None:
+            source_pts = packet.pts if packet.time_base == time_base else round(packet.pts * packet.time_base / time_base)
+            if source_pts in lasting:
+                packet.duration = lasting[source_pts] if packet.time_base == time_base else max(1, round(lasting[source_pts] * time_base / packet.time_base))
+        dst.mux(packet)
 
 
 def _write(source: Path, step: Callable[[], object]) -> None:

@@ -22,6 +22,7 @@ from headsearch.basics.settings import IndexSettings
 from headsearch.basics.text import counted
 from headsearch.evaluation.thresholds import shipped_thresholds_path, thresholds_path
 from headsearch.models.registry import load_embedder
+from headsearch.people.forgetting import returned_notes
 from headsearch.people.persons import UpdateSummary, update_people
 from headsearch.store.library import Library
 from headsearch.store.reembedding import (
@@ -140,6 +141,8 @@ class Reindexer:
             s.tracks = sum(f.tracks for f in new.files.listing())
             with people_writers_waiting(old):
                 s.carried = carry_over(old, new)
+                for line in returned_notes(new):  # every file was analysed again: a forgotten person is back in some
+                    self.report(line)
                 s.people = update_people(new, fresh_vectors=True)
                 with _uninterrupted():
                     s.backup = swap(self.root, target)

@@ -233,7 +233,8 @@ forgotten_people = Table(
     metadata,
     Column("id", BigInteger, primary_key=True, autoincrement=False),
     Column("person_id", BigInteger, nullable=False),
-    Column("name", String, nullable=True),  # the name the person had, if a user gave one
+    # The name the person had: kept only when the user asked (`people forget --keep-name`); NULL otherwise.
+    Column("name", String, nullable=True),
     Column("forgotten_at", Double, nullable=False),
     Column("tracks", BigInteger, nullable=False),
     Column("sightings", BigInteger, nullable=False),
@@ -242,4 +243,29 @@ forgotten_people = Table(
     Column("pictures", BigInteger, nullable=False),  # cached pictures of the frames they were in, deleted
     Column("reference_photos", BigInteger, nullable=False),
     Column("corrections", BigInteger, nullable=False),  # verdicts on tracks and answers about pairs that named them
+)
+
+
+# The videos whose analysis lost tracks to a forgetting (format 9; `headsearch.store.forgetting`): a redaction that hides
+# every head analyses such a video again instead of reading the library's analysis (it no longer holds the forgotten
+# person's heads), and a file of the same content indexed again says that it held a forgotten person.
+forgotten_videos = Table(
+    "forgotten_videos",
+    metadata,
+    Column("forgotten_id", BigInteger, nullable=False),  # the forgetting (`forgotten_people.id`)
+    Column("video_id", BigInteger, nullable=False),  # the video's row as it was then (ids are never reused)
+    Column("fingerprint", String, nullable=False),  # its content fingerprint: a copy or a re-index of it is recognised
+)
+
+# What `headsearch people forget` found when it searched every file of the library folder and the app's cache for the
+# person after the rewrite (format 9): one row a search, kept as the record that nothing was left (or what was).
+forget_checks = Table(
+    "forget_checks",
+    metadata,
+    Column("forgotten_id", BigInteger, nullable=False),
+    Column("checked_at", Double, nullable=False),
+    Column("files", BigInteger, nullable=False),  # files read
+    Column("bytes", BigInteger, nullable=False),  # bytes read
+    Column("needles", BigInteger, nullable=False),  # vectors (float32 and float16), picture digests and names looked for
+    Column("found", String, nullable=False),  # "" when nothing was found, else the files that held something, one a line
 )

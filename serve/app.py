@@ -289,12 +289,9 @@ async def person_different(request: Request) -> Response:
 
 async def person_forget(request: Request) -> Response:
     """Forget a person for good (`headsearch people forget`): the form's `confirm` must be their name (or "person ID")."""
-    from dataclasses import asdict
-
     pid = request.path_params["person_id"]
     confirm = str((await _form(request)).get("confirm", ""))
-    row = await run_in_threadpool(_site(request).forget, pid, confirm)
-    return _done(request, "/people", {"forgotten": asdict(row)})
+    return _done(request, "/people", await run_in_threadpool(_site(request).forget, pid, confirm))
 
 
 async def people_update(request: Request) -> Response:

@@ -90,6 +90,7 @@ class Jobs:
         self._lock = threading.Lock()  # the jobs' table
         self._one = threading.Lock()  # one job runs at a time
         self._made = False
+        self._forgotten_at = 0.0  # jobs made before this end without their files (a person in them was forgotten)
 
     def start(self, make: Callable[[str, Path], J], run: Callable[[J], dict]) -> J:
         """A new job, `make(id, folder)` (its folder made), that runs `run(job)` (which follows its progress with the job and
@@ -120,6 +121,8 @@ class Jobs:
                 job.error, job.state = f"unexpected error ({type(e).__name__}); the server's log has the details", "failed"
             finally:
                 job.ended = time.time()
+                if job.created <= self._forgotten_at:  # a person was forgotten while it ran: it may show or list them
+                    job.state, job.result, job.error = "failed", {}, "a person was forgotten while it ran: its files are gone"
                 if job.state == "failed":
                     shutil.rmtree(job.folder, ignore_errors=True)
         self._prune()
@@ -137,6 +140,17 @@ class Jobs:
             ended = sorted((j for j in self._jobs.values() if j.ended is not None), key=lambda j: j.ended or 0.0)
             gone = [j for j in ended if now - (j.ended or now) > KEEP_S]
             gone += [j for j in ended if j not in gone][:max(0, len(ended) - len(gone) - MAX_FINISHED)]
+            for j in gone:
+                self._jobs.pop(j.id, None)
+        for j in gone:
+            shutil.rmtree(j.folder, ignore_errors=True)
+
+    def forget_all(self) -> None:
+        """Every job goes with its files (a person is forgotten: their video, audit trail or comparison may be among
+        them); one still running ends without its files."""
+        with self._lock:
+            self._forgotten_at = time.time()
+            gone = [j for j in self._jobs.values() if not j.running]
             for j in gone:
                 self._jobs.pop(j.id, None)
         for j in gone:

@@ -11,7 +11,6 @@ import numpy as np
 
 from headsearch.basics.errors import HeadsearchError
 from headsearch.exports.timelines import Moment
-from headsearch.people.forgetting import forget, person_to_forget
 from headsearch.people.listing import inbox, inbox_reasons, list_people, merge_suggestions, person_choices
 from headsearch.people.persons import PersonNotFound, people_thresholds
 from headsearch.people.photos import reference_photos, reference_vectors
@@ -19,10 +18,11 @@ from headsearch.people.screen_time import screen_time
 from headsearch.search.hits import ShownHit, export_moments, found_hits
 from headsearch.search.service import SearchService
 from headsearch.store.library import Library
-from headsearch.store.rows import ForgottenRow
 from indexer.redact_frames import STYLES as REDACT_STYLES
 from schemas.records import SearchHit, Tier, VectorKind
 from serve.files import NotFound
+from serve.forgetting import likely_note
+from serve.jobs import Jobs
 from serve.view_data import MAX_CHOICES, boxes, found_dict, track_dict, watch_url
 
 MAX_SUGGESTIONS = 24  # "are these the same person?" pairs on the people page
@@ -40,6 +40,7 @@ class People:
     # Site's: the library, the search service, the kept searches and photos (under one lock), the cards and export links
     library: Library
     service: SearchService
+    jobs: Jobs
     _kept: dict[str, list[Moment]]
     _photos: dict[str, tuple[bytes, str]]
     _kept_lock: threading.Lock
@@ -96,7 +97,8 @@ class People:
                 "moments": [{**c, "moment": True} for c in self.cards(moments)],
                 "screen_time": [t.to_dict() for t in screen_time(self.library, person_id)],
                 "exports": self.export_links(f"/people/{person_id}/export", export_moments(answer.results, [person.label()])[0]),
-                "redact": {"videos": self._videos_of(person.videos), "styles": list(REDACT_STYLES)}}
+                "redact": {"videos": self._videos_of(person.videos), "styles": list(REDACT_STYLES)},
+                "forget_note": likely_note(self, person)}  # type: ignore[arg-type]
 
     def _videos_of(self, paths: list[str]) -> list[dict]:
         """The library's videos at these paths, to pick from: id and name."""
@@ -113,17 +115,19 @@ class People:
         moments, _ = export_moments(answer.results, [answer.person.label()])
         return moments, answer.person.label()
 
-    def forget(self, person_id: int, confirm: str) -> ForgottenRow:
+    def forget(self, person_id: int, confirm: str) -> dict:
         """Forget a person for good (`headsearch people forget`) once `confirm` is their name, or "person ID" when they
-        have none; the searches and photos the app keeps go too (they may show the person)."""
-        person = person_to_forget(self.library, person_id)
-        if " ".join(str(confirm).split()).casefold() != person.label().casefold():
-            raise NotConfirmed(f"type {person.label()!r} to forget this person: nothing was forgotten")
-        row = forget(self.library, person)
+        have none; every copy the app keeps goes too (`serve.forgetting`)."""
+        from serve.forgetting import forget_everywhere
+
+        return forget_everywhere(self, person_id, confirm, NotConfirmed)  # type: ignore[arg-type]
+
+    def forget_kept(self) -> None:
+        """The searches, photos and jobs the app keeps (they may show a person being forgotten)."""
         with self._kept_lock:
             self._kept.clear()
             self._photos.clear()
-        return row
+        self.jobs.forget_all()
 
     def found_by_references(self, references: list[dict[VectorKind, np.ndarray]], mine: set[int]) -> list[dict]:
         """The library searched with a person's reference photos: confident hits (same person by the library's

@@ -1,8 +1,11 @@
-"""Kill `headsearch index` with SIGKILL at random moments and check what it leaves (issue 19's acceptance).
+"""Kill `headsearch index` with SIGKILL at random moments and check what it leaves (issue 19's acceptance); and
+`headsearch redact` and `headsearch people forget` the same way (issue 50's).
 
     python tests/fault_kill.py                       # 20 kills, every other one with --workers 2
     python tests/fault_kill.py --kills 4 --seed 7    # fewer, another draw
     python tests/fault_kill.py --json report.json    # the trials as JSON too
+    python tests/fault_kill.py --command redact      # 20 kills of `redact CLIP --everyone -l LIB` (fault_kill_more.py)
+    python tests/fault_kill.py --command forget      # 20 kills of `people forget ID --yes -l LIB` (fault_kill_more.py)
 
 Each trial indexes the media into a fresh library, kills the run (and nothing else: SIGKILL to its
 process alone) at a random moment of a full run's duration, then checks that
@@ -172,7 +175,13 @@ def main() -> int:
     parser.add_argument("--window", type=float, nargs=2, default=None, metavar=("FROM", "TO"),
                         help="kill between these seconds after the start (default: anywhere in a full run)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--command", choices=("index", "redact", "forget"), default="index",
+                        help="the command killed (redact and forget: tests/fault_kill_more.py)")
     args = parser.parse_args()
+    if args.command != "index":
+        from fault_kill_more import series
+
+        return series(args.command, args.kills, args.seed, args.grace, args.json)
     missing = [p for p in MEDIA + QUERIES if not p.exists()]
     if missing:
         print(f"missing test media: {', '.join(map(str, missing))} (set HEADSEARCH_TEST_DATA)", file=sys.stderr)

@@ -35,6 +35,7 @@ class QueryHead:
     face_visible: bool
     crop: HeadCrop
     image_size: tuple[int, int] = (0, 0)  # the photo's (width, height)
+    heads_in_photo: int = 1  # heads found in the photo (more than 1 where only the largest is searched)
 
 
 @dataclass(frozen=True)
@@ -71,10 +72,12 @@ def photo_heads(rgb: np.ndarray, name: Path | str, detector: FaceDetector, embed
     heads = detect_heads(detector, rgb)
     if not heads:
         raise NoHeadFound(f"{name}: no head found (if the photo is already a head crop, e.g. the back of a head, use --whole-image)")
+    found = len(heads)
     if not all_heads:
         heads = heads[:1]
     heads = sorted(heads, key=lambda d: d.head.center[0])  # numbered as a reader sees them: left to right
-    return [QueryHead(i, d.head, d.face is not None, crop_head(rgb, d.head, d.face, crop_px), (w, h)) for i, d in enumerate(heads, 1)]
+    return [QueryHead(i, d.head, d.face is not None, crop_head(rgb, d.head, d.face, crop_px), (w, h), found)
+            for i, d in enumerate(heads, 1)]
 
 
 class PhotoEmbedder:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -241,7 +242,7 @@ class Database:
                    then: Callable[[duckdb.DuckDBPyConnection, str], None]) -> None:
         """Write a new database file at `target` holding this one's tables with their indexes (DuckDB's `COPY FROM
         DATABASE ... (SCHEMA)`) and their rows: of a table `keep` names, only those its SQL condition keeps (with its
-        parameters); `then(conn, catalog)` runs on the copy, in the same transaction, before the file is closed.
+        parameters; a table it does not name is refused); `then(conn, catalog)` runs on the copy, in the same transaction, before the file is closed.
 
         Rows left out are never written, so nothing of them is in the new file (DuckDB leaves a deleted row's bytes
         in its file until the block is used again: a CHECKPOINT or VACUUM does not clear them, measured with duckdb
@@ -267,7 +268,10 @@ class Database:
                     conn.execute(f'COPY FROM DATABASE "{source}" TO forgetting_copy (SCHEMA)')
                     conn.execute("BEGIN")
                     for name in tables:
-                        where, params = keep.get(name, ("TRUE", []))
+                        if name not in keep:  # a table its caller did not read: it may hold what is being left out
+                            raise LibraryError(f"{self.root}: table {name} appeared while the database was written again; "
+                                               "the library is as it was")
+                        where, params = keep[name]
                         conn.execute(f'INSERT INTO forgetting_copy.main."{name}" SELECT * FROM "{source}".main."{name}" WHERE {where}',
                                      params)
                     then(conn, "forgetting_copy")
@@ -280,9 +284,24 @@ class Database:
                     raise
                 conn.execute("DETACH forgetting_copy")  # the copy checkpointed and closed
         except duckdb.Error as e:
-            raise LibraryError(f"{self.root}: could not write the database again ({error_line(e)}); the library is as it was") from e
+            raise self._copy_failed(target, e) from e
         finally:
             self._close(conn)
+
+    def _copy_failed(self, target: Path, e: duckdb.Error) -> LibraryError:
+        """The copy goes, log included, and one line says why: a full disk in words (DuckDB says only that the
+        checkpoint of the copy failed when it closes it, or that a write failed), else DuckDB's first line."""
+        for stale in (target, target.with_name(target.name + ".wal")):
+            with contextlib.suppress(OSError):
+                stale.unlink(missing_ok=True)
+        try:
+            need, free = (self.root / DATABASE).stat().st_size, shutil.disk_usage(target.parent).free
+        except OSError:
+            need, free = 0, 0
+        if is_disk_full(e) or (isinstance(e, duckdb.IOException) and free < need):
+            return LibraryError(f"{self.root}: disk full: writing the database again needs about {need / 1e6:,.1f} MB free beside it, "
+                                f"{free / 1e6:,.1f} MB are; nothing was changed, the library is as it was")
+        return LibraryError(f"{self.root}: could not write the database again ({error_line(e)}); the library is as it was")
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[sa.Connection]:

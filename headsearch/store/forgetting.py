@@ -38,7 +38,9 @@ from headsearch.basics.errors import HeadsearchError, LibraryError
 from headsearch.basics.files import fsync_folder, write_json_atomic
 from headsearch.store.database import GENERATION_SQL, IN_IDS
 from headsearch.store.layout import DATABASE, FORGETTING, FORGOTTEN_DATABASE, PEOPLE_LOCK, PERSON_PHOTOS, PICTURES
+from headsearch.store.leftovers import Check, Needles, search
 from headsearch.store.rows import ForgottenRow
+from schemas.tables import metadata as schema
 
 if TYPE_CHECKING:
     import duckdb
@@ -63,7 +65,23 @@ log = logging.getLogger(__name__)
 # Tables whose ids are never reused (a stale vector index is told from the database by its ids; verdicts name
 # persons): their next free ids are kept in `library_state`, so that the person's ids, top ones included, stay taken.
 _NUMBERED = ("videos", "shots", "tracks", "observations", "vectors", "people", "person_feedback", "person_pairs", "person_photos")
-_NOT_THEIR_TRACK = f"NOT (track_id {IN_IDS})"
+# What the copy of the database leaves out is read from the schema (`schemas.tables`): every row whose person column
+# (`person_id`, `person_a`, `person_b`, the id of `people`) names the person, or whose track column (`track_id`, the id of
+# `tracks`) one of their tracks. A table added later is filtered by the same columns; a table the schema does not declare
+# is refused. The record of forgettings names forgotten persons by id on purpose, and is kept whole.
+_PERSON_COLUMN_NAMES = ("person_id", "person_a", "person_b")
+_TRACK_COLUMN_NAMES = ("track_id",)
+_PERSON_COLUMNS = {"people": ("id",)}
+_TRACK_COLUMNS = {"tracks": ("id",)}
+_RECORD_TABLES = ("forgotten_people", "forgotten_videos", "forget_checks", "library_state")
+_SCHEMA_TABLES = frozenset(schema.tables)
+
+
+def _filters(table: str) -> list[str]:
+    """The columns of a schema table that name a person or a track."""
+    names = [c.name for c in schema.tables[table].columns]
+    wanted = (*_PERSON_COLUMN_NAMES, *_TRACK_COLUMN_NAMES, *_PERSON_COLUMNS.get(table, ()), *_TRACK_COLUMNS.get(table, ()))
+    return [n for n in names if n in wanted]
 
 
 @contextlib.contextmanager
@@ -93,7 +111,8 @@ def _next_ids(conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
 class _Plan:
     """What forgetting one person removes, read on one connection while every writer is held off."""
 
-    def __init__(self, conn: duckdb.DuckDBPyConnection, root: Path, person_id: int):
+    def __init__(self, conn: duckdb.DuckDBPyConnection, root: Path, person_id: int, keep_name: bool = False):
+        self.root = root
         found = conn.execute("SELECT id, name FROM people WHERE id = ?", [person_id]).fetchone()
         if found is None:
             raise HeadsearchError(f"no person with id {person_id} in {root} (`headsearch people` lists them)")
@@ -109,6 +128,10 @@ class _Plan:
         framed = [r[0] for r in conn.execute(
             "SELECT DISTINCT o.id FROM observations o JOIN observations p ON o.video_id = p.video_id AND o.frame_index = p.frame_index "
             f"WHERE p.track_id {IN_IDS}", t).fetchall()]
+        # the files their tracks were in: a redaction of every head analyses them again, a copy indexed again is told
+        self.videos = [(int(r[0]), r[1]) for r in conn.execute(
+            f"SELECT DISTINCT v.id, v.fingerprint FROM videos v JOIN tracks t ON t.video_id = v.id WHERE t.id {IN_IDS} ORDER BY v.id",
+            t).fetchall()]
         crops = [r[0] for r in conn.execute("SELECT crop FROM person_photos WHERE person_id = ?", [person_id]).fetchall()]
         corrections = int(conn.execute(f"SELECT count(*) FROM person_feedback WHERE person_id = ? OR track_id {IN_IDS}",
                                        [person_id, self.tracks]).fetchone()[0])
@@ -120,19 +143,48 @@ class _Plan:
         thumbs = [rel for rel in thumbnails if (root / rel).is_file()]
         pictures = [f"{PICTURES}/{i}.jpg" for i in framed if (root / PICTURES / f"{i}.jpg").is_file()]
         self.files = thumbs + pictures + crops  # relative to the library folder
-        self.row = ForgottenRow(id=audit_id, person_id=self.person_id, name=self.name, forgotten_at=time.time(), tracks=present,
+        # what the search after the rewrite looks for (`headsearch.store.leftovers`): read now, while it is there
+        self.needles = Needles()
+        for (raw,) in conn.execute(f"SELECT embedding FROM vectors WHERE track_id {IN_IDS}", t).fetchall():
+            self.needles.add_vector(raw)
+        for row in conn.execute("SELECT id_vector, head_vector FROM person_photos WHERE person_id = ?", [person_id]).fetchall():
+            for raw in row:
+                if raw is not None:
+                    self.needles.add_vector(raw)
+        for (raw,) in conn.execute("SELECT centroid FROM people WHERE id = ?", [person_id]).fetchall():
+            self.needles.add_vector(raw)
+        for rel in self.files:
+            self.needles.add_picture(root / rel, "a picture of theirs")
+        if keep_name:
+            self.needles.skipped.append("their name (kept in the record: --keep-name)")
+        else:
+            self.needles.add_name(self.name)
+        self.row = ForgottenRow(id=audit_id, person_id=self.person_id, name=self.name if keep_name else None, forgotten_at=time.time(), tracks=present,
                                 sightings=sightings, vectors=vectors, thumbnails=len(thumbs), pictures=len(pictures),
                                 reference_photos=len(crops), corrections=corrections)
 
-    def keep(self) -> dict[str, tuple[str, list]]:
-        """The rows each table keeps: all but the person's (`Database.write_copy`)."""
-        p, t = self.person_id, [self.tracks]
-        return {"vectors": (_NOT_THEIR_TRACK, t), "observations": (_NOT_THEIR_TRACK, t), "tracks": (f"NOT (id {IN_IDS})", t),
-                "track_quality": (_NOT_THEIR_TRACK, t),
-                "person_tracks": (f"person_id <> ? AND {_NOT_THEIR_TRACK}", [p, self.tracks]),
-                "person_feedback": (f"person_id <> ? AND {_NOT_THEIR_TRACK}", [p, self.tracks]),
-                "person_pairs": ("person_a <> ? AND person_b <> ?", [p, p]), "person_photos": ("person_id <> ?", [p]),
-                "people": ("id <> ?", [p])}
+    def keep(self, conn: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, list]]:
+        """The rows each table of the database keeps (`Database.write_copy`): all but the person's, told by the schema's
+        person and track columns (`_filters`); a table the schema does not declare is refused (it may hold them)."""
+        p = self.person_id
+        tables = [r[0] for r in conn.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall()]
+        unknown = sorted(name for name in tables if name not in _SCHEMA_TABLES)
+        if unknown:
+            raise LibraryError(f"{self.root}: the database has {'a table' if len(unknown) == 1 else 'tables'} this release does not know "
+                               f"({', '.join(unknown)}): it may hold the person, so nobody is forgotten; the library is as it was")
+        kept = {}
+        for name in tables:
+            where, params = ["TRUE"], []
+            if name not in _RECORD_TABLES:
+                for column in _filters(name):
+                    if column in _PERSON_COLUMNS.get(name, ()) or column in _PERSON_COLUMN_NAMES:
+                        where.append(f"{column} IS DISTINCT FROM ?")
+                        params.append(p)
+                    else:
+                        where.append(f"({column} IS NULL OR NOT ({column} {IN_IDS}))")
+                        params.append(self.tracks)
+            kept[name] = (" AND ".join(where), params)
+        return kept
 
     def record(self, conn: duckdb.DuckDBPyConnection, catalog: str) -> None:
         """On the new file: the record of this forgetting, the next free ids, the next generation."""
@@ -144,20 +196,30 @@ class _Plan:
         values = asdict(self.row)
         conn.execute(f"INSERT INTO {catalog}.main.forgotten_people ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
                      list(values.values()))
+        conn.executemany(f"INSERT INTO {catalog}.main.forgotten_videos (forgotten_id, video_id, fingerprint) VALUES (?, ?, ?)",
+                         [[self.row.id, video_id, fingerprint] for video_id, fingerprint in self.videos])
 
 
-def forget_person(library: Library, person_id: int) -> ForgottenRow:
-    """Forget one person of the library (see the module's docstring); returns the record kept of it."""
+def forget_person(library: Library, person_id: int, keep_name: bool = False) -> ForgottenRow:
+    """Forget one person of the library (see the module's docstring); returns the record kept of it (their name in it
+    only with `keep_name`)."""
+    return forget_and_search(library, person_id, keep_name)[0]
+
+
+def forget_and_search(library: Library, person_id: int, keep_name: bool = False, also: tuple[Path, ...] = ()) -> tuple[ForgottenRow, Check]:
+    """`forget_person`, then every file under the library folder and the folders `also` searched for what is left of
+    them (`headsearch.store.leftovers`), the search kept in the record (`forget_checks`)."""
     root = library.root
     with _writers_held_off(library):
         finish_forgetting(library, held=True)  # one left by a killed run, first
         with library.database.plain() as conn:
-            plan = _Plan(conn, root, person_id)
+            plan = _Plan(conn, root, person_id, keep_name)
+            keep = plan.keep(conn)
         write_json_atomic(root / FORGETTING, {"person_id": plan.person_id, "generation": plan.generation, "files": plan.files,
                                               "pid": os.getpid(), "started_at": time.time()})
         target = root / FORGOTTEN_DATABASE
         try:
-            library.database.write_copy(target, plan.keep(), plan.record)
+            library.database.write_copy(target, keep, plan.record)
             shutil.copymode(root / DATABASE, target)  # the file as it was shared (a group's library stays the group's)
             with open(target, "rb+") as f:
                 os.fsync(f.fileno())
@@ -166,15 +228,31 @@ def forget_person(library: Library, person_id: int) -> ForgottenRow:
                     raise LibraryError(f"{root}: {wal.name} is left after the database was written again; the library is as it was")
             os.replace(target, root / DATABASE)  # the one step: the person is gone
         except BaseException:
-            for leftover in (target, root / FORGETTING):
+            for leftover in (target, target.with_name(target.name + ".wal"), root / FORGETTING):
                 with contextlib.suppress(OSError):
                     leftover.unlink(missing_ok=True)
             raise
         fsync_folder(root)
         _read_anew(library, plan.generation + 1)
         _clean_up(library, plan.files)
-    log.info("%s: person %d forgotten: %s", root, plan.person_id, plan.row)
-    return plan.row
+        check = search([root, *also], plan.needles)
+        _keep_check(library, plan.row.id, check)
+    log.info("%s: person %d forgotten: %s; %s", root, plan.person_id, plan.row, check.line())
+    return plan.row, check
+
+
+def _keep_check(library: Library, forgotten_id: int, check: Check) -> None:
+    """The search's outcome in the record (a plain write: it changes nothing a search or a page reads). The person is
+    gone whatever happens here: a library that cannot take the row (busy, disk full) keeps the forgetting without it,
+    and the summary still says what the search found."""
+    from headsearch.store.database import Database
+
+    try:
+        with Database(library.root, read_only=False).plain() as conn:
+            conn.execute("INSERT INTO forget_checks (forgotten_id, checked_at, files, bytes, needles, found) VALUES (?, ?, ?, ?, ?, ?)",
+                         [forgotten_id, check.checked_at, check.files, check.bytes, check.needles, "\n".join(check.found)])
+    except Exception as e:  # noqa: BLE001 - DuckDB's errors (a busy file, a full disk) as much as ours: the forgetting stands
+        log.warning("%s: the search after forgetting is not kept in the record (%s)", library.root, e)
 
 
 def _read_anew(library: Library, generation: int, wait: float = 30.0) -> None:

@@ -125,6 +125,15 @@ def _forgotten_people(conn: sa.Connection) -> None:
     t.forgotten_people.create(conn, checkfirst=True)
 
 
+def _forget_marks(conn: sa.Connection) -> None:
+    """Format 9: a forgetting marks the videos whose analysis lost tracks (redactions of every head analyse them again)
+    and keeps what its search for the person's leftovers found; empty at first. The names already recorded of persons
+    forgotten go: the record keeps an id and counts (`people forget --keep-name` keeps a name from now on)."""
+    for table in (t.forgotten_videos, t.forget_checks):
+        table.create(conn, checkfirst=True)
+    conn.execute(sa.text("UPDATE forgotten_people SET name = NULL"))
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: Migration(1, "record the library format in the database", _record_format_in_database),
     2: Migration(2, "add the people tables", _add_people_tables),
@@ -133,6 +142,7 @@ MIGRATIONS: dict[int, Migration] = {
     5: Migration(5, "people's curation: track quality, answers to merge suggestions, reference photos", _people_curation),
     6: Migration(6, "how far each sighting's face is turned (yaw)", _face_yaw),
     7: Migration(7, "the record of persons forgotten", _forgotten_people),
+    8: Migration(8, "the videos a forgetting touched, and what its search for leftovers found", _forget_marks),
 }
 
 

@@ -214,3 +214,17 @@ class PeopleStore(BrowseReader):
         """The record of persons forgotten replaced by these rows (a library re-embedded from another keeps its record)."""
         self._conn.execute(sa.delete(t.forgotten_people))
         bulk_insert(self._conn, t.forgotten_people, rows)
+
+    def forget_marks(self) -> dict[str, list[dict]]:
+        """The rest of the record of persons forgotten: the files each forgetting touched (`forgotten_videos`) and what its
+        search for leftovers found (`forget_checks`), as rows by table."""
+        return {table.name: [dict(r._mapping) for r in self._conn.execute(sa.select(table))]
+                for table in (t.forgotten_videos, t.forget_checks)}
+
+    def keep_forget_marks(self, marks: dict[str, list[dict]]) -> None:
+        """`forget_marks` of another library replace this one's (a library re-embedded from another keeps them, so a file
+        that held a forgotten person is still known by its content)."""
+        for table in (t.forgotten_videos, t.forget_checks):
+            self._conn.execute(sa.delete(table))
+            if marks.get(table.name):
+                self._conn.execute(sa.insert(table), marks[table.name])

@@ -112,13 +112,14 @@ def carry_over(old: Library, new: Library) -> CarriedOver:
     people tables are replaced, failed files already recorded there are left as they are."""
     with old.people_reading() as src:
         persons, members, feedback = src.persons(), src.all_memberships(), src.feedback()
-        pairs, photos, forgotten = src.pairs(), src.photos(), src.forgotten()
+        pairs, photos, forgotten, marks = src.pairs(), src.photos(), src.forgotten(), src.forget_marks()
         next_ids = {name: src.next_id(name) for name in ("people", "person_feedback", "person_pairs", "person_photos")}
     if (old.root / PERSON_PHOTOS).is_dir():  # the reference photos' crops (their vectors, of the old model, are left aside)
         shutil.copytree(old.root / PERSON_PHOTOS, new.root / PERSON_PHOTOS, dirs_exist_ok=True)
     with new.people_writing() as dst:
         dst.replace_people(persons, members, feedback, next_ids, pairs, photos)
         dst.keep_forgotten(forgotten)  # the record of persons forgotten stays with the library
+        dst.keep_forget_marks(marks)  # ...with the files they were in (by content)
     known = new.files.stored_files().keys() | new.files.failed_files().keys()
     failed = [f for path, f in old.files.failed_files().items() if path not in known]
     for f in failed:

@@ -1,0 +1,130 @@
+"""`redact --verify` (issue 49): the written video looked at again, every frame, with the redactor's most sensitive
+look; every face still found is reported (frame, box, score, a contact sheet) and the exit status says so. The core's
+`verify_output` is what the web job will call: it is tested on a video with one frame put back unredacted on purpose."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from conftest import DATA, EXAMPLES, HAMILTON, needs_data, run
+from fake_detector import mark_face
+
+from cli.options import EXIT_FACES_LEFT
+from headsearch.basics.settings import IndexSettings
+from headsearch.detection.faces import FaceDetector
+from indexer.redact import EveryFaceDetector
+from indexer.redact_verify import verify_output
+
+CROWD = DATA / "facenet-pytorch" / "examples" / "video.mp4"
+FAKE = ("--model", "fake-pixels")
+
+
+def _frames(path: Path) -> list[np.ndarray]:
+    import av
+
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+
+def _encode(path: Path, frames: list[np.ndarray], fps: int = 25) -> Path:
+    """Frames encoded without loss (a marked face keeps the fake detector's colour)."""
+    import av
+
+    h, w = frames[0].shape[:2]
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264", rate=fps, options={"qp": "0"})
+        s.width, s.height, s.pix_fmt = w, h, "yuv444p"
+        for rgb in frames:
+            for p in s.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")):
+                c.mux(p)
+        for p in s.encode(None):
+            c.mux(p)
+    return path
+
+
+def _every_face() -> EveryFaceDetector:
+    settings = IndexSettings()
+    return EveryFaceDetector(settings, FaceDetector.from_settings(settings))
+
+
+def _put_back(source: Path, redacted: Path, frame: int, dst: Path) -> Path:
+    """The redacted video with one frame of the source put back in its place, unredacted."""
+    frames = _frames(redacted)
+    frames[frame] = _frames(source)[frame]
+    return _encode(dst, frames)
+
+
+# ----- fast tier: generated clips and the fake detector -------------------------------------------------------------
+def _marked_clip(path: Path, n: int = 12) -> Path:
+    rng = np.random.default_rng(3)
+    frames = []
+    for i in range(n):
+        rgb = rng.integers(40, 200, (120, 160, 3), dtype=np.uint8)
+        frames.append(mark_face(rgb, (20 + 2 * i, 20, 70 + 2 * i, 80)))
+    return _encode(path, frames)
+
+
+def test_verify_passes_a_clean_output_and_finds_a_frame_put_back(tmp_path):
+    source = _marked_clip(tmp_path / "marked.mp4")
+    out = tmp_path / "out.mp4"
+    result = run("redact", source, "--everyone", "--out", out, "--verify", *FAKE)
+    assert "verified: no face found in 12 frames of the output" in result.stdout
+    said = json.loads(run("redact", source, "--everyone", "--out", tmp_path / "o2.mp4", "--verify", "--json", *FAKE).stdout)
+    assert said["verify"]["clean"] is True and said["verify"]["faces"] == [] and said["verify"]["frames"] == 12
+    leaked = _put_back(source, out, 5, tmp_path / "leaked.mp4")
+    found = verify_output(leaked, _every_face())
+    assert [f.frame for f in found.faces] == [5] and not found.clean
+    x1, y1, x2, y2 = found.faces[0].box
+    assert abs(x1 - 30) <= 2 and abs(y1 - 20) <= 2 and abs(x2 - 80) <= 2 and abs(y2 - 80) <= 2
+    assert found.sheet == tmp_path / "leaked.mp4.verify.png" and cv2.imread(str(found.sheet)) is not None
+    record = found.to_dict()
+    assert record["frames_with_faces"] == [5] and record["faces"][0]["box"] == list(found.faces[0].box)
+    assert "verify FAILED: 1 face still found in 1 of 12 frames of the output (frame 5)" in found.line()
+
+
+# ----- slow tier: the real detector on real media -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def crowd_redacted(tmp_path_factory) -> tuple[dict, Path]:
+    folder = tmp_path_factory.mktemp("crowd-verify")
+    result = run("redact", CROWD, "--everyone", "--out", folder / "crowd.mp4", "--verify", "--json", ok=None)
+    return json.loads(result.stdout), folder / "crowd.mp4"
+
+
+@pytest.mark.slow
+@needs_data
+def test_verify_finds_no_face_on_the_crowd_after_everyone(crowd_redacted):
+    said, out = crowd_redacted
+    assert said["verify"]["frames"] == 105
+    assert said["verify"]["clean"], f"faces left: {said['verify']['faces']}"
+    # What the look finds on the hidden patches themselves is set aside, each with how little it follows the source.
+    assert all(f["follows_source"] < 0.5 for f in said["verify"]["on_hidden"])
+
+
+@pytest.mark.slow
+@needs_data
+def test_verify_finds_the_face_of_a_crowd_frame_put_back(crowd_redacted, tmp_path):
+    """Frame 30 of the source put back into the redacted crowd: its faces are found there, and only there (their detail
+    is the source's)."""
+    _, out = crowd_redacted
+    leaked = _put_back(CROWD, out, 30, tmp_path / "leaked.mp4")
+    found = verify_output(leaked, _every_face(), source=CROWD)
+    assert found.frames == 105 and found.frames_with_faces == [30] and len(found.faces) >= 3
+    assert all(f.follows_source is None or f.follows_source > 0.9 for f in found.faces)
+    assert found.sheet is not None and found.sheet.is_file()
+
+
+@pytest.mark.slow
+@needs_data
+def test_verify_exits_with_its_own_status_when_faces_are_left(hamilton_library, tmp_path):
+    """Hiding Miranda only leaves the others' faces (Obama's, Alex's) in view: --verify lists them and exits 5."""
+    out = tmp_path / "miranda.mp4"
+    result = run("redact", HAMILTON, "--ref", EXAMPLES / "lin-manuel-miranda.png", "-l", hamilton_library, "--out", out,
+                 "--verify", "--json", ok=False)
+    assert result.exit_code == EXIT_FACES_LEFT
+    said = json.loads(result.stdout)["verify"]
+    assert not said["clean"] and len(said["frames_with_faces"]) > 20 and Path(said["sheet"]).is_file()
+    assert out.is_file()  # kept, to look at
+    assert result.stderr.strip().splitlines()[-1].startswith("error: verify FAILED:")
