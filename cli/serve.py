@@ -9,9 +9,9 @@ from cli.options import library_option, library_path
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 # What is true of a server stopped (not the interrupted commands' "run the same command again to finish"): the changes
-# made through it were committed as each was made; the redactions it ran, finished or not, went with it.
-STOPPED = ("interrupted: the server stopped; changes made in the app are in the library, its redaction jobs and their files "
-           "are gone (`headsearch serve` starts it again)")
+# made through it were committed as each was made; the jobs it ran (redactions, comparisons), finished or not, went with it.
+STOPPED = ("interrupted: the server stopped; changes made in the app are in the library, its jobs (redactions, comparisons) "
+           "and their files are gone (`headsearch serve` starts it again)")
 
 
 @click.command()

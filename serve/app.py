@@ -42,6 +42,8 @@ from headsearch.people.persons import (
 )
 from serve.files import FileChanged, FileNotServed, OpenFileResponse
 from serve.guard import CSRF_FIELD, CSRF_HEADER, SECURITY_HEADERS, Backoff, Guard, SessionTokens, checked_token, csrf_token, require_csrf_token
+from serve.job_routes import job_routes
+from serve.jobs import JobsBusy
 from serve.pages import HERE, JsonAnswer, parse_id, templates
 from serve.pages import form_fields as _form
 from serve.pages import hms as hms  # the pages' time filter: tests/test_serve.py imports it from here
@@ -49,9 +51,8 @@ from serve.pages import id_field as _id_field
 from serve.pages import page as _page
 from serve.pages import site_of as _site
 from serve.pages import wants_json as _wants_json
-from serve.redacting import RedactBusy
 from serve.redaction_routes import job_file_routes, redaction_routes
-from serve.uploads import UploadRefused, UploadSlots, received_compare, received_photo
+from serve.uploads import UploadRefused, UploadSlots, received_photo
 from serve.views import FILES_PAGE, MAX_K, NotFound, Site
 
 log = logging.getLogger(__name__)
@@ -137,34 +138,6 @@ async def search(request: Request) -> Response:
     page = await run_in_threadpool(site.query_page, answer, all_heads, name)
     return _page(request, "search.html", {**page, "k": k, "all": all_heads, "whole_image": whole_image, "show_weak": show_weak,
                                           "photo": name, "photo_id": photo_id})
-
-
-async def compare_form(request: Request) -> Response:
-    return _page(request, "compare.html", await run_in_threadpool(_site(request).compare_form))
-
-
-async def compare(request: Request) -> Response:
-    """POST /compare and POST /api/compare: a reference photo (field `photo`), or the library's named people as the cast
-    (`cast` = people), and a library video (`video_id`) or an uploaded clip (`clip`); /api/compare answers one entry of
-    `headsearch compare --json` (of `compare --cast --json` for a cast)."""
-    state = request.app.state
-    if not _wants_json(request) and not request.headers.get("content-type", "").startswith("multipart/form-data"):
-        require_csrf_token(request, {})  # no form to carry the token: only its header can
-    async with received_compare(request, state.max_clip_upload, state.upload_slots) as sent:
-        fields = sent.photo.fields
-        if not _wants_json(request):
-            require_csrf_token(request, fields)
-        raw = fields.get("video_id", "").strip()
-        video_id = parse_id(raw) if raw else None
-        if raw and video_id is None:
-            raise NotFound(f"no video {raw[:20]}")
-        if sent.clip is not None:
-            video_id = None
-        page, twin = await run_in_threadpool(_site(request).compare, sent.photo.path, sent.photo.name, video_id, sent.clip, sent.clip_name,
-                                             fields.get("cast") == "people")
-    if _wants_json(request):
-        return JsonAnswer(twin)
-    return _page(request, "compare.html", page)
 
 
 def _download(data: bytes, filename: str) -> Response:
@@ -399,7 +372,7 @@ async def on_refused(request: Request, exc: UploadRefused) -> Response:
 async def on_domain(request: Request, exc: HeadsearchError) -> Response:
     if isinstance(exc, NotFound | PersonNotFound | FileNotServed):
         status = 404
-    elif isinstance(exc, RedactBusy):
+    elif isinstance(exc, JobsBusy):
         status = 503
     elif isinstance(exc, FileChanged):
         status = 409
@@ -434,10 +407,6 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
         Route("/api/query", search, methods=["POST"]),
         Route("/api/csrf", csrf, methods=["GET"]),
         Route("/favicon.ico", favicon, methods=["GET"]),
-        Route("/compare", compare_form, methods=["GET"]),
-        Route("/api/compare", compare_form, methods=["GET"]),
-        Route("/compare", compare, methods=["POST"]),
-        Route("/api/compare", compare, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     for prefix in ("", "/api"):
@@ -461,6 +430,7 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
             Route(f"{prefix}/people/{pid}/different", person_different, methods=["POST"]),
             Route(f"{prefix}/people/{pid}/forget", person_forget, methods=["POST"]),
             *redaction_routes(prefix),
+            *job_routes(prefix),
         ]
     routes += [
         Route("/media/{video_id:id}", media),
@@ -477,7 +447,7 @@ def create_app(library: Path, token: str | None = None, cache_dir: Path | None =
         try:
             yield
         finally:
-            site.redactions.close()  # the app stops: its redactions' files go
+            site.jobs.close()  # the app stops: its jobs' files go
 
     app = Starlette(routes=routes, middleware=[Middleware(Guard)], lifespan=lifespan,
                     exception_handlers={HTTPException: on_http, UploadRefused: on_refused, HeadsearchError: on_domain,

@@ -1,7 +1,7 @@
 """The web app's "forget" (the person page's button, POST /people/ID/forget and its /api twin): the person leaves the
 library as `headsearch people forget` takes them out (the same note names the inbox tracks likely theirs, which stay),
 and every copy the app keeps goes with them: the last searches and their photos (a kept search's export, /exports/KEY.*,
-lists their moments), and every redaction job (an audit trail lists each head's boxes, an "everyone but" video shows
+lists their moments), and every job (a redaction's audit trail lists each head's boxes, an "everyone but" video shows
 them); a job still running when they are forgotten ends without its files. Then the library folder and the app's
 cache folder are searched for what is left of them (`headsearch.store.leftovers`), the outcome in the answer."""
 from __future__ import annotations

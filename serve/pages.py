@@ -1,4 +1,4 @@
-"""What the web app's handlers share (`serve.app`'s and `serve.redaction_routes`'): the JSON answer, the templates and
+"""What the web app's handlers share (`serve.app`'s, `serve.redaction_routes`' and `serve.job_routes`'): the JSON answer, the templates and
 their filters, a page or its /api twin, the site of a request, a form's fields once its token is checked, an id field."""
 from __future__ import annotations
 

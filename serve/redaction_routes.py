@@ -9,12 +9,12 @@ import mimetypes
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import FileResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 
 from serve.guard import require_csrf_token
-from serve.pages import JsonAnswer, form_fields, id_field, page, site_of, wants_json
-from serve.redacting import RedactJob
+from serve.job_routes import job_started
+from serve.pages import form_fields, id_field, site_of
 from serve.redaction_views import JOB_FILES, Choice
 from serve.uploads import received_photo
 
@@ -78,7 +78,7 @@ async def video_redact(request: Request) -> Response:
         fields = await form_fields(request)
         job = await run_in_threadpool(site.start_redaction, vid, str(fields.get("whom", "everyone")), _choice(fields),
                                       str(fields.get("style", "blur")), _margin(fields), _verify(fields))
-    return _job_started(request, job)
+    return job_started(request, job)
 
 
 async def person_redact(request: Request) -> Response:
@@ -88,20 +88,7 @@ async def person_redact(request: Request) -> Response:
     vid = id_field(fields.get("video_id", ""), "video")
     job = await run_in_threadpool(site_of(request).start_redaction, vid, "person", Choice("person", pid),
                                   str(fields.get("style", "blur")), _margin(fields))
-    return _job_started(request, job)
-
-
-def _job_started(request: Request, job: RedactJob) -> Response:
-    if wants_json(request):
-        return JsonAnswer({"ok": True, **job.to_dict("/api")}, status_code=202)
-    return RedirectResponse(f"/jobs/{job.id}", status_code=303)
-
-
-async def job_page(request: Request) -> Response:
-    """GET /jobs/ID: a redaction's progress (the page reloads itself while it runs), then the check of its output, its
-    contact sheet and a player, and then its file and audit trail."""
-    job = site_of(request).job(request.path_params["job_id"])
-    return page(request, "job.html", job.to_dict("/api" if wants_json(request) else ""))
+    return job_started(request, job)
 
 
 async def job_file(request: Request) -> Response:
@@ -117,10 +104,9 @@ async def job_file(request: Request) -> Response:
 
 
 def redaction_routes(prefix: str) -> list[Route]:
-    """The routes that start a redaction and show its job, under `prefix` ("" for the pages, "/api" for their twins)."""
+    """The routes that start a redaction (its job's page is `serve.job_routes`'), under `prefix` ("" for the pages, "/api" for their twins)."""
     return [Route(f"{prefix}/videos/{{video_id:id}}/redact", video_redact, methods=["POST"]),
-            Route(f"{prefix}/people/{{person_id:id}}/redact", person_redact, methods=["POST"]),
-            Route(f"{prefix}/jobs/{{job_id:str}}", job_page)]
+            Route(f"{prefix}/people/{{person_id:id}}/redact", person_redact, methods=["POST"])]
 
 
 def job_file_routes() -> list[Route]:

@@ -24,7 +24,8 @@ from headsearch.store.rows import TrackRow, VideoRow
 from indexer.redact_frames import STYLES as REDACT_STYLES
 from schemas.records import MediaKind, VectorKind
 from serve.files import FileChanged, FileNotServed, NotFound
-from serve.redacting import RedactJob, RedactJobs
+from serve.jobs import Jobs
+from serve.redacting import RedactJob
 
 JOB_FILES = ("file", "audit", "sheet")  # what a finished job offers: the video, its audit trail, its contact sheet
 MAX_MARGIN = 4.0  # `redact --margin`'s bound: a share of the head box
@@ -58,9 +59,9 @@ def output_check(summary) -> dict | None:
 class Redactions:
     """The web app's redactions (a part of `serve.views.Site`, which has the library, the jobs and the indexed files)."""
 
-    # Site's: the library, the jobs, the redactor made once (under its lock), `video_row` and `open_indexed`
+    # Site's: the library, the jobs, the redactor made once (under its lock), `video_row`, `open_indexed` and `job`
     library: Library
-    redactions: RedactJobs
+    jobs: Jobs
     _redactor: object
     _redactor_lock: threading.Lock
 
@@ -102,7 +103,7 @@ class Redactions:
         one `choice` names) or "except" (hide everyone but them). What can be refused is refused now, in one line (no
         such video, person or track, a photo, a file changed since it was indexed, a photo with no head or several, no
         bars to judge who is who); the video is then written, in the job's thread, into the app's cache folder."""
-        from indexer.redact import DEFAULT_MARGIN, OUTPUT_SUFFIXES, Whom, check_paths, check_readable
+        from indexer.redact import DEFAULT_MARGIN, OUTPUT_SUFFIXES, PREVIEW_SUFFIX, Whom, audit_path, check_paths, check_readable
 
         if style not in REDACT_STYLES:
             raise HeadsearchError(f"style {str(style)[:20]!r}: one of {', '.join(REDACT_STYLES)}")
@@ -135,7 +136,13 @@ class Redactions:
                 raise SourceChanged(f"{source.name} changed since it was indexed: nothing was written (this redaction was accepted "
                                     "for the version the library indexed; index the file again to redact the new one)") from e
 
-        def run(out: Path, job: RedactJob) -> dict:
+        def make(key: str, folder: Path) -> RedactJob:
+            out = folder / out_name
+            return RedactJob(id=key, folder=folder, kind="redact", video_id=video_id, video=source.name, whom=words, style=style,
+                             out=out, audit=audit_path(out), sheet=folder / (out_name + PREVIEW_SUFFIX), margin=margin)
+
+        def run(job: RedactJob) -> dict:
+            out = job.out
             check_paths(source, out, style, margin)
             still_indexed()  # it may have waited its turn
             job.before_writing = still_indexed  # and after the analysis, before a frame is written
@@ -148,7 +155,7 @@ class Redactions:
                     "tracks": [{"track": c.track.key, "who": c.who, "why": c.why} for c in summary.chosen],
                     "check": output_check(summary)}
 
-        return self.redactions.start(video_id, source.name, words, style, out_name, run, margin)
+        return self.jobs.start(make, run)
 
     def _target(self, redactor, choice: Choice) -> tuple[list, str]:
         """The person a choice names, as the redactor's target, and what the audit trail says it was."""
@@ -175,15 +182,11 @@ class Redactions:
         name = f"track {track_id}"
         return Target(name, Reference.of(name, [ReferenceHead(vectors, VectorKind.ID in vectors)], [f"{name} of {self.library.root}"]))
 
-    def job(self, key: str) -> RedactJob:
-        found = self.redactions.get(key)
-        if found is None:
-            raise NotFound("no such redaction (jobs are forgotten an hour after they end, and when the app stops)")
-        return found
-
     def job_file(self, key: str, which: str = "file") -> Path:
         """A finished job's redacted file, its audit trail or its contact sheet (`which`: one of JOB_FILES)."""
-        job = self.job(key)
+        job = self.job(key)  # type: ignore[attr-defined]
+        if not isinstance(job, RedactJob):
+            raise NotFound(f"job {key} is no redaction: it has no file")
         if job.state != "done":
             raise NotFound(f"redaction {key} has no file ({job.state})")
         path = {"file": job.out, "audit": job.audit, "sheet": job.sheet}[which]

@@ -489,7 +489,7 @@ def test_every_change_needs_the_same_origin_and_the_session_token(library, tmp_p
             assert r.status_code == 403, (url, headers, r.status_code)
             assert "refused" in r.text or "token" in r.text
     assert client.get("/api/people?all=1").json() == before  # nothing changed
-    assert not list(tmp_path.rglob("redactions"))  # no redaction started
+    assert not list(tmp_path.rglob("jobs"))  # no redaction started
     # The page's own form, as a browser posts it: its hidden field, its Origin (or only a Referer).
     page = client.get(f"/people/{person['id']}").text
     field = re.search(r'name="csrf" value="([0-9a-f]{64})"', page).group(1)
@@ -579,9 +579,17 @@ def test_many_large_uploads_keep_the_server_small(library, tmp_path):
     assert not [p.name for p in spool.iterdir() if p.name.startswith("headsearch-upload")]
 
 
+def compared(client, started) -> dict:
+    """A compare job (POST /api/compare answers 202 with it) polled on its /api page to its end: its last answer."""
+    assert started.status_code == 202, started.text
+    while (job := client.get(started.json()["page"]).json())["running"]:
+        time.sleep(0.25)
+    return job
+
+
 def test_compare_page_and_its_twin_answer_as_the_cli(client, library, tmp_path):
-    """/api/compare with a library video gives the entry `compare --json` gives; an uploaded clip is compared too; a
-    request without a photo, or with neither a video nor a clip, is one line."""
+    """/api/compare with a library video starts a job whose result is the entry `compare --json` gives; an uploaded clip
+    is compared too; a request without a photo, or with neither a video nor a clip, is one line."""
     from headsearch.basics.frames import frame_at
     from headsearch.basics.images import encode_jpeg
 
@@ -592,24 +600,24 @@ def test_compare_page_and_its_twin_answer_as_the_cli(client, library, tmp_path):
     video = next(v for v in form["videos"] if v["path"] == str(aoc))
     assert video["name"].endswith("video-retalking/examples/face/3.mp4")  # its place under the folder the videos share
     assert "Compare" in client.get("/compare").text
-    twin = client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg")}, data={"video_id": str(video["id"])})
-    assert twin.status_code == 200, twin.text
+    twin = compared(client, client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg")},
+                                        data={"video_id": str(video["id"])}))
     cli = json.loads(run("compare", aoc, "--ref", still, "--json").stdout)[0]
-    got = twin.json()
+    got = twin["result"]
     assert got["verdict"] == cli["verdict"] == "same_look"
     assert got["segments"] == cli["segments"] and got["frames"] == cli["frames"] and got["summary"] == cli["summary"]
     clip = RETALKING / "1.mp4"
-    other = client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg"),
-                                               "clip": ("1.mp4", clip.read_bytes(), "video/mp4")})
-    assert other.status_code == 200 and other.json()["verdict"] == "other_person" and other.json()["video"] == "1.mp4"
+    other = compared(client, client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg"),
+                                                                 "clip": ("1.mp4", clip.read_bytes(), "video/mp4")}))["result"]
+    assert other["verdict"] == "other_person" and other["video"] == "1.mp4"
     five = DATA / "face-api.js" / "test" / "media" / "video.mp4"  # 5 frames, heads by keypoints: numpy values in its JSON
-    short = client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg"),
-                                               "clip": ("video.mp4", five.read_bytes(), "video/mp4")})
-    assert short.status_code == 200 and short.json()["frames"][0]["box"] is not None, short.text
-    broken = client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg"),
-                                                "clip": ("broken clip.mp4", b"\0" * 4096, "video/mp4")})
-    error = broken.json()["error"]  # named as the user named it, not by the server's temporary file
-    assert broken.status_code == 422 and "broken clip.mp4" in error and "/tmp" not in error and "upload" not in error, error
+    short = compared(client, client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg"),
+                                                                 "clip": ("video.mp4", five.read_bytes(), "video/mp4")}))
+    assert short["state"] == "done" and short["result"]["frames"][0]["box"] is not None, short
+    broken = compared(client, client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg"),
+                                                                  "clip": ("broken clip.mp4", b"\0" * 4096, "video/mp4")}))
+    error = broken["error"]  # named as the user named it, not by the server's temporary file
+    assert broken["state"] == "failed" and "broken clip.mp4" in error and "/tmp" not in error and "upload" not in error, error
     r = client.post("/api/compare", files={"clip": ("1.mp4", b"\0" * 100, "video/mp4")})
     assert r.status_code == 400 and "reference photo" in r.json()["error"]
     r = client.post("/api/compare", files={"photo": ("aoc.jpg", still.read_bytes(), "image/jpeg")})

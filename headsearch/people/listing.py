@@ -9,6 +9,7 @@ those the quality gates hold back (`headsearch.people.quality`) and those of per
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -83,14 +84,17 @@ def _is_listed(row: PersonRow, tracks: int, references: int, min_tracks: int) ->
 
 
 def list_people(library: Library, include_hidden: bool = False, with_looks: bool = True, include_unlisted: bool = False,
-                min_tracks: int = MIN_TRACKS) -> list[Person]:
+                min_tracks: int = MIN_TRACKS, only: int | None = None) -> list[Person]:
     """Persons as listed (`min_tracks` tracks, a name or reference photos), the most seen first; `include_unlisted`:
-    the smaller ones too (their tracks are in the inbox); `include_hidden`: hidden ones too."""
+    the smaller ones too (their tracks are in the inbox); `include_hidden`: hidden ones too; `only`: that person alone
+    (its tracks alone are read: a page about one person)."""
     with library.people_reading() as store:
         members = store.memberships()
+        if only is not None:
+            members = {tr: pid for tr, pid in members.items() if pid == only}
         tracks = {r.id: r for r in store.tracks(track_ids=list(members))} if members else {}
         references = reference_counts(store)
-        groups: dict[int, list[int]] = {pid: [] for pid in references}
+        groups: dict[int, list[int]] = {pid: [] for pid in references if only is None or pid == only}
         for tr, pid in members.items():
             if tr in tracks:
                 groups.setdefault(pid, []).append(tr)
@@ -121,11 +125,12 @@ def person_looks(library: Library, person_id: int) -> list[list[int]]:
 
 def find_person(library: Library, key: str | int) -> Person:
     """A person by id or (case-insensitive) name, hidden and unlisted ones included."""
-    people = list_people(library, include_hidden=True, with_looks=False, include_unlisted=True)
     text = str(key).strip()
-    for p in people:
-        if text.isdigit() and p.id == int(text):
-            return p
+    if text.isdigit():  # an id: that person's tracks alone are read
+        found = list_people(library, include_hidden=True, with_looks=False, include_unlisted=True, only=int(text))
+        if found:
+            return found[0]
+    people = list_people(library, include_hidden=True, with_looks=False, include_unlisted=True)
     named = [p for p in people if p.name and p.name.casefold() == text.casefold()]
     if named:
         return named[0]
@@ -203,9 +208,10 @@ def _listed_centroids(store: PeopleStore, min_tracks: int) -> tuple[list[int], d
             np.stack([np.frombuffer(p.centroid, "<f4") for p in rows]).astype(np.float32))
 
 
-def inbox(library: Library, gates: QualityGates = DEFAULT_GATES, min_tracks: int = MIN_TRACKS) -> list[InboxTrack]:
+def inbox(library: Library, gates: QualityGates = DEFAULT_GATES, min_tracks: int = MIN_TRACKS,
+          only: Collection[int] | None = None) -> list[InboxTrack]:
     """Tracks in no listed person (held back by a quality gate, or in a person too small to list; hidden persons'
-    tracks are not waiting), those most like a listed person first."""
+    tracks are not waiting), those most like a listed person first; `only`: of these tracks alone (a track's page)."""
     th = people_thresholds(library)
     with library.people_reading() as store:
         members = store.memberships()
@@ -214,7 +220,7 @@ def inbox(library: Library, gates: QualityGates = DEFAULT_GATES, min_tracks: int
         sizes = Counter(members.values())
         references = reference_counts(store)
         waiting: dict[int, tuple[str, str, int | None]] = {}
-        for tr in store.track_ids():
+        for tr in store.track_ids() if only is None else sorted(set(only)):
             pid = members.get(tr)
             if pid is None:
                 q = quality.get(tr)
@@ -273,9 +279,11 @@ def suggestion_bar(library: Library, persons: int = 2) -> float:
     return people_thresholds(library).identity - 0.07
 
 
-def merge_suggestions(library: Library, min_tracks: int = MIN_TRACKS, bar: float | None = None) -> list[Suggestion]:
+def merge_suggestions(library: Library, min_tracks: int = MIN_TRACKS, bar: float | None = None,
+                      person_id: int | None = None) -> list[Suggestion]:
     """Pairs of listed, shown persons whose tracks are alike on average (at least `bar`), most alike first; never two
-    persons seen in one frame, nor two a user said are not the same."""
+    persons seen in one frame, nor two a user said are not the same; `person_id`: its pairs alone (its row of the
+    similarities, not the library's whole table: a person's page)."""
     with library.people_reading() as store:
         pids, _, centroids = _listed_centroids(store, min_tracks)
         if centroids is None or len(pids) < 2:
@@ -284,13 +292,22 @@ def merge_suggestions(library: Library, min_tracks: int = MIN_TRACKS, bar: float
         apart = {frozenset((r.person_a, r.person_b)) for r in store.pairs()}
         members = store.memberships()
         seen_together = {frozenset((members[a], members[b])) for a, b in store.shared_frame_pairs() if a in members and b in members}
-    sims = centroids.astype(np.float64) @ centroids.astype(np.float64).T
+    means = centroids.astype(np.float64)
+    if person_id is not None:
+        if person_id not in pids:
+            return []
+        i = pids.index(person_id)
+        row = means @ means[i]
+        alike = [(i, int(j), float(row[j])) for j in np.nonzero(row >= bar)[0] if j != i]
+    else:
+        sims = means @ means.T
+        alike = [(int(i), int(j), float(sims[i, j])) for i, j in zip(*np.nonzero(np.triu(sims >= bar, 1)), strict=True)]
     out = []
-    for i, j in zip(*np.nonzero(np.triu(sims >= bar, 1)), strict=True):
+    for i, j, score in alike:
         pair = frozenset((pids[i], pids[j]))
         if pair in apart or pair in seen_together:
             continue
-        out.append(Suggestion(min(pair), max(pair), round(float(sims[i, j]), 4)))
+        out.append(Suggestion(min(pair), max(pair), round(score, 4)))
     return sorted(out, key=lambda s: (-s.score, s.a, s.b))
 
 
