@@ -64,6 +64,7 @@ from indexer.redact_frames import (
     preview_frames,
     write_hidden,
 )
+from indexer.rejoin import joined_why, with_joins
 from schemas.records import Box, FaceDetection, FileResult, HeadTrack, MediaKind, Tier, VectorKind
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,8 @@ class SeenTrack:
     start: float
     end: float
     doubt: str | None = None  # why the analysis' evidence rule would drop it (None: a confirmed head)
+    joined_to: int | None = None  # the key of the first track of its person in its shot, where it was joined (`indexer.rejoin`)
+    join_cue: str | None = None
 
 
 @dataclass
@@ -309,14 +312,18 @@ class Redactor:
         """The tracks whose heads are hidden, each with who it is and why."""
         if whom.everyone:
             return [Chosen(tr, f"track {tr.key}", _unconfirmed("everyone", tr)) for tr in heads.tracks]
+        joins = {tr.key: tr.joined_to for tr in heads.tracks}  # the person's other pieces in a shot count as them
         if whom.spare:
             out = []
+            spared = with_joins((tr.key for tr in heads.tracks if any(self._is(tr, t, heads) for t in targets)), joins)
             for tr in heads.tracks:
-                if not any(self._is(tr, t, heads) for t in targets):
+                if tr.key not in spared:
                     out.append(Chosen(tr, f"track {tr.key}", _unconfirmed(f"not one of the spared ({', '.join(t.name for t in targets)})", tr)))
             return out
         target = targets[0]
-        return [Chosen(tr, target.name, why) for tr in heads.tracks if (why := self._is(tr, target, heads))]
+        found = {tr.key: why for tr in heads.tracks if (why := self._is(tr, target, heads))}
+        return [Chosen(tr, target.name, found.get(tr.key) or joined_why(tr.join_cue, tr.key, joins, found))
+                for tr in heads.tracks if tr.key in with_joins(found, joins)]
 
     def _is(self, track: SeenTrack, target: Target, heads: VideoHeads) -> str | None:
         """Why a track is the target's person, in words (None: it is not)."""
@@ -520,7 +527,9 @@ def analysed_heads(path: Path, result: FileResult, unconfirmed: bool = False) ->
             if have:
                 rows[kind] = (np.array([i for i, _ in have], np.int64), np.array([o.face_visible for _, o in have], bool),
                               np.stack([o.embeddings[kind] for _, o in have]).astype(np.float32))
-        tracks.append(SeenTrack(n, tr.shot_index, tuple((o.frame_index, o.head) for o in obs), rows, tr.start, tr.end, doubt))
+        join = tr.join if doubt is None else None  # kept tracks come first: track i is number i + 1
+        tracks.append(SeenTrack(n, tr.shot_index, tuple((o.frame_index, o.head) for o in obs), rows, tr.start, tr.end, doubt,
+                                None if join is None else join.to + 1, None if join is None else join.cue))
     samples = sorted(i for i, _ in result.samples)
     return VideoHeads(path, result.stamp.fingerprint, (result.width, result.height), result.frames_decoded, result.fps,
                       {s.index: (s.start_frame, s.end_frame) for s in result.shots}, tracks, samples, 1,
@@ -548,7 +557,8 @@ def library_heads(library: Library, video: Path, fingerprint: str) -> VideoHeads
         seen = tuple((s.frame_index, Box(s.x1, s.y1, s.x2, s.y2)) for s in sightings[tr.id])
         if seen:
             kinds = vectors[tr.id].kinds if tr.id in vectors else {}
-            tracks.append(SeenTrack(tr.id, shot_of.get(tr.shot_id, 0), seen, kinds, tr.start_time, tr.end_time))
+            tracks.append(SeenTrack(tr.id, shot_of.get(tr.shot_id, 0), seen, kinds, tr.start_time, tr.end_time,
+                                    joined_to=tr.joined_to, join_cue=tr.join_cue))
     gaps = [b[0] - a[0] for t in tracks for a, b in zip(t.sightings, t.sightings[1:], strict=False) if b[0] > a[0]]
     period = int(np.median(gaps)) if gaps else max(1, round((row.fps or 25.0) / IndexSettings.sample_fps))
     return VideoHeads(video, fingerprint, (row.width, row.height), row.frames_decoded, row.fps,

@@ -125,6 +125,13 @@ def _forgotten_people(conn: sa.Connection) -> None:
     t.forgotten_people.create(conn, checkfirst=True)
 
 
+def _joins_within_shots(conn: sa.Connection) -> None:
+    """Format 9: a track joined within its shot to an earlier track's person records it (`indexer.rejoin`). Tracks
+    indexed before have no joins (NULL); re-indexing a file (or `headsearch reindex`) joins them."""
+    for column, kind in (("joined_to", "BIGINT"), ("join_cue", "VARCHAR"), ("join_score", "DOUBLE")):
+        conn.execute(sa.text(f"ALTER TABLE tracks ADD COLUMN IF NOT EXISTS {column} {kind}"))
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: Migration(1, "record the library format in the database", _record_format_in_database),
     2: Migration(2, "add the people tables", _add_people_tables),
@@ -133,6 +140,7 @@ MIGRATIONS: dict[int, Migration] = {
     5: Migration(5, "people's curation: track quality, answers to merge suggestions, reference photos", _people_curation),
     6: Migration(6, "how far each sighting's face is turned (yaw)", _face_yaw),
     7: Migration(7, "the record of persons forgotten", _forgotten_people),
+    8: Migration(8, "tracks joined within their shot to an earlier track's person", _joins_within_shots),
 }
 
 
