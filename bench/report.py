@@ -1,5 +1,5 @@
 """Benchmark results as text tables and ROC plots: each function takes a run's result object
-(`AccuracyRun`, `SpeedRun`, `HeadsRun`, `CompareBenchRun`; a people run shows itself, `bench.people.people_text`)."""
+(`AccuracyRun`, `SpeedRun`, `HeadsRun`, `CompareBenchRun`, `PresenceRun`; a people run shows itself, `bench.people.people_text`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -16,6 +16,7 @@ from headsearch.evaluation.verification import YAW_BANDS
 if TYPE_CHECKING:  # types only: whoever made the run has loaded its module (a report need not load the others)
     from bench.compare import CompareBenchRun
     from bench.heads import HeadsRun
+    from bench.presence import Coverage, PresenceRun
     from bench.speed import SpeedRun
 
 
@@ -386,3 +387,81 @@ def compare_text(run: CompareBenchRun) -> str:
     for f in run.failed:
         lines.append(f"failed: {f}")
     return "\n".join(lines)
+
+
+def _share(c: Coverage, views: Sequence[str]) -> str:
+    on = sum(c.on[v] for v in views)
+    return "-" if not on else f"{sum(c.covered[v] for v in views) / on:.3f}"
+
+
+def _coverage_cells(c: Coverage) -> list[str]:
+    d = c.to_dict()
+    found = d["pieces_per_found_shot"]
+    return ([_share(c, (v,)) for v in ("front", "profile", "back")]
+            + [_share(c, ("front", "profile", "back")), f"{c.false}/{c.claimed}",
+               f"{found:.2f} ({d['shots_found']}/{d['shots_on_screen']})" if found is not None else f"- (0/{d['shots_on_screen']})"])
+
+
+def presence_text(run: PresenceRun) -> str:
+    """Per person and pooled: on-screen frames by view; coverage by query and by tracks, by view; false frames; pieces."""
+    d = run.to_dict()
+    lines = [f"presence set {run.options.set_csv}: {d['people']} people in {d['videos']} videos; indexed in {run.index_seconds:.0f} s, "
+             f"measured in {run.measure_seconds:.0f} s" + (f" (library kept: {run.library})" if run.library else "")]
+    head = ["person", "on F/P/B"]
+    for method in ("query", "tracks"):
+        head += [f"{method} front", "profile", "back", "all", "false/claimed", "pieces (shots)"]
+    rows = [head]
+    for p in run.people + [None]:
+        q, t = (p.query, p.tracks) if p is not None else (run.total("query"), run.total("tracks"))
+        rows.append([p.name if p is not None else "all (pooled)", "/".join(str(q.on[v]) for v in ("front", "profile", "back"))]
+                    + _coverage_cells(q) + _coverage_cells(t))
+    lines += format_table(rows, "<" + ">" * (len(head) - 1))
+    for method in ("query", "tracks"):
+        c = run.total(method)
+        tf = c.turned_in_found
+        lines.append(f"{method}: turned (profile and back) {_share(c, ('profile', 'back'))}; in shots where the person is found "
+                     + (f"{tf[0] / tf[1]:.3f} ({tf[0]}/{tf[1]} frames)" if tf[1] else "- (no turned frames there)"))
+    lines.append("(coverage: share of on-screen frames claimed; false: claimed frames where the person is not on screen; pieces: "
+                 "distinct tracks per shot the person is found in, mean (found shots/shots on screen); query: confident hits of "
+                 "`query PHOTO`; tracks: those `redact --ref PHOTO` hides)")
+    for p in run.people:
+        lines += [f"{p.name}: {n}" for n in p.notes]
+    lines += [f"note: {n}" for n in run.notes]
+    return "\n".join(lines)
+
+
+VIEW_COLOURS = {"front": (60, 170, 75), "profile": (240, 160, 40), "back": (200, 60, 60)}
+
+
+def plot_presence(run: PresenceRun, path: Path) -> Path:
+    """One strip per person and video: on-screen frames coloured by view, and below them the frames the query's hits
+    and the redaction's tracks claim (grey), frame 0 at the left, every video scaled to the same width."""
+    from PIL import Image, ImageDraw
+
+    from bench.presence import views_of
+
+    label_w, strip_w, lane, gap = 300, 700, 9, 8
+    items = [(p, f) for p in run.people for f in sorted(set(run.on_screen[p.name]) | set(p.claims["query"]) | set(p.claims["tracks"]))]
+    height = 30 + len(items) * (3 * lane + gap)
+    image = Image.new("RGB", (label_w + strip_w + 10, height), "white")
+    draw = ImageDraw.Draw(image)
+    draw.text((4, 4), "on screen (front green, profile orange, back red); query hits; redact --ref tracks", fill="black")
+    y = 30
+    for person, file in items:
+        frames = max(run.frame_counts.get(file, 1), 1)
+
+        def x(f: int, frames: int = frames) -> int:
+            return label_w + round(f * strip_w / frames)
+
+        draw.text((4, y), f"{person.name[:28]} | {Path(file).name[:14]}", fill="black")
+        for n in range(3):
+            draw.rectangle((label_w, y + n * lane, label_w + strip_w, y + n * lane + lane - 2), fill=(235, 235, 235))
+        for first, last, view in views_of(run.on_screen[person.name]).get(file, []):
+            draw.rectangle((x(first), y, x(last + 1) - 1, y + lane - 2), fill=VIEW_COLOURS[view])
+        for n, method in enumerate(("query", "tracks"), 1):
+            for first, last in person.claims[method].get(file, []):
+                draw.rectangle((x(first), y + n * lane, x(last + 1) - 1, y + n * lane + lane - 2), fill=(90, 90, 90))
+        y += 3 * lane + gap
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image.save(path)
+    return path

@@ -329,3 +329,32 @@ def redact_bench(set_csv: Path, root: Path | None, tools: tuple[str, ...], style
     _show(run.to_dict(), run.text(), as_json)
     if any(r.error for r in run.results):
         sys.exit(EXIT_PARTIAL)
+
+
+@bench.command("presence")
+@click.argument("set_csv", metavar="SET", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder the set's relative file paths start from (default: the CSV's folder; bench/sets/presence.csv: ../shared/data).")
+@click.option("--model", "-m", default=None, help="Model to index with (default: the library's, else the default model).")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a PNG: per person and video, the on-screen frames by view against what the query and the tracks claim.")
+@fps_option
+@library_option
+@json_option
+@quiet_option
+def presence_bench(set_csv: Path, root: Path | None, model: str | None, plot: Path | None, sample_fps: float, library: Path | None,
+                   as_json: bool, quiet: bool) -> None:
+    """How much of each person's time on screen, facing any way, a query with their photo finds and `redact --ref` hides.
+
+    SET is a CSV person,file,first_frame,last_frame,view,reference,ref_time,ref_box (bench/sets/README.md). Its videos
+    are indexed into a temporary library (or into --library, kept); per person and by view (front, profile, back):
+    coverage by the query's confident hits and by the redaction's tracks, false coverage, and pieces per shot."""
+    from bench.presence import PresenceOptions, bench_presence
+    from bench.report import plot_presence, presence_text
+
+    options = PresenceOptions(set_csv, root, library_path(library) if library is not None else None, model,
+                              IndexSettings.from_env(sample_fps=sample_fps))
+    run = bench_presence(options, progress=_say(quiet))
+    if plot is not None:
+        _warn(f"wrote {plot_presence(run, plot)}")
+    _show(run.to_dict(), presence_text(run), as_json)
