@@ -194,7 +194,8 @@ def with_joined(library: Library, shown: list[ShownHit]) -> list[ShownHit]:
             if p.track_id in present:
                 continue
             present.add(p.track_id)
-            hit = replace(s.hit, track_id=p.track_id, start=p.start, end=p.end, time=p.time, thumbnail=p.thumbnail,
+            hit = replace(s.hit, track_id=p.track_id, start=p.start, end=p.end, time=p.time,
+                          thumbnail=str((library.root / p.thumbnail).resolve()),
                           observation_id=p.observation_id, yaw=None, joined_to=s.hit.track_id, join_cue=p.cue)
             out.append(ShownHit(hit, sightings.get(p.observation_id), s.confident, look=s.look))
     return out
