@@ -114,11 +114,11 @@ class TrackRow:
     n_observations: int
     face_visible_share: float
     thumbnail: str  # path relative to the library folder
+    joined_to: int | None  # joined within its shot to this track's person (`indexer.rejoin`); None: not joined
+    join_cue: str | None  # what joined it: "head" or "head+body"
+    join_score: float | None
     video: str  # the file's path
     video_kind: str  # "video" or "image"
-    joined_to: int | None = None  # joined within its shot to this track's person (`indexer.rejoin`)
-    join_cue: str | None = None  # what joined it: "head" or "head+body"
-    join_score: float | None = None
 
 
 @dataclass(frozen=True)
