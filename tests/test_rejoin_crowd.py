@@ -103,3 +103,16 @@ def test_query_person_shows_his_back_as_joined_to_his_front(bald_man):
     assert back["start"] >= 3.5 and Box(*back["box"]).iou(BACK[91]) > 0.5
     text = run("query", "--person", "bald_man", "--library", bald_man["library"], "--no-pictures").stdout
     assert f"{JOIN_WORDS['head+body']}: track {bald_man['front']}" in text
+
+
+def test_the_person_page_shows_the_joined_piece_with_its_cue(bald_man, tmp_path):
+    from starlette.testclient import TestClient
+
+    from serve.app import create_app
+
+    person = next(p for p in json.loads(run("people", "--library", bald_man["library"], "--unlisted", "--json").stdout)
+                  if p["name"] == "bald_man")
+    client = TestClient(create_app(bald_man["library"], cache_dir=tmp_path / "cache"))
+    page = client.get(f"/people/{person['id']}")
+    assert page.status_code == 200 and JOIN_WORDS["head+body"] in page.text
+    assert f'title="joined to track {bald_man["front"]}"' in page.text
