@@ -177,7 +177,7 @@ def with_joined(library: Library, shown: list[ShownHit]) -> list[ShownHit]:
     """Each hit that is the person (confident, or uncalibrated) followed by the other tracks of its person in its shot,
     which the analysis joined to it (`indexer.rejoin`: a head that turned away, was hidden a moment): each with the hit's
     tier and scores (the person's), its own time range and sighting, `joined_to` the hit's track and the cue that joined
-    them. A track already shown keeps its own place and tier."""
+    them. A track of the person shown further down already keeps its place, tier and scores, and is marked joined."""
     anchors = [s.hit.track_id for s in shown if s.confident is not False and s.hit.joined_to is None]
     if not anchors:
         return shown
@@ -186,14 +186,21 @@ def with_joined(library: Library, shown: list[ShownHit]) -> list[ShownHit]:
         if not pieces:
             return shown
         sightings = reader.sightings([p.observation_id for ps in pieces.values() for p in ps])
-    present = {s.hit.track_id for s in shown}
-    out = []
-    for s in shown:
+    marked = list(shown)
+    place = {s.hit.track_id: i for i, s in enumerate(shown)}
+    out: list[ShownHit] = []
+    for i in range(len(marked)):
+        s = marked[i]
         out.append(s)
-        for p in pieces.get(s.hit.track_id, []) if s.confident is not False and s.hit.joined_to is None else []:
-            if p.track_id in present:
+        if s.confident is False or s.hit.joined_to is not None:
+            continue
+        for p in pieces.get(s.hit.track_id, []):
+            j = place.get(p.track_id)
+            if j is not None:
+                if j > i and marked[j].hit.joined_to is None:
+                    marked[j] = replace(marked[j], hit=replace(marked[j].hit, joined_to=s.hit.track_id, join_cue=p.cue))
                 continue
-            present.add(p.track_id)
+            place[p.track_id] = -1
             hit = replace(s.hit, track_id=p.track_id, start=p.start, end=p.end, time=p.time,
                           thumbnail=str((library.root / p.thumbnail).resolve()),
                           observation_id=p.observation_id, yaw=None, joined_to=s.hit.track_id, join_cue=p.cue)
