@@ -29,7 +29,7 @@ from headsearch.models.whole_head import Lite0Appearance
 from indexer.decode import DecodedFrame, VideoStream
 from indexer.evidence import EvidenceCollector, judge_photo
 from indexer.prefetch import Prefetched
-from indexer.rejoin import DEFAULT_BARS, JoinBars, PieceCues, body_region, join_pieces, needs_body, piece_cues
+from indexer.rejoin import DEFAULT_BARS, JoinBars, PieceCues, body_region, join_pieces, piece_cues
 from indexer.shots import ShotBoundaryDetector, hsv_histogram
 from indexer.tracker import HeadTracker
 from schemas.records import FileResult, FileStamp, HeadDetection, HeadSource, HeadTrack, MediaKind, Observation, Shot
@@ -219,34 +219,47 @@ def _analyse_image(path: Path, stamp: FileStamp, a: _Analysis) -> FileResult:
 
 
 def _join_within_shots(tracks: list[HeadTrack], a: _Analysis, bars: JoinBars | None, out: list[PieceCues] | None) -> None:
-    """Join the tracks of each shot that are one person (`indexer.rejoin`); the body descriptors are Lite0's, run only
-    for the tracks a join may compare, where the model has Lite0 (the default model)."""
+    """Join the tracks of each shot that are one person (`indexer.rejoin`); the body descriptors are Lite0's (where the
+    model has Lite0: the default model), run only for the tracks of a join about to be made."""
     if bars is None and out is None:
         return
     pieces = [piece_cues(tr, a.embedder.spec.appearance_dims) for tr in tracks]
     body_model = getattr(a.embedder, "appearance", None)
-    if isinstance(body_model, Lite0Appearance):
-        last, first = (set(range(len(tracks))),) * 2 if out is not None else needs_body(pieces)
-        wanted = [(i, end) for i in sorted(last | first) for end in (0, 1)
-                  if id(tracks[i]) in a.bodies and (end == 1 and i in last or end == 0 and i in first)]
-        if wanted:
-            t0 = time.perf_counter()
-            described = body_model.embed([_Body(a.bodies[id(tracks[i])][end]) for i, end in wanted])
-            for (i, end), v in zip(wanted, described, strict=True):
-                setattr(pieces[i], "body_last" if end else "body_first", v)
-            a.clock.add("embed", t0)
+    bodies = _Bodies(tracks, pieces, a, body_model) if isinstance(body_model, Lite0Appearance) else None
     if out is not None:
+        if bodies is not None:
+            bodies.describe([(i, last) for i in range(len(tracks)) for last in (False, True)])
         out.extend(pieces)
     if bars is not None:
-        for tr, join in zip(tracks, join_pieces(pieces, bars), strict=True):
+        for tr, join in zip(tracks, join_pieces(pieces, bars, None if bodies is None else bodies.describe), strict=True):
             tr.join = join
 
 
-@dataclass
 class _Body:
     """A body region as the Lite0 graph takes a head crop."""
 
-    image: np.ndarray
+    def __init__(self, image: np.ndarray):
+        self.image = image
+
+
+class _Bodies:
+    """The body descriptors of tracks (at their first and last detected sighting), described once, when first asked."""
+
+    def __init__(self, tracks: list[HeadTrack], pieces: list[PieceCues], a: _Analysis, model: Lite0Appearance):
+        self.tracks, self.pieces, self.analysis, self.model = tracks, pieces, a, model
+        self.done: set[tuple[int, bool]] = set()
+
+    def describe(self, ends: Iterable[tuple[int, bool]]) -> None:
+        kept = self.analysis.bodies
+        wanted = [(i, last) for i, last in sorted(set(ends) - self.done) if id(self.tracks[i]) in kept]
+        self.done |= set(ends)
+        if not wanted:
+            return
+        t0 = time.perf_counter()
+        described = self.model.embed([_Body(kept[id(self.tracks[i])][int(last)]) for i, last in wanted])
+        for (i, last), v in zip(wanted, described, strict=True):
+            setattr(self.pieces[i], "body_last" if last else "body_first", v)
+        self.analysis.clock.add("embed", t0)
 
 
 def _log_dropped(path: Path, dropped: list[tuple[HeadTrack, str]]) -> None:

@@ -10,15 +10,16 @@ The rule, on the pieces of one shot in the order they begin:
 - the head cue: the cosine of the mean head vectors of the face sightings of both sides, or, where one side has no
   face, of the appearance parts of their head vectors (`ModelSpec.appearance_dims`), each with its own bar; where a
   side has no face, the bar is the stricter one for backs;
+- the ratio test: candidates are ranked by the head cue; the best must beat every other candidate group's by `ratio`
+  (second <= ratio x best);
 - the body cue: EfficientNet-Lite0 features of the region below the head at the group's last sighting and the piece's
   first (`body_region`: only where at least a quarter of it is in frame); where both sides have one it must pass its
-  bar too, and it adds to the score;
-- the ratio test: the best group's score must beat every other candidate group's by `ratio` (second <= ratio x best).
+  bar too (a veto), and it is averaged into the join's score;
 Never across a cut: pieces of different shots are never candidates. The bars were measured by
 `research/rejoin_bars.py` (what it measured: research/README.md)."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,45 +94,39 @@ def body_region(head: Box, width: int, height: int) -> Box | None:
     return inside
 
 
+Describe = Callable[[Sequence[tuple[int, bool]]], None]  # fills in pieces' bodies: (index, at its last sighting)
+
+
 @dataclass(frozen=True)
-class PairScore:
-    head: float | None  # None: no head cue (no head vectors, or no appearance part where a side has no face)
-    head_bar: float
-    body: float | None  # None: no body descriptor on one side
-    faceless: bool = False  # the head cue is the appearance part's: one side has no face
+class HeadCue:
+    """How well a piece's head continues a group's: the best cue over the group's pieces."""
 
-    def passes(self, bars: JoinBars) -> bool:
-        if self.head is None or self.head < self.head_bar:
-            return False
-        if self.body is None:
-            return not (self.faceless and bars.faceless_needs_body)
-        return self.body >= bars.body
-
-    @property
-    def score(self) -> float:
-        """What candidates are ranked by (and the ratio test compares)."""
-        head = -1.0 if self.head is None else self.head
-        return head if self.body is None else (head + self.body) / 2
+    score: float
+    bar: float
+    faceless: bool  # the appearance part's cue: one side has no face
 
 
-def pair_score(earlier: Sequence[PieceCues], later: PieceCues, bars: JoinBars) -> PairScore:
-    """How well a piece continues a group of earlier pieces: its best head cue over the group's pieces, its body against
-    the group's last piece."""
-    best: tuple[float, float, bool] | None = None  # (score, its bar, whether it is the appearance part's)
+def head_cue(earlier: Sequence[PieceCues], later: PieceCues, bars: JoinBars) -> HeadCue | None:
+    """The head cue of a piece against a group of earlier pieces (None: nothing to compare): the mean head vectors where
+    both show a face, else the appearance parts, where one of them does; the best over the group's pieces."""
+    best: HeadCue | None = None
     for e in earlier:
         if e.head is not None and later.head is not None:
-            cue = (float(e.head @ later.head), bars.head, False)
+            cue = HeadCue(float(e.head @ later.head), bars.head, False)
         elif (e.face or later.face) and e.look is not None and later.look is not None:
-            cue = (float(e.look @ later.look), bars.appearance, True)
+            cue = HeadCue(float(e.look @ later.look), bars.appearance, True)
         else:
             continue
-        if best is None or cue[0] - cue[1] > best[0] - best[1]:
+        if best is None or cue.score - cue.bar > best.score - best.bar:
             best = cue
-    last = max(earlier, key=lambda p: p.end)
-    body = None if last.body_last is None or later.body_first is None else float(last.body_last @ later.body_first)
-    if best is None:
-        return PairScore(None, bars.head, body)
-    return PairScore(best[0], best[1], body, best[2])
+    return best
+
+
+def body_cue(earlier: PieceCues, later: PieceCues) -> float | None:
+    """The body below the head at the group's last sighting against the piece's first (None: one side has none)."""
+    if earlier.body_last is None or later.body_first is None:
+        return None
+    return float(earlier.body_last @ later.body_first)
 
 
 def candidate_groups(groups: list[list[int]], pieces: Sequence[PieceCues], b: int) -> list[int]:
@@ -149,37 +144,47 @@ def _by_shot(pieces: Sequence[PieceCues]) -> list[list[int]]:
     return list(shots.values())
 
 
-def join_pieces(pieces: Sequence[PieceCues], bars: JoinBars = DEFAULT_BARS) -> list[TrackJoin | None]:
+def join_pieces(pieces: Sequence[PieceCues], bars: JoinBars = DEFAULT_BARS,
+                describe: Describe | None = None) -> list[TrackJoin | None]:
     """Per piece, the join that makes it a later piece of an earlier one's person (None: it starts its own group).
-    `TrackJoin.to` is the index of the group's first piece."""
+    `TrackJoin.to` is the index of the group's first piece. Candidates are ranked by the head cue and held to the ratio
+    test; the best one's body is then compared: `describe([(index, last)])`, where given, first fills in these pieces'
+    bodies (at their last sighting, or their first): only the two ends of a join about to be made are described, so
+    indexing pays for the joins alone."""
     joins: list[TrackJoin | None] = [None] * len(pieces)
     for shot in _by_shot(pieces):
         groups: list[list[int]] = []  # never across a cut: each shot's groups are its own
         for b in shot:
-            scored = sorted(((pair_score([pieces[m] for m in groups[g]], pieces[b], bars), g)
-                             for g in candidate_groups(groups, pieces, b)), key=lambda sg: -sg[0].score)
-            if scored and scored[0][0].passes(bars) and (len(scored) == 1 or scored[1][0].score <= bars.ratio * scored[0][0].score):
-                best, g = scored[0]
-                joins[b] = TrackJoin(groups[g][0], JOIN_CUE_HEAD_BODY if best.body is not None else JOIN_CUE_HEAD, round(best.score, 4))
-                groups[g].append(b)
-            else:
+            scored = sorted(((cue, g) for g in candidate_groups(groups, pieces, b)
+                             if (cue := head_cue([pieces[m] for m in groups[g]], pieces[b], bars)) is not None),
+                            key=lambda cg: -cg[0].score)
+            join = _joined(scored, groups, pieces, b, bars, describe)
+            if join is None:
                 groups.append([b])
+            else:
+                joins[b] = join
+                next(members for members in groups if members[0] == join.to).append(b)
     return joins
 
 
-def needs_body(pieces: Sequence[PieceCues]) -> tuple[set[int], set[int]]:
-    """Which pieces' bodies the rule may compare: (pieces that another begins after: their last body; pieces that
-    begin after another ended: their first body). Only these are described, so indexing pays for the join alone."""
-    last, first = set(), set()
-    for shot in _by_shot(pieces):
-        for j, b in enumerate(shot):
-            p = pieces[b]
-            for a in shot[:j]:
-                q = pieces[a]
-                if q.end < p.start and (p.face or q.face):
-                    last.add(a)
-                    first.add(b)
-    return last, first
+def _joined(scored: list[tuple[HeadCue, int]], groups: list[list[int]], pieces: Sequence[PieceCues], b: int, bars: JoinBars,
+            describe: Describe | None) -> TrackJoin | None:
+    if not scored:
+        return None
+    best, g = scored[0]
+    if best.score < best.bar or (len(scored) > 1 and scored[1][0].score > bars.ratio * best.score):
+        return None
+    last = max(groups[g], key=lambda m: pieces[m].end)
+    if describe is not None:
+        describe([(last, True), (b, False)])
+    body = body_cue(pieces[last], pieces[b])
+    if body is None:
+        if best.faceless and bars.faceless_needs_body:
+            return None
+        return TrackJoin(groups[g][0], JOIN_CUE_HEAD, round(best.score, 4))
+    if body < bars.body:
+        return None
+    return TrackJoin(groups[g][0], JOIN_CUE_HEAD_BODY, round((best.score + body) / 2, 4))
 
 
 def with_joins(keys: Iterable[int], joined_to: Mapping[int, int | None]) -> set[int]:

@@ -29,7 +29,7 @@ from headsearch.basics.settings import IndexSettings
 from headsearch.detection.faces import FaceDetector
 from headsearch.models import load_embedder
 from indexer.analysis import analyse_file
-from indexer.rejoin import DEFAULT_BARS, PieceCues, join_pieces, pair_score, piece_cues
+from indexer.rejoin import DEFAULT_BARS, PieceCues, body_cue, head_cue, join_pieces, piece_cues
 from schemas.records import HeadTrack
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -40,9 +40,9 @@ VIDEOS = ("face_recognition/examples/short_hamilton_clip.mp4", "facenet-pytorch/
 
 
 def _cues(pieces: list[PieceCues], a: int, b: int) -> tuple[str, float | None, float | None]:
-    s = pair_score([pieces[a]], pieces[b], DEFAULT_BARS)
+    cue = head_cue([pieces[a]], pieces[b], DEFAULT_BARS)
     kind = "face" if pieces[a].head is not None and pieces[b].head is not None else "look"
-    return kind, s.head, s.body
+    return kind, None if cue is None else cue.score, body_cue(pieces[a], pieces[b])
 
 
 def _pair(out: dict[str, list], sign: str, p: PieceCues, q: PieceCues) -> None:

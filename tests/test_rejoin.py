@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from indexer.rejoin import DEFAULT_BARS, JoinBars, PieceCues, body_region, join_pieces, needs_body, with_joins
+from indexer.rejoin import DEFAULT_BARS, JoinBars, PieceCues, body_region, join_pieces, with_joins
 from schemas.records import JOIN_CUE_HEAD, JOIN_CUE_HEAD_BODY, Box
 
 DIM = 16
@@ -97,10 +97,14 @@ def test_a_body_that_disagrees_vetoes_the_join():
     assert join_pieces([_piece(0, 2, body=BODY), _piece(3, 5, body=BODY)])[1].cue == JOIN_CUE_HEAD_BODY
 
 
-def test_bodies_are_described_only_where_a_join_may_compare_them():
-    pieces = [_piece(0, 2), _piece(1, 4), _piece(3, 5), _piece(0, 1, shot=1), _piece(0, 9, shot=2)]
-    last, first = needs_body(pieces)
-    assert last == {0} and first == {2}
+def test_bodies_are_described_only_for_a_join_about_to_be_made():
+    """The head cue and the ratio test come first: bodies (Lite0 on two crops a track) are asked for the pieces of the
+    join about to be made alone, never for a candidate the head rules out."""
+    asked: list[list[tuple[int, bool]]] = []
+    pieces = [_piece(0, 2), _piece(0, 2, OTHER), _piece(3, 5), _piece(6, 7, _axis(7)), _piece(0, 9, shot=1)]
+    joins = join_pieces(pieces, DEFAULT_BARS, lambda indexes: asked.append(sorted(indexes)))
+    assert [j.to if j else None for j in joins] == [None, None, 0, None, None]
+    assert asked == [[(0, True), (2, False)]]  # the earlier piece's last body, the later one's first
 
 
 def test_the_body_region_needs_a_quarter_of_it_in_frame():
