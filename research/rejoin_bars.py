@@ -54,6 +54,16 @@ def _pair(out: dict[str, list], sign: str, p: PieceCues, q: PieceCues) -> None:
         out[f"{sign}_look"].append(float(p.look @ q.look))
 
 
+def _joint(out: dict[str, list], sign: str, p: PieceCues, q: PieceCues, body: float | None) -> None:
+    """Whether the pair passes the bars of the rule (head or appearance cue, body where both have one), the ratio test
+    aside: (passes, with a body)."""
+    cue = head_cue([p], q, DEFAULT_BARS)
+    if cue is None:
+        return
+    passes = cue.score >= cue.bar and (body >= DEFAULT_BARS.body if body is not None else not cue.faceless)
+    out.setdefault(f"{sign}_joint", []).append((passes, body is not None))
+
+
 def _half(track: HeadTrack, part: slice) -> HeadTrack:
     return replace(track, observations=track.observations[part])
 
@@ -88,6 +98,8 @@ def _different_people(cues: list[PieceCues], out: dict[str, list]) -> None:
             for x, y in ((p.body_first, q.body_first), (p.body_last, q.body_last)):
                 if x is not None and y is not None:
                     out["neg_body"].append(float(x @ y))
+            body = None if p.body_last is None or q.body_first is None else float(p.body_last @ q.body_first)
+            _joint(out, "neg", p, q, body)
 
 
 def _same_person(tr: HeadTrack, cue: PieceCues, dims: int, out: dict[str, list]) -> None:
@@ -95,7 +107,10 @@ def _same_person(tr: HeadTrack, cue: PieceCues, dims: int, out: dict[str, list])
     embedded = [k for k, o in enumerate(tr.observations) if o.embeddings]
     if len(embedded) >= 2:
         mid = embedded[len(embedded) // 2]
-        _pair(out, "pos", piece_cues(_half(tr, slice(0, mid)), dims), piece_cues(_half(tr, slice(mid, None)), dims))
+        first, second = piece_cues(_half(tr, slice(0, mid)), dims), piece_cues(_half(tr, slice(mid, None)), dims)
+        _pair(out, "pos", first, second)
+        body = None if cue.body_first is None or cue.body_last is None else float(cue.body_first @ cue.body_last)
+        _joint(out, "pos", first, second, body)
     if cue.body_first is not None and cue.body_last is not None and tr.observations[-1].time - tr.start >= 1.0:
         out["pos_body"].append(float(cue.body_first @ cue.body_last))
     faced = [o for o in tr.observations if o.embeddings and o.face is not None]
@@ -137,7 +152,7 @@ def main() -> int:
         for k, xs in measure(Path(v), settings, detector, embedder, args.sheets).items():
             total.setdefault(k, []).extend(xs)
     print("\n== scores (different people: on screen at once; same person: a track's halves, its face vs faceless sightings)")
-    for k, xs in sorted(total.items()):
+    for k, xs in sorted((k, xs) for k, xs in total.items() if not k.endswith("_joint")):
         a = np.array(xs)
         print(f"{k:10s} n={len(a):4d}" + (f" min {a.min():.3f} p05 {np.percentile(a, 5):.3f} median {np.median(a):.3f} "
                                           f"p95 {np.percentile(a, 95):.3f} max {a.max():.3f}" if len(a) else ""))
@@ -145,6 +160,10 @@ def main() -> int:
         bar = _bar(total[neg])
         kept = np.mean(np.array(total[pos]) >= bar) if total[pos] else float("nan")
         print(f"{cue}: above every different-people pair at {bar:.2f}; same-person pairs kept {kept:.3f}")
+    for sign, what in (("neg", "different people on screen at once"), ("pos", "halves of one track")):
+        pairs = total.get(f"{sign}_joint", [])
+        print(f"at the shipped bars {DEFAULT_BARS}: {sum(p for p, _ in pairs)} of {len(pairs)} pairs of {what} pass "
+              f"({sum(p for p, b in pairs if b)} of {sum(b for _, b in pairs)} with a body on both sides)")
     bar = _bar(total["neg_look"])
     print(f"appearance across a turn at {bar:.2f}: kept {np.mean(np.array(total['turn_look']) >= bar) if total['turn_look'] else float('nan'):.3f}")
     return 0
