@@ -116,3 +116,13 @@ def test_the_person_page_shows_the_joined_piece_with_its_cue(bald_man, tmp_path)
     page = client.get(f"/people/{person['id']}")
     assert page.status_code == 200 and JOIN_WORDS["head+body"] in page.text
     assert f'title="joined to track {bald_man["front"]}"' in page.text
+
+
+def test_compare_carries_his_tier_to_his_back_with_the_cue(bald_man):
+    said = json.loads(run("compare", CROWD, "--person", "bald_man", "--library", bald_man["library"], "--json").stdout)
+    frames = said[0]["frames"]
+    front = [f for f in frames if f["time"] < 0.1]
+    back = [f for f in frames if f["time"] >= 3.6]
+    assert front and front[0]["tier"] in ("same_look", "other_look") and front[0]["joined"] is None
+    assert back and all(f["tier"] == front[0]["tier"] and f["joined"] == JOIN_WORDS["head+body"] for f in back), back
+    assert len({f["track"] for f in back}) == 1 and back[0]["track"] != front[0]["track"]  # his back: a piece of its own

@@ -40,7 +40,7 @@ from headsearch.detection.pose import face_yaw
 from headsearch.evaluation.thresholds import Thresholds
 from headsearch.models.base import mean_vector
 from headsearch.models.scoring import appearance_part, head_scores
-from schemas.records import FileResult, HeadTrack, Observation, Tier, VectorKind
+from schemas.records import FileResult, HeadTrack, Observation, Tier, VectorKind, join_words
 
 NO_HEAD = "no_head"
 TIERS = (str(Tier.SAME_LOOK), str(Tier.OTHER_LOOK), str(Tier.OTHER_PERSON), NO_HEAD)
@@ -107,6 +107,7 @@ class Frame:
     judged: str = "none"  # JUDGED: by the face, by the look of the head alone, or not at all
     reason: str | None = None  # REASONS: why not judged
     view: str | None = None  # VIEWS: the person's head as seen, where judged
+    joined: str | None = None  # the person's track was joined within the shot to another of theirs: the cue, in words
 
     @property
     def duration(self) -> float:
@@ -121,7 +122,8 @@ class Frame:
         return {"time": round(self.time, 3), "tier": self.tier, "identity": _round(self.identity), "head": _round(self.head),
                 "face": self.face, "box": None if self.box is None else [round(float(v), 1) for v in self.box], "track": self.track,
                 "carried": self.carried, "heads": self.heads, "shot": self.shot, "frame": self.index,
-                "yaw": None if self.yaw is None else round(self.yaw, 1), "judged": self.judged, "reason": self.reason, "view": self.view}
+                "yaw": None if self.yaw is None else round(self.yaw, 1), "judged": self.judged, "reason": self.reason, "view": self.view,
+                "joined": self.joined}
 
 
 @dataclass
@@ -436,12 +438,13 @@ def compare_analysis(result: FileResult, references: Sequence[Reference], thresh
     """An analysed video (every sampled sighting embedded) against each reference: one comparison per reference."""
     v = _Sampled.of(result)
     tracks, shots = v.tracks, v.shots
-    owner = assign_tracks(tracks, references, thresholds, appearance_dims)
+    owner, mates = joined_owners(tracks, result, assign_tracks(tracks, references, thresholds, appearance_dims))
+    joined = {n: join_words(tr.join.cue) for n, tr in enumerate(tracks) if tr.join is not None}
     out = []
     for r, ref in enumerate(references):
         scores = {(n, obs.frame_index): _score(obs, ref, thresholds, appearance_dims) for n, tr in enumerate(tracks) for obs in tr.observations}
-        carried = {n: _carried_tiers(tr, n, scores) for n, tr in enumerate(tracks)}
-        frames = [_frame(time, end, index, shot, v.at.get(index, []), r, owner, scores, carried, ref, v.unjudged.get(index, []))
+        carried = {n: _carried_tiers(tr, n, scores, [(m, tracks[m]) for m in mates[n]]) for n, tr in enumerate(tracks)}
+        frames = [_frame(time, end, index, shot, v.at.get(index, []), r, owner, scores, carried, ref, v.unjudged.get(index, []), joined)
                   for index, time, end, shot in v.frames()]
         segments = merge_segments(segments_of(frames, shots), settings.min_segment_s)
         seams = seams_of(frames, settings.seam_frames(result.frames_decoded), result.fps) if settings.chunk_frames else None
@@ -553,11 +556,22 @@ def _unjudged_frame(reasons: Sequence[str]) -> str:
     return max(sorted(set(reasons)), key=reasons.count) if reasons else NO_HEAD
 
 
-def _carried_tiers(track: HeadTrack, n: int, scores: dict) -> dict[int, tuple[str, bool]]:
+def joined_owners(tracks: Sequence[HeadTrack], result: FileResult, owner: list[int | None]) -> tuple[list[int | None], list[list[int]]]:
+    """Tracks joined within their shot (`HeadTrack.join`, `indexer.rejoin`) are one person: a track no reference took goes
+    to the reference that took another of its person's; and each track's mates (the other tracks of its person)."""
+    index = {id(tr): i for i, tr in enumerate(result.tracks)}
+    group = [tr.join.to if tr.join is not None else index.get(id(tr), -1 - n) for n, tr in enumerate(tracks)]
+    taken = {g: o for g, o in zip(group, owner, strict=True) if o is not None}
+    mates = [[m for m, h in enumerate(group) if h == g and m != n] for n, g in enumerate(group)]
+    return [o if o is not None else taken.get(g) for o, g in zip(owner, group, strict=True)], mates
+
+
+def _carried_tiers(track: HeadTrack, n: int, scores: dict, mates: Sequence[tuple[int, HeadTrack]] = ()) -> dict[int, tuple[str, bool]]:
     """Each sighting's tier in a track (frame index -> (tier, carried)): a sighting with a face by its own scores; one
-    without, by the track's nearest sighting with a face in time, or by its own look where the track never shows one."""
-    faced = [(o.time, scores[n, o.frame_index].tier) for o in track.observations
-             if scores[n, o.frame_index].identity is not None and scores[n, o.frame_index].tier is not None]
+    without, by the nearest sighting with a face in time of the track or of its person's other tracks in the shot
+    (`mates`: joined to it), or by its own look where none shows one."""
+    faced = [(o.time, scores[m, o.frame_index].tier) for m, tr in ((n, track), *mates) for o in tr.observations
+             if scores[m, o.frame_index].identity is not None and scores[m, o.frame_index].tier is not None]
     out = {}
     for o in track.observations:
         own = scores[n, o.frame_index]
@@ -578,7 +592,7 @@ def _shot_of(shots: Sequence, frame_index: int) -> int:
 
 
 def _frame(time: float, end: float, index: int, shot: int, seen: list[tuple[int, Observation]], r: int, owner: list[int | None],
-           scores: dict, carried: dict, ref: Reference, unjudged: Sequence[str] = ()) -> Frame:
+           scores: dict, carried: dict, ref: Reference, unjudged: Sequence[str] = (), joined: dict[int, str] | None = None) -> Frame:
     frame = Frame(time, end, index, shot, NO_HEAD, heads=len(seen))
     faces = [(obs.face.box.area, scores[n, index].identity) for n, obs in seen if obs.face is not None and scores[n, index].identity is not None]
     if faces:
@@ -603,6 +617,7 @@ def _frame(time: float, end: float, index: int, shot: int, seen: list[tuple[int,
     frame.tier, frame.carried = tier, was_carried
     frame.identity, frame.head, frame.face, frame.yaw = s.identity, s.head, obs.face is not None, face_yaw(obs.face)
     frame.box, frame.track = obs.head.as_tuple(), n + 1
+    frame.joined = (joined or {}).get(n) if owner[n] == r else None
     frame.judged = "face" if s.identity is not None else "head" if s.head is not None else "none"
     if frame.judged == "none":
         frame.reason = "no_face"
