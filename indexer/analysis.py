@@ -116,7 +116,7 @@ class _Analysis:
 
     def keep_body(self, track: HeadTrack, obs: Observation, rgb: np.ndarray) -> None:
         """The region below a detected head, small, kept at the track's first and last detected sighting: the body cue
-        of joins within the shot (`indexer.rejoin`), described only for the tracks a join may compare."""
+        of joins within the shot (`indexer.rejoin`), described only at the two ends of a join about to be made."""
         if obs.found_by == HeadSource.FOLLOWED:
             return
         h, w = rgb.shape[:2]
@@ -186,9 +186,7 @@ def analyse_file(path: Path, settings: IndexSettings, detector: FaceDetector, em
         result = _analyse_image(path, stamp, analysis)
     else:
         result = _analyse_video(path, stamp, analysis, progress, sorted(sample_at))
-        t0 = time.perf_counter()
         _join_within_shots(result.tracks, analysis, join_bars, join_cues)
-        analysis.clock.add("track", t0)
     result.stage_seconds = dict(analysis.clock.seconds)
     result.embedded = analysis.embedded
     return result
@@ -223,6 +221,7 @@ def _join_within_shots(tracks: list[HeadTrack], a: _Analysis, bars: JoinBars | N
     model has Lite0: the default model), run only for the tracks of a join about to be made."""
     if bars is None and out is None:
         return
+    t0 = time.perf_counter()
     pieces = [piece_cues(tr, a.embedder.spec.appearance_dims) for tr in tracks]
     body_model = getattr(a.embedder, "appearance", None)
     bodies = _Bodies(tracks, pieces, a, body_model) if isinstance(body_model, Lite0Appearance) else None
@@ -233,6 +232,7 @@ def _join_within_shots(tracks: list[HeadTrack], a: _Analysis, bars: JoinBars | N
     if bars is not None:
         for tr, join in zip(tracks, join_pieces(pieces, bars, None if bodies is None else bodies.describe), strict=True):
             tr.join = join
+    a.clock.add("track", t0 + (bodies.seconds if bodies is not None else 0.0))  # Lite0's seconds are counted as "embed"
 
 
 class _Body:
@@ -248,6 +248,7 @@ class _Bodies:
     def __init__(self, tracks: list[HeadTrack], pieces: list[PieceCues], a: _Analysis, model: Lite0Appearance):
         self.tracks, self.pieces, self.analysis, self.model = tracks, pieces, a, model
         self.done: set[tuple[int, bool]] = set()
+        self.seconds = 0.0
 
     def describe(self, ends: Iterable[tuple[int, bool]]) -> None:
         kept = self.analysis.bodies
@@ -259,7 +260,7 @@ class _Bodies:
         described = self.model.embed([_Body(kept[id(self.tracks[i])][int(last)]) for i, last in wanted])
         for (i, last), v in zip(wanted, described, strict=True):
             setattr(self.pieces[i], "body_last" if last else "body_first", v)
-        self.analysis.clock.add("embed", t0)
+        self.seconds += self.analysis.clock.add("embed", t0) - t0
 
 
 def _log_dropped(path: Path, dropped: list[tuple[HeadTrack, str]]) -> None:

@@ -322,8 +322,9 @@ class Redactor:
             return out
         target = targets[0]
         found = {tr.key: why for tr in heads.tracks if (why := self._is(tr, target, heads))}
+        chosen = with_joins(found, joins)
         return [Chosen(tr, target.name, found.get(tr.key) or joined_why(tr.join_cue, tr.key, joins, found))
-                for tr in heads.tracks if tr.key in with_joins(found, joins)]
+                for tr in heads.tracks if tr.key in chosen]
 
     def _is(self, track: SeenTrack, target: Target, heads: VideoHeads) -> str | None:
         """Why a track is the target's person, in words (None: it is not)."""
