@@ -12,6 +12,9 @@ The rule, on the pieces of one shot in the order they begin:
   side has no face, the bar is the stricter one for backs;
 - the ratio test: candidates are ranked by the head cue; the best must beat every other candidate group's by `ratio`
   (second <= ratio x best);
+- the stricter bar for backs: a piece joined on the appearance part alone (one side faceless) needs the body cue, and a
+  head about the size the person's head last was (within `faceless_size_ratio`: look-alike heads of two people at
+  different distances from the camera, seen in the crowd clip, differ in size);
 - the body cue: EfficientNet-Lite0 features of the region below the head at the group's last sighting and the piece's
   first (`body_region`: only where at least a quarter of it is in frame); where both sides have one it must pass its
   bar too (a veto), and it is averaged into the join's score;
@@ -40,6 +43,7 @@ class JoinBars:
     body: float = 0.60  # cosine of the body descriptors, where both sides have one
     ratio: float = 0.90  # the best candidate's score must beat the second best's by this ratio
     faceless_needs_body: bool = True  # the stricter bar for backs: a faceless side is joined only with the body cue too
+    faceless_size_ratio: float = 1.5  # ... and only where its head is about the size the person's head last was
 
 
 DEFAULT_BARS = JoinBars()
@@ -55,6 +59,8 @@ class PieceCues:
     face: bool  # a face was seen in at least one of its embedded sightings
     head: np.ndarray | None  # unit mean of the head vectors of its sightings with a face
     look: np.ndarray | None  # unit mean of the appearance parts of all its head vectors
+    first_height: float = 0.0  # the head box's height at its first sighting (pixels)
+    last_height: float = 0.0  # ... and at its last
     body_first: np.ndarray | None = None  # body descriptor at its first sighting with a body in frame
     body_last: np.ndarray | None = None  # ... and at its last
 
@@ -80,7 +86,8 @@ def piece_cues(track: HeadTrack, appearance_dims: int) -> PieceCues:
     looks = [x for x in looks if x is not None]
     head = _unit(np.mean(with_face, axis=0)) if with_face else None
     look = _unit(np.mean(looks, axis=0)) if looks else None
-    return PieceCues(track.shot_index, track.observations[0].time, track.observations[-1].time, head is not None, head, look)
+    first, last = track.observations[0], track.observations[-1]
+    return PieceCues(track.shot_index, first.time, last.time, head is not None, head, look, first.head.height, last.head.height)
 
 
 def body_region(head: Box, width: int, height: int) -> Box | None:
@@ -127,6 +134,11 @@ def body_cue(earlier: PieceCues, later: PieceCues) -> float | None:
     if earlier.body_last is None or later.body_first is None:
         return None
     return float(earlier.body_last @ later.body_first)
+
+
+def _similar_size(a: float, b: float, ratio: float) -> bool:
+    """Two head heights within `ratio` of each other (unknown sizes pass)."""
+    return a <= 0 or b <= 0 or max(a, b) <= ratio * min(a, b)
 
 
 def candidate_groups(groups: list[list[int]], pieces: Sequence[PieceCues], b: int) -> list[int]:
@@ -177,6 +189,8 @@ def _joined(scored: list[tuple[HeadCue, int]], groups: list[list[int]], pieces: 
     last = max(groups[g], key=lambda m: pieces[m].end)
     if describe is not None:
         describe([(last, True), (b, False)])
+    if best.faceless and not _similar_size(pieces[last].last_height, pieces[b].first_height, bars.faceless_size_ratio):
+        return None
     body = body_cue(pieces[last], pieces[b])
     if body is None:
         if best.faceless and bars.faceless_needs_body:

@@ -72,7 +72,7 @@ def measure(path: Path, settings: IndexSettings, detector: FaceDetector, embedde
     cues: list[PieceCues] = []
     t0 = time.perf_counter()
     result = analyse_file(path, settings, detector, embedder, join_bars=None, join_cues=cues)
-    print(f"\n== {path.relative_to(DATA)}: {len(result.tracks)} tracks, {len(result.shots)} shots, {time.perf_counter() - t0:.0f} s")
+    print(f"\n== {path.relative_to(DATA) if path.is_relative_to(DATA) else path}: {len(result.tracks)} tracks, {len(result.shots)} shots, {time.perf_counter() - t0:.0f} s")
     out: dict[str, list] = {"neg_face": [], "neg_look": [], "neg_body": [], "pos_face": [], "pos_look": [], "pos_body": [],
                             "turn_look": []}
     _different_people(cues, out)
@@ -131,7 +131,8 @@ def _candidates(cues: list[PieceCues]) -> None:
             kind, head, body = _cues(cues, a, b)
             j = joins[b]
             print(f"  candidate {a:3d} [{p.start:6.2f}-{p.end:6.2f} face={p.face:d}] -> {b:3d} [{q.start:6.2f}-{q.end:6.2f} face={q.face:d}] "
-                  f"shot {q.shot}: {kind} {'-' if head is None else f'{head:.3f}'} body {'-' if body is None else f'{body:.3f}'}"
+                  f"shot {q.shot}: {kind} {'-' if head is None else f'{head:.3f}'} body {'-' if body is None else f'{body:.3f}'} "
+                  f"size x{max(p.last_height, q.first_height) / max(1.0, min(p.last_height, q.first_height)):.2f}"
                   f"{'  JOINED to ' + str(j.to) + ' by ' + j.cue if j is not None else ''}")
 
 

@@ -29,8 +29,8 @@ BODY = _axis(2)
 
 
 def _piece(start: float, end: float, head: np.ndarray | None = PERSON, *, shot: int = 0, face: bool = True,
-           body: np.ndarray | None = None) -> PieceCues:
-    return PieceCues(shot, start, end, face, head if face else None, head, body, body)
+           body: np.ndarray | None = None, height: float = 60.0) -> PieceCues:
+    return PieceCues(shot, start, end, face, head if face else None, head, height, height, body, body)
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> float:
@@ -88,6 +88,9 @@ def test_a_faceless_piece_never_starts_a_person():
     assert joins[1] is not None and joins[1].to == 0
     # without the body cue a faceless piece is not joined on its head's look alone
     assert join_pieces([_piece(0, 2), _piece(3, 5, face=False)]) == [None, None]
+    # nor where its head is far larger or smaller than the person's last was (another person, nearer or further away)
+    assert join_pieces([_piece(0, 2, body=BODY, height=140), _piece(3, 5, face=False, body=BODY, height=60)]) == [None, None]
+    assert join_pieces([_piece(0, 2, body=BODY, height=70), _piece(3, 5, face=False, body=BODY, height=60)])[1] is not None
 
 
 def test_a_body_that_disagrees_vetoes_the_join():
