@@ -126,3 +126,15 @@ def test_compare_carries_his_tier_to_his_back_with_the_cue(bald_man):
     assert front and front[0]["tier"] in ("same_look", "other_look") and front[0]["joined"] is None
     assert back and all(f["tier"] == front[0]["tier"] and f["joined"] == JOIN_WORDS["head+body"] for f in back), back
     assert len({f["track"] for f in back}) == 1 and back[0]["track"] != front[0]["track"]  # his back: a piece of its own
+
+
+def test_the_exported_cues_and_markers_say_the_join(bald_man):
+    vtt, otio = bald_man["folder"] / "moments.vtt", bald_man["folder"] / "moments.otio"
+    run("query", "--person", "bald_man", "--library", bald_man["library"], "--no-pictures", "--export", vtt)
+    cues = vtt.read_text().split("\n\n")
+    assert any(JOIN_WORDS["head+body"] in cue for cue in cues) and not all(JOIN_WORDS["head+body"] in cue for cue in cues[1:])
+    pytest.importorskip("opentimelineio")
+    run("query", "--person", "bald_man", "--library", bald_man["library"], "--no-pictures", "--export", otio, "--markers")
+    markers = json.loads(otio.read_text())
+    text = json.dumps(markers)
+    assert f"bald_man same look ({JOIN_WORDS['head+body']})" in text or f"bald_man other look ({JOIN_WORDS['head+body']})" in text
