@@ -426,7 +426,8 @@ def _query_claims(service, photo: Path, options, times: dict[str, list[float]], 
         file = by_path.get(str(Path(hit.video).resolve()))
         if file is None:
             continue
-        claims.setdefault(file, {})[hit.track_id] = frames_in_ranges(times[file], [(hit.start, hit.end)])
+        piece = hit.joined_to or hit.track_id  # tracks joined within a shot are one piece of the person
+        claims.setdefault(file, {}).setdefault(piece, set()).update(frames_in_ranges(times[file], [(hit.start, hit.end)]))
     return claims
 
 
@@ -443,7 +444,8 @@ def _track_claims(redactor, heads: dict, photo: Path, notes: list[str]) -> dict[
     for file, h in heads.items():
         for chosen in redactor.choose(h, whom, targets):
             d = chosen.to_dict(h)
-            claims.setdefault(file, {})[chosen.track.key] = set(range(d["first_frame"], d["last_frame"] + 1))
+            piece = chosen.track.joined_to or chosen.track.key  # tracks joined within a shot are one piece of the person
+            claims.setdefault(file, {}).setdefault(piece, set()).update(range(d["first_frame"], d["last_frame"] + 1))
     return claims
 
 

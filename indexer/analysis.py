@@ -25,9 +25,11 @@ from headsearch.detection.crops import HeadCrop, crop_head, picture_of
 from headsearch.detection.faces import FaceDetector, detect_heads
 from headsearch.detection.keypoints import KeypointHeadFinder
 from headsearch.models import Embedder
+from headsearch.models.whole_head import Lite0Appearance
 from indexer.decode import DecodedFrame, VideoStream
 from indexer.evidence import EvidenceCollector, judge_photo
 from indexer.prefetch import Prefetched
+from indexer.rejoin import DEFAULT_BARS, JoinBars, PieceCues, body_region, join_pieces, piece_cues
 from indexer.shots import ShotBoundaryDetector, hsv_histogram
 from indexer.tracker import HeadTracker
 from schemas.records import FileResult, FileStamp, HeadDetection, HeadSource, HeadTrack, MediaKind, Observation, Shot
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 STAGES = ("decode", "shots", "detect", "keypoints", "track", "embed", "store")  # "store" is the library's, timed by the caller
 # Besides the stages, the clock counts "wait": detection waiting for decoded frames (overlapped runs).
 CROP_JPEG_QUALITY = 92
+BODY_PX = 96  # bodies are kept at this size until the join rule describes them (a long video holds thousands of tracks)
 
 
 class FrameProgress(Protocol):
@@ -81,6 +84,7 @@ class _Analysis:
         # The dataset builder (keep_crops) needs a teacher vector for every face: it embeds them all.
         self.every_s = 0.0 if keep_crops else settings.embed_every_s
         self._choices: dict[int, _Choice] = {}
+        self.bodies: dict[int, list[np.ndarray]] = {}  # id(track) -> [its body at its first detected sighting, at its last]
 
     def offer(self, track: HeadTrack, position: int, crop: HeadCrop) -> None:
         """A new sighting of a track. A face-recognition model sees nothing in a sighting without a
@@ -109,6 +113,20 @@ class _Analysis:
         quality = _quality(obs)
         if quality > choice.quality:
             choice.candidate, choice.quality = pending, quality
+
+    def keep_body(self, track: HeadTrack, obs: Observation, rgb: np.ndarray) -> None:
+        """The region below a detected head, small, kept at the track's first and last detected sighting: the body cue
+        of joins within the shot (`indexer.rejoin`), described only at the two ends of a join about to be made."""
+        if obs.found_by == HeadSource.FOLLOWED:
+            return
+        h, w = rgb.shape[:2]
+        region = body_region(obs.head, w, h)
+        if region is None:
+            return
+        pixels = rgb[int(region.y1):max(int(region.y1) + 1, int(region.y2)), int(region.x1):max(int(region.x1) + 1, int(region.x2))]
+        small = cv2.resize(pixels, (BODY_PX, BODY_PX), interpolation=cv2.INTER_AREA)
+        kept = self.bodies.setdefault(id(track), [small, small])
+        kept[1] = small
 
     def ended(self, tracks: list[HeadTrack]) -> None:
         """Tracks that will see no more sightings: their last chosen sighting joins the queue."""
@@ -150,13 +168,16 @@ def _quality(obs: Observation) -> float:
 
 def analyse_file(path: Path, settings: IndexSettings, detector: FaceDetector, embedder: Embedder, *,
                  stamp: FileStamp | None = None, keep_crops: bool = False, progress: FrameProgress | None = None,
-                 sample_at: Sequence[float] = ()) -> FileResult:
+                 sample_at: Sequence[float] = (), join_bars: JoinBars | None = DEFAULT_BARS,
+                 join_cues: list[PieceCues] | None = None) -> FileResult:
     """Decode, cut into shots, detect, track and embed one file.
 
     `stamp` is the file's version when the caller already has it; `keep_crops` keeps every
     sighting's head crop as JPEG in `Observation.crop_jpeg` (the dataset builder writes them);
     `sample_at` adds to a video's samples the frames at these presentation times (within half a
-    frame period; `bench heads` scores the sightings there). Raises MediaError for files that cannot be read.
+    frame period; `bench heads` scores the sightings there); `join_bars` are the bars of the joins within a shot
+    (`indexer.rejoin`; None: no joins); `join_cues`, when given, receives every kept track's cues, every body described
+    (what `research/rejoin_bars.py` measures). Raises MediaError for files that cannot be read.
     """
     path = Path(path)
     stamp = stamp or file_stamp(path)
@@ -165,6 +186,7 @@ def analyse_file(path: Path, settings: IndexSettings, detector: FaceDetector, em
         result = _analyse_image(path, stamp, analysis)
     else:
         result = _analyse_video(path, stamp, analysis, progress, sorted(sample_at))
+        _join_within_shots(result.tracks, analysis, join_bars, join_cues)
     result.stage_seconds = dict(analysis.clock.seconds)
     result.embedded = analysis.embedded
     return result
@@ -192,6 +214,53 @@ def _analyse_image(path: Path, stamp: FileStamp, a: _Analysis) -> FileResult:
     _log_dropped(path, dropped)
     return FileResult(stamp, MediaKind.IMAGE, w, h, 0.0, 0.0, 1, 1, "image", [Shot(0, 0, 0, 0.0, 0.0)], tracks, dropped_tracks=dropped,
                       samples=[(0, 0.0)])
+
+
+def _join_within_shots(tracks: list[HeadTrack], a: _Analysis, bars: JoinBars | None, out: list[PieceCues] | None) -> None:
+    """Join the tracks of each shot that are one person (`indexer.rejoin`); the body descriptors are Lite0's (where the
+    model has Lite0: the default model), run only for the tracks of a join about to be made."""
+    if bars is None and out is None:
+        return
+    t0 = time.perf_counter()
+    pieces = [piece_cues(tr, a.embedder.spec.appearance_dims) for tr in tracks]
+    body_model = getattr(a.embedder, "appearance", None)
+    bodies = _Bodies(tracks, pieces, a, body_model) if isinstance(body_model, Lite0Appearance) else None
+    if out is not None:
+        if bodies is not None:
+            bodies.describe([(i, last) for i in range(len(tracks)) for last in (False, True)])
+        out.extend(pieces)
+    if bars is not None:
+        for tr, join in zip(tracks, join_pieces(pieces, bars, None if bodies is None else bodies.describe), strict=True):
+            tr.join = join
+    a.clock.add("track", t0 + (bodies.seconds if bodies is not None else 0.0))  # Lite0's seconds are counted as "embed"
+
+
+class _Body:
+    """A body region as the Lite0 graph takes a head crop."""
+
+    def __init__(self, image: np.ndarray):
+        self.image = image
+
+
+class _Bodies:
+    """The body descriptors of tracks (at their first and last detected sighting), described once, when first asked."""
+
+    def __init__(self, tracks: list[HeadTrack], pieces: list[PieceCues], a: _Analysis, model: Lite0Appearance):
+        self.tracks, self.pieces, self.analysis, self.model = tracks, pieces, a, model
+        self.done: set[tuple[int, bool]] = set()
+        self.seconds = 0.0
+
+    def describe(self, ends: Iterable[tuple[int, bool]]) -> None:
+        kept = self.analysis.bodies
+        wanted = [(i, last) for i, last in sorted(set(ends) - self.done) if id(self.tracks[i]) in kept]
+        self.done |= set(ends)
+        if not wanted:
+            return
+        t0 = time.perf_counter()
+        described = self.model.embed([_Body(kept[id(self.tracks[i])][int(last)]) for i, last in wanted])
+        for (i, last), v in zip(wanted, described, strict=True):
+            setattr(self.pieces[i], "body_last" if last else "body_first", v)
+        self.seconds += self.analysis.clock.add("embed", t0) - t0
 
 
 def _log_dropped(path: Path, dropped: list[tuple[HeadTrack, str]]) -> None:
@@ -364,6 +433,7 @@ def _follow(events: Iterable, a: _Analysis, tracker: HeadTracker, evidence: Evid
         evidence.add(frame.index, frame.rgb, observed)
         for track, obs in observed:  # each is the newest sighting of its track
             a.offer(track, len(track.observations) - 1, crop_head(frame.rgb, obs.head, obs.face, s.crop_px))
+            a.keep_body(track, obs, frame.rgb)
         a.ended(ended)
         tracks.extend(ended)
         clock.add("track", t0)

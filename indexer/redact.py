@@ -75,6 +75,7 @@ from indexer.redact_output import (
 )
 from indexer.redact_output import OUTPUT_SUFFIXES as OUTPUT_SUFFIXES  # the web app names the kinds of output from here
 from indexer.redact_whom import Span, Verdict, judged_spans, sighting_faces, verdict, whom_spans
+from indexer.rejoin import joined_why, with_joins
 from schemas.records import Box, FileResult, HeadTrack, MediaKind, VectorKind
 
 if TYPE_CHECKING:
@@ -144,6 +145,8 @@ class SeenTrack:
     start: float
     end: float
     doubt: str | None = None  # why the analysis' evidence rule would drop it (None: a confirmed head)
+    joined_to: int | None = None  # the key of the first track of its person in its shot, where it was joined (`indexer.rejoin`)
+    join_cue: str | None = None
     keys: tuple[int, ...] = ()  # each sighting's key in `rows` (its observation id in the library; empty: its index)
 
     @property
@@ -335,18 +338,29 @@ class Redactor:
         (`indexer.redact_whom`: a track passing from P to the head behind P is hidden from there)."""
         if whom.everyone:
             return [Chosen(tr, f"track {tr.key}", _unconfirmed("everyone", tr)) for tr in heads.tracks]
+        joins = {tr.key: tr.joined_to for tr in heads.tracks}  # the person's other pieces in a shot count as them
         if whom.spare:
             out, heads.spared = [], []
+            spans = {tr.key: whom_spans([(t.name, self._spans(tr, t, heads, _covered(tr, heads))) for t in targets],
+                                        _covered(tr, heads)) for tr in heads.tracks}
+            own = {k: next(by for _, _, by, _ in ss if by is not None) for k, ss in spans.items() if any(by is not None for _, _, by, _ in ss)}
+            group = {k: k if v is None else v for k, v in joins.items()}
             for tr in heads.tracks:
-                covered = _covered(tr, heads)
-                for first, last, spared_by, why in whom_spans([(t.name, self._spans(tr, t, heads, covered)) for t in targets], covered):
+                mates = [own[k] for k in own if group.get(k, k) == group.get(tr.key, tr.key)]
+                if tr.key not in own and mates:  # joined within the shot to a spared person's piece: that person, whole
+                    heads.spared.append(Chosen(tr, mates[0], f"spared: {joined_why(tr.join_cue, tr.key, joins, own)}", _covered(tr, heads)))
+                    continue
+                for first, last, spared_by, why in spans[tr.key]:
                     if spared_by is not None:
                         heads.spared.append(Chosen(tr, spared_by, f"spared: {why}", (first, last)))
                     else:
                         out.append(Chosen(tr, f"track {tr.key}", _unconfirmed(f"not one of the spared ({why})", tr), (first, last)))
             return out
         target = targets[0]
-        return [Chosen(tr, target.name, why) for tr in heads.tracks for is_same, why in [self._judged(tr, target, heads)] if is_same]
+        found = {tr.key: why for tr in heads.tracks for is_same, why in [self._judged(tr, target, heads)] if is_same}
+        chosen = with_joins(found, joins)
+        return [Chosen(tr, target.name, found.get(tr.key) or joined_why(tr.join_cue, tr.key, joins, found))
+                for tr in heads.tracks if tr.key in chosen]
 
     def _judged(self, track: SeenTrack, target: Target, heads: VideoHeads) -> tuple[bool, str]:
         """Whether a track is the target's person, and why, in words: the scores it was judged by, each with its bar."""
@@ -520,7 +534,9 @@ def analysed_heads(path: Path, result: FileResult, unconfirmed: bool = False) ->
             if have:
                 rows[kind] = (np.array([i for i, _ in have], np.int64), np.array([o.face_visible for _, o in have], bool),
                               np.stack([o.embeddings[kind] for _, o in have]).astype(np.float32))
-        tracks.append(SeenTrack(n, tr.shot_index, tuple((o.frame_index, o.head) for o in obs), rows, tr.start, tr.end, doubt))
+        join = tr.join if doubt is None else None  # kept tracks come first: track i is number i + 1
+        tracks.append(SeenTrack(n, tr.shot_index, tuple((o.frame_index, o.head) for o in obs), rows, tr.start, tr.end, doubt,
+                                None if join is None else join.to + 1, None if join is None else join.cue))
     samples = sorted(i for i, _ in result.samples)
     return VideoHeads(path, result.stamp.fingerprint, (result.width, result.height), result.frames_decoded, result.fps,
                       {s.index: (s.start_frame, s.end_frame) for s in result.shots}, tracks, samples, 1,
@@ -549,7 +565,7 @@ def library_heads(library: Library, video: Path, fingerprint: str) -> VideoHeads
         if seen:
             kinds = vectors[tr.id].kinds if tr.id in vectors else {}
             tracks.append(SeenTrack(tr.id, shot_of.get(tr.shot_id, 0), seen, kinds, tr.start_time, tr.end_time,
-                                    keys=tuple(s.id for s in sightings[tr.id])))
+                                    keys=tuple(s.id for s in sightings[tr.id]), joined_to=tr.joined_to, join_cue=tr.join_cue))
     gaps = [b[0] - a[0] for t in tracks for a, b in zip(t.sightings, t.sightings[1:], strict=False) if b[0] > a[0]]
     period = int(np.median(gaps)) if gaps else max(1, round((row.fps or 25.0) / IndexSettings.sample_fps))
     return VideoHeads(video, fingerprint, (row.width, row.height), row.frames_decoded, row.fps,

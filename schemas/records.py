@@ -118,6 +118,26 @@ class Observation:
         return self.face is not None
 
 
+JOIN_CUE_HEAD = "head"  # a track joined within its shot by its head vectors
+JOIN_CUE_HEAD_BODY = "head+body"  # ... by its head vectors and the body below the head
+JOIN_WORDS = {JOIN_CUE_HEAD: "same person, joined within the shot by head",
+              JOIN_CUE_HEAD_BODY: "same person, joined within the shot by head and body"}
+
+
+def join_words(cue: str | None) -> str | None:
+    """A join's cue in words (None: not joined)."""
+    return None if cue is None else JOIN_WORDS.get(cue, f"same person, joined within the shot by {cue}")
+
+
+@dataclass(frozen=True)
+class TrackJoin:
+    """A track joined within its shot to an earlier track's person (`indexer.rejoin`)."""
+
+    to: int  # the index, in its file's tracks, of the first track of the person in the shot
+    cue: str  # what joined it: "head" or "head+body"
+    score: float  # the join's score (the head cue, averaged with the body cue where there was one)
+
+
 @dataclass
 class HeadTrack:
     """A head followed through one shot."""
@@ -127,6 +147,7 @@ class HeadTrack:
     thumbnail: bytes | None = None  # JPEG of the best observation's head crop
     best_index: int = 0  # index into observations of the best (largest visible face) observation
     extends_to: float | None = None  # set by the analysis: the track lasts until the next sample within its shot
+    join: TrackJoin | None = None  # set by the analysis: this track continues an earlier track's person in its shot
 
     @property
     def start(self) -> float:
@@ -251,6 +272,8 @@ class SearchHit:
     appearance_score: float | None = None  # the look of the head alone, where the query or the sighting shows no face
     matched_without_face: bool = False  # the person was recognised by the look of the head alone (no face evidence)
     yaw: float | None = None  # degrees the shown sighting's face is turned (signed; `headsearch.detection.pose`), where known
+    joined_to: int | None = None  # shown as the same person as this hit's track: joined within the shot (`indexer.rejoin`)
+    join_cue: str | None = None  # what joined it: "head" or "head+body" (`join_words`)
 
     @property
     def identity_score(self) -> float:
@@ -271,4 +294,7 @@ class SearchHit:
             "appearance_score": None if self.appearance_score is None else round(self.appearance_score, SCORE_DIGITS),
             "matched_without_face": self.matched_without_face,
             "yaw": None if self.yaw is None else round(self.yaw, 1),
+            "joined_to": self.joined_to,
+            "join_cue": self.join_cue,
+            "joined": join_words(self.join_cue),
         }

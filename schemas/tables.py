@@ -78,6 +78,11 @@ tracks = Table(
     Column("n_observations", Integer, nullable=False),
     Column("face_visible_share", Double, nullable=False),
     Column("thumbnail", String, nullable=False),  # path relative to the library folder
+    # Format 10: a track joined within its shot to an earlier track's person (`indexer.rejoin`): the first track of that
+    # person in the shot, what joined it ("head" or "head+body") and the join's score; NULL for every other track.
+    Column("joined_to", BigInteger, nullable=True),
+    Column("join_cue", String, nullable=True),
+    Column("join_score", Double, nullable=True),
 )
 
 observations = Table(

@@ -127,11 +127,22 @@ def unjudged_frame(reasons: Sequence[str]) -> str:
     return max(sorted(set(reasons)), key=reasons.count) if reasons else NO_HEAD
 
 
-def carried_tiers(track: HeadTrack, n: int, scores: dict) -> dict[int, tuple[str, bool]]:
+def joined_owners(tracks: Sequence[HeadTrack], result: FileResult, owner: list[int | None]) -> tuple[list[int | None], list[list[int]]]:
+    """Tracks joined within their shot (`HeadTrack.join`, `indexer.rejoin`) are one person: a track no reference took goes
+    to the reference that took another of its person's; and each track's mates (the other tracks of its person)."""
+    index = {id(tr): i for i, tr in enumerate(result.tracks)}
+    group = [tr.join.to if tr.join is not None else index.get(id(tr), -1 - n) for n, tr in enumerate(tracks)]
+    taken = {g: o for g, o in zip(group, owner, strict=True) if o is not None}
+    mates = [[m for m, h in enumerate(group) if h == g and m != n] for n, g in enumerate(group)]
+    return [o if o is not None else taken.get(g) for o, g in zip(owner, group, strict=True)], mates
+
+
+def carried_tiers(track: HeadTrack, n: int, scores: dict, mates: Sequence[tuple[int, HeadTrack]] = ()) -> dict[int, tuple[str, bool]]:
     """Each sighting's tier in a track (frame index -> (tier, carried)): a sighting with a face by its own scores; one
-    without, by the track's nearest sighting with a face in time, or by its own look where the track never shows one."""
-    faced = [(o.time, scores[n, o.frame_index].tier) for o in track.observations
-             if scores[n, o.frame_index].identity is not None and scores[n, o.frame_index].tier is not None]
+    without, by the nearest sighting with a face in time of the track or of its person's other tracks in the shot
+    (`mates`: joined to it), or by its own look where none shows one."""
+    faced = [(o.time, scores[m, o.frame_index].tier) for m, tr in ((n, track), *mates) for o in tr.observations
+             if scores[m, o.frame_index].identity is not None and scores[m, o.frame_index].tier is not None]
     out = {}
     for o in track.observations:
         own = scores[n, o.frame_index]

@@ -36,10 +36,18 @@ from statistics import NormalDist
 import numpy as np
 
 from headsearch.compare.reference import Reference
-from headsearch.compare.sightings import NO_HEAD, Sampled, assign_tracks, carried_tiers, score_sighting, unjudged_frame
+from headsearch.compare.sightings import (
+    NO_HEAD,
+    Sampled,
+    assign_tracks,
+    carried_tiers,
+    joined_owners,
+    score_sighting,
+    unjudged_frame,
+)
 from headsearch.detection.pose import face_yaw, yaw_view
 from headsearch.evaluation.thresholds import Thresholds
-from schemas.records import FileResult, Observation, Tier
+from schemas.records import FileResult, Observation, Tier, join_words
 
 TIERS = (str(Tier.SAME_LOOK), str(Tier.OTHER_LOOK), str(Tier.OTHER_PERSON), NO_HEAD)
 RANK = {str(Tier.SAME_LOOK): 2, str(Tier.OTHER_LOOK): 1, str(Tier.OTHER_PERSON): 0}  # no_head has no rank: it is not a fall
@@ -103,6 +111,7 @@ class Frame:
     judged: str = "none"  # JUDGED: by the face, by the look of the head alone, or not at all
     reason: str | None = None  # REASONS: why not judged
     view: str | None = None  # VIEWS: the person's head as seen, where judged
+    joined: str | None = None  # the person's track was joined within the shot to another of theirs: the cue, in words
 
     @property
     def duration(self) -> float:
@@ -117,7 +126,8 @@ class Frame:
         return {"time": round(self.time, 3), "tier": self.tier, "identity": _round(self.identity), "head": _round(self.head),
                 "face": self.face, "box": None if self.box is None else [round(float(v), 1) for v in self.box], "track": self.track,
                 "carried": self.carried, "heads": self.heads, "shot": self.shot, "frame": self.index,
-                "yaw": None if self.yaw is None else round(self.yaw, 1), "judged": self.judged, "reason": self.reason, "view": self.view}
+                "yaw": None if self.yaw is None else round(self.yaw, 1), "judged": self.judged, "reason": self.reason, "view": self.view,
+                "joined": self.joined}
 
 
 @dataclass
@@ -362,12 +372,13 @@ def compare_analysis(result: FileResult, references: Sequence[Reference], thresh
     """An analysed video (every sampled sighting embedded) against each reference: one comparison per reference."""
     v = Sampled.of(result)
     tracks, shots = v.tracks, v.shots
-    owner = assign_tracks(tracks, references, thresholds, appearance_dims)
+    owner, mates = joined_owners(tracks, result, assign_tracks(tracks, references, thresholds, appearance_dims))
+    joined = {n: join_words(tr.join.cue) for n, tr in enumerate(tracks) if tr.join is not None}
     out = []
     for r, ref in enumerate(references):
         scores = {(n, obs.frame_index): score_sighting(obs, ref, thresholds, appearance_dims) for n, tr in enumerate(tracks) for obs in tr.observations}
-        carried = {n: carried_tiers(tr, n, scores) for n, tr in enumerate(tracks)}
-        frames = [_frame(time, end, index, shot, v.at.get(index, []), r, owner, scores, carried, ref, v.unjudged.get(index, []))
+        carried = {n: carried_tiers(tr, n, scores, [(m, tracks[m]) for m in mates[n]]) for n, tr in enumerate(tracks)}
+        frames = [_frame(time, end, index, shot, v.at.get(index, []), r, owner, scores, carried, ref, v.unjudged.get(index, []), joined)
                   for index, time, end, shot in v.frames()]
         segments = merge_segments(segments_of(frames, shots), settings.min_segment_s)
         seams = seams_of(frames, settings.seam_frames(result.frames_decoded), result.fps) if settings.chunk_frames else None
@@ -378,7 +389,7 @@ def compare_analysis(result: FileResult, references: Sequence[Reference], thresh
 
 
 def _frame(time: float, end: float, index: int, shot: int, seen: list[tuple[int, Observation]], r: int, owner: list[int | None],
-           scores: dict, carried: dict, ref: Reference, unjudged: Sequence[str] = ()) -> Frame:
+           scores: dict, carried: dict, ref: Reference, unjudged: Sequence[str] = (), joined: dict[int, str] | None = None) -> Frame:
     frame = Frame(time, end, index, shot, NO_HEAD, heads=len(seen))
     faces = [(obs.face.box.area, scores[n, index].identity) for n, obs in seen if obs.face is not None and scores[n, index].identity is not None]
     if faces:
@@ -403,6 +414,7 @@ def _frame(time: float, end: float, index: int, shot: int, seen: list[tuple[int,
     frame.tier, frame.carried = tier, was_carried
     frame.identity, frame.head, frame.face, frame.yaw = s.identity, s.head, obs.face is not None, face_yaw(obs.face)
     frame.box, frame.track = obs.head.as_tuple(), n + 1
+    frame.joined = (joined or {}).get(n) if owner[n] == r else None
     frame.judged = "face" if s.identity is not None else "head" if s.head is not None else "none"
     if frame.judged == "none":
         frame.reason = "no_face"

@@ -73,6 +73,7 @@ class Moment:
     score: float | None = None
     track_id: int | None = None
     rank: int = 0  # its place in its group's answer, from 1
+    joined: str | None = None  # a track joined within its shot to a hit's person: the cue in words ("same person, joined ...")
 
 
 @dataclass(frozen=True)
@@ -251,7 +252,8 @@ def _metadata(m: Moment) -> dict:
     """A moment's fields as a timeline item keeps them (OpenTimelineIO's text cannot hold a file name's bytes that are
     not UTF-8: they are written as escapes, `shown_bytes`)."""
     return {"headsearch": {"video": shown_bytes(m.video), "start": round(m.start, 3), "end": round(m.end, 3), "person": shown_bytes(m.group), "tier": m.tier,
-                           "score": None if m.score is None else round(m.score, 4), "track_id": m.track_id, "rank": m.rank}}
+                           "score": None if m.score is None else round(m.score, 4), "track_id": m.track_id, "rank": m.rank,
+                           **({"joined": m.joined} if m.joined else {})}}
 
 
 def timeline(moments: Sequence[Moment], grid: dict[str, Timing], options: ExportOptions):
@@ -266,7 +268,8 @@ def timeline(moments: Sequence[Moment], grid: dict[str, Timing], options: Export
             clip = otio.schema.Clip(name=shown_bytes(Path(video).name), media_reference=ref, source_range=ref.available_range)
             for p in placed([m for m in moments if m.video == video], grid):
                 m = p.moment
-                marker = otio.schema.Marker(name=shown_bytes(f"{m.group} {TIER_WORDS.get(m.tier, m.tier)}"),
+                joined = f" ({m.joined})" if m.joined else ""
+                marker = otio.schema.Marker(name=shown_bytes(f"{m.group} {TIER_WORDS.get(m.tier, m.tier)}{joined}"),
                                             marked_range=otio.opentime.TimeRange(_start(otio, t) + _time(otio, p.first, t),
                                                                                  _time(otio, p.last - p.first, t)),
                                             color=getattr(otio.schema.MarkerColor, TIER_COLOURS.get(m.tier, "PURPLE")), metadata=_metadata(m))
@@ -395,6 +398,7 @@ def vtt(moments: Sequence[Moment], shots: dict[str, list[tuple[float, float]]], 
     for n, m in enumerate(sorted(moments, key=lambda m: (m.start, m.group)), 1):
         label = printable(m.group).replace("-->", "->")  # one line: a newline would end the cue (a blank one, start another)
         tier = f" ({TIER_WORDS[m.tier]})" if m.tier in ("same_look", "other_look") else ""
+        tier += f" ({m.joined})" if m.joined else ""
         lines += [f"{n}", f"{vtt_time(m.start)} --> {vtt_time(max(m.end, m.start + 0.001))}", f"{label}{tier}", ""]
     return "\n".join(lines).encode("utf-8")
 

@@ -22,7 +22,7 @@ from headsearch.evaluation.thresholds import Thresholds
 from headsearch.search.engine import QueryEngine
 from headsearch.store.library import Library
 from headsearch.store.rows import Sighting
-from schemas.records import SCORE_DIGITS, Box, MediaKind, SearchHit, Tier, VectorKind
+from schemas.records import SCORE_DIGITS, Box, MediaKind, SearchHit, Tier, VectorKind, join_words
 
 if TYPE_CHECKING:
     from headsearch.exports.timelines import Moment
@@ -170,7 +170,42 @@ def found_hits(library: Library, hits: Sequence[SearchHit], scope: Scope = Scope
     look_of = {tr: n for n, look in enumerate(looks, 1) for tr in look}
     shown = [ShownHit(h, sightings.get(h.observation_id), look=look_of.get(h.track_id))
              for h in hits if scope.admits(h.video, _kind(sightings, h))]
-    return HeadResult(None, shown)
+    return HeadResult(None, with_joined(library, shown))
+
+
+def with_joined(library: Library, shown: list[ShownHit]) -> list[ShownHit]:
+    """Each hit that is the person (confident, or uncalibrated) followed by the other tracks of its person in its shot,
+    which the analysis joined to it (`indexer.rejoin`: a head that turned away, was hidden a moment): each with the hit's
+    tier and scores (the person's), its own time range and sighting, `joined_to` the hit's track and the cue that joined
+    them. A track of the person shown further down already keeps its place, tier and scores, and is marked joined."""
+    anchors = [s.hit.track_id for s in shown if s.confident is not False and s.hit.joined_to is None]
+    if not anchors:
+        return shown
+    with library.reading() as reader:
+        pieces = reader.joined_pieces(anchors)
+        if not pieces:
+            return shown
+        sightings = reader.sightings([p.observation_id for ps in pieces.values() for p in ps])
+    marked = list(shown)
+    place = {s.hit.track_id: i for i, s in enumerate(shown)}
+    out: list[ShownHit] = []
+    for i in range(len(marked)):
+        s = marked[i]
+        out.append(s)
+        if s.confident is False or s.hit.joined_to is not None:
+            continue
+        for p in pieces.get(s.hit.track_id, []):
+            j = place.get(p.track_id)
+            if j is not None:
+                if j > i and marked[j].hit.joined_to is None:
+                    marked[j] = replace(marked[j], hit=replace(marked[j].hit, joined_to=s.hit.track_id, join_cue=p.cue))
+                continue
+            place[p.track_id] = -1
+            hit = replace(s.hit, track_id=p.track_id, start=p.start, end=p.end, time=p.time,
+                          thumbnail=str((library.root / p.thumbnail).resolve()),
+                          observation_id=p.observation_id, yaw=None, joined_to=s.hit.track_id, join_cue=p.cue)
+            out.append(ShownHit(hit, sightings.get(p.observation_id), s.confident, look=s.look))
+    return out
 
 
 def scoped_search_vectors(engine: QueryEngine, query: dict[VectorKind, object], k: int, scope: Scope = Scope(),
@@ -193,8 +228,8 @@ def scoped_search_vectors(engine: QueryEngine, query: dict[VectorKind, object], 
         want *= 4
     shown = shown[:k]
     weak = [h for h in admitted if not confidence.shows(h)]
-    result = HeadResult(None, [ShownHit(h, sightings.get(h.observation_id), confidence.confident(h)) for h in shown],
-                        len(weak), max((h.identity_score for h in weak), default=None))
+    hits_shown = with_joined(library, [ShownHit(h, sightings.get(h.observation_id), confidence.confident(h)) for h in shown])
+    result = HeadResult(None, hits_shown, len(weak), max((h.identity_score for h in weak), default=None))
     log.info("query: %d tracks looked at, %d in scope, %d shown, %d below the bar (%s)", len(hits), len(admitted), len(shown),
              len(weak), confidence.source or "uncalibrated")
     return result
@@ -287,6 +322,7 @@ def hit_line(rank: int, shown: ShownHit, indent: str = "") -> str:
     weak = "  (below the confidence bar)" if shown.confident is False else ""
     weak += "  (matched without a face)" if h.matched_without_face else ""
     weak += f"  look {shown.look}" if shown.look is not None else ""
+    weak += f"  ({join_words(h.join_cue)}: track {h.joined_to})" if h.joined_to is not None else ""
     picture = shown.picture or h.thumbnail
     return f"{indent}{rank:>2}. {h.score:.3f}  {_time_range(shown)}  {printable(h.video)}  [{printable(picture)}]{tier}{weak}"
 
@@ -366,7 +402,8 @@ def export_moments(results: Sequence[HeadResult], names: Sequence[str]) -> tuple
             if s.sighting is not None and s.sighting.kind == MediaKind.IMAGE:
                 photos += 1
                 continue
-            moments.append(Moment(h.video, h.start, h.end, name, None if h.tier is None else str(h.tier), h.score, h.track_id, rank))  # as --json's score
+            moments.append(Moment(h.video, h.start, h.end, name, None if h.tier is None else str(h.tier), h.score, h.track_id, rank,  # as --json's score
+                                  join_words(h.join_cue)))
     return moments, photos
 
 

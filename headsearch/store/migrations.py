@@ -134,6 +134,13 @@ def _forget_marks(conn: sa.Connection) -> None:
     conn.execute(sa.text("UPDATE forgotten_people SET name = NULL"))
 
 
+def _joins_within_shots(conn: sa.Connection) -> None:
+    """Format 10: a track joined within its shot to an earlier track's person records it (`indexer.rejoin`). Tracks
+    indexed before have no joins (NULL); re-indexing a file (or `headsearch reindex`) joins them."""
+    for column, kind in (("joined_to", "BIGINT"), ("join_cue", "VARCHAR"), ("join_score", "DOUBLE")):
+        conn.execute(sa.text(f"ALTER TABLE tracks ADD COLUMN IF NOT EXISTS {column} {kind}"))
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: Migration(1, "record the library format in the database", _record_format_in_database),
     2: Migration(2, "add the people tables", _add_people_tables),
@@ -143,6 +150,7 @@ MIGRATIONS: dict[int, Migration] = {
     6: Migration(6, "how far each sighting's face is turned (yaw)", _face_yaw),
     7: Migration(7, "the record of persons forgotten", _forgotten_people),
     8: Migration(8, "the videos a forgetting touched, and what its search for leftovers found", _forget_marks),
+    9: Migration(9, "tracks joined within their shot to an earlier track's person", _joins_within_shots),
 }
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from headsearch.store.database import IN_IDS
-from headsearch.store.rows import HitRow, Sighting, TrackVectors
+from headsearch.store.rows import HitRow, JoinedPiece, Sighting, TrackVectors
 from schemas.file_names import disk_path
 from schemas.records import MediaKind, VectorKind
 
@@ -66,6 +66,25 @@ class LibraryReader:
                                      box=(x1 * sx, y1 * sy, x2 * sx, y2 * sy), face_visible=bool(face), found_by=found_by,
                                      shot_index=int(shot_index), shot_start=float(shot_start), shot_end=float(shot_end),
                                      frame_size=frame, source_size=source, size=int(size), mtime=float(mtime), fingerprint=fingerprint)
+        return out
+
+    def joined_pieces(self, track_ids: list[int]) -> dict[int, list[JoinedPiece]]:
+        """For each of these tracks, the other tracks of its person within its shot (joins: `indexer.rejoin`), in time
+        order; the cue is the later piece's (a person's first track was joined by none)."""
+        ids = sorted({int(i) for i in track_ids})
+        if not ids:
+            return {}
+        rows = self._rows(
+            "SELECT q.id, t.id, v.path, t.start_time, t.end_time, t.best_time, t.thumbnail, "
+            "(SELECT o.id FROM observations o WHERE o.track_id = t.id ORDER BY abs(o.time - t.best_time), o.id LIMIT 1), "
+            "coalesce(CASE WHEN t.joined_to IS NULL THEN q.join_cue ELSE t.join_cue END, 'head') "
+            "FROM tracks q JOIN tracks t ON coalesce(t.joined_to, t.id) = coalesce(q.joined_to, q.id) AND t.id <> q.id "
+            f"JOIN videos v ON v.id = t.video_id WHERE q.id {IN_IDS} ORDER BY q.id, t.start_time, t.id", ids)
+        out: dict[int, list[JoinedPiece]] = {}
+        for asked, track, path, start, end, best, thumbnail, obs, cue in rows:
+            if obs is not None:
+                out.setdefault(int(asked), []).append(JoinedPiece(int(asked), int(track), disk_path(path), float(start), float(end),
+                                                                  float(best), thumbnail, int(obs), str(cue)))
         return out
 
     def paths_with_fingerprint(self, fingerprint: str) -> set[str]:

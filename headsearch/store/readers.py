@@ -32,7 +32,8 @@ def row_of(row_type: type[Row], row) -> Row | None:
 
 _TRACK_COLUMNS = (t.tracks.c.id, t.tracks.c.video_id, t.tracks.c.shot_id, t.tracks.c.start_time, t.tracks.c.end_time,
                   t.tracks.c.best_time, t.tracks.c.n_observations, t.tracks.c.face_visible_share, t.tracks.c.thumbnail,
-                  t.videos.c.path.label("video"), t.videos.c.kind.label("video_kind"))
+                  t.videos.c.path.label("video"), t.videos.c.kind.label("video_kind"), t.tracks.c.joined_to, t.tracks.c.join_cue,
+                  t.tracks.c.join_score)
 
 
 class BrowseReader:

@@ -114,6 +114,9 @@ class TrackRow:
     n_observations: int
     face_visible_share: float
     thumbnail: str  # path relative to the library folder
+    joined_to: int | None  # joined within its shot to this track's person (`indexer.rejoin`); None: not joined
+    join_cue: str | None  # what joined it: "head" or "head+body"
+    join_score: float | None
     video: str  # the file's path
     video_kind: str  # "video" or "image"
 
@@ -194,6 +197,21 @@ class HitRow:
     time: float
     thumbnail: str  # path relative to the library folder
     yaw: float | None = None  # degrees the sighting's face is turned, where it shows one
+
+
+@dataclass(frozen=True)
+class JoinedPiece:
+    """A track joined within its shot to the same person as an asked track (`indexer.rejoin`), as a hit shows it."""
+
+    asked: int  # the asked track
+    track_id: int
+    path: str
+    start: float
+    end: float
+    time: float  # its best sighting's time
+    thumbnail: str
+    observation_id: int  # its best sighting
+    cue: str  # what joined the two: "head" or "head+body"
 
 
 @dataclass(frozen=True)

@@ -43,14 +43,18 @@ class FileRows:
         self.sightings: list[SightingRow] = []
         self.thumbnails: dict[int, bytes] = {}  # track id -> JPEG
         vec: dict[VectorKind, tuple[list, list, list, list]] = {}
+        first_track = next_track
         for tr in result.tracks:
             track_id = next_track
             next_track += 1
             self.thumbnails[track_id] = tr.thumbnail
+            join = tr.join
             self.tracks.append(TrackRow(id=track_id, video_id=video_id, shot_id=shot_ids.get(tr.shot_index, shot_ids[max(shot_ids)]),
                                         start_time=tr.start, end_time=tr.end, best_time=tr.observations[tr.best_index].time,
                                         n_observations=len(tr.observations), face_visible_share=tr.face_visible_share,
-                                        thumbnail=f"{THUMBNAILS}/{track_id}.jpg", video=s.path, video_kind=str(result.kind)))
+                                        thumbnail=f"{THUMBNAILS}/{track_id}.jpg", video=s.path, video_kind=str(result.kind),
+                                        joined_to=None if join is None else first_track + join.to,
+                                        join_cue=None if join is None else join.cue, join_score=None if join is None else join.score))
             for o in tr.observations:
                 self.sightings.append(SightingRow(id=next_obs, track_id=track_id, video_id=video_id, frame_index=o.frame_index,
                                                   time=o.time, x1=o.head.x1, y1=o.head.y1, x2=o.head.x2, y2=o.head.y2,
