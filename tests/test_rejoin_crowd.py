@@ -7,10 +7,11 @@ pieces, judged from the output's pixels against his head boxes labelled by eye."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA, needs_data, run
+from conftest import DATA, library_db, needs_data, run
 
 from schemas.records import JOIN_WORDS, Box
 
@@ -138,3 +139,19 @@ def test_the_exported_cues_and_markers_say_the_join(bald_man):
     markers = json.loads(otio.read_text())
     text = json.dumps(markers)
     assert f"bald_man same look ({JOIN_WORDS['head+body']})" in text or f"bald_man other look ({JOIN_WORDS['head+body']})" in text
+
+
+def test_forgetting_him_takes_his_joined_piece_too(bald_man, tmp_path):
+    """A piece joined within the shot to a person's track is that person turned away: forgetting the person takes it
+    with them, though it is not a member (it was left in the library, his back findable, before)."""
+    import shutil
+
+    library = Path(shutil.copytree(bald_man["library"], tmp_path / "library"))
+    with library_db(library) as con:
+        joined = [int(r[0]) for r in con.execute("select id from tracks where joined_to = ?", [bald_man["front"]]).fetchall()]
+    assert joined, "his back piece is joined to his front"
+    run("people", "forget", "bald_man", "--yes", "--library", library)
+    with library_db(library) as con:
+        left = con.execute(f"select id from tracks where id in ({', '.join(map(str, [bald_man['front'], *joined]))})").fetchall()
+        assert left == [], left
+        assert con.execute("select tracks from forgotten_people").fetchone()[0] == 1 + len(joined)

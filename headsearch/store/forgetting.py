@@ -117,8 +117,12 @@ class _Plan:
         if found is None:
             raise HeadsearchError(f"no person with id {person_id} in {root} (`headsearch people` lists them)")
         self.person_id, self.name = int(found[0]), found[1]
-        self.tracks = [int(r[0]) for r in conn.execute("SELECT track_id FROM person_tracks WHERE person_id = ? ORDER BY track_id",
-                                                       [person_id]).fetchall()]
+        # Their tracks, and the pieces joined within a shot to one of them (`indexer.rejoin`: the same person turned away
+        # or hidden a moment) that no other person holds: a joined piece shows them as much as the track it was joined to.
+        self.tracks = [int(r[0]) for r in conn.execute(
+            "SELECT t.id FROM tracks t WHERE coalesce(t.joined_to, t.id) IN (SELECT coalesce(m.joined_to, m.id) FROM tracks m "
+            "JOIN person_tracks p ON p.track_id = m.id WHERE p.person_id = ?) "
+            "AND t.id NOT IN (SELECT track_id FROM person_tracks WHERE person_id <> ?) ORDER BY t.id", [person_id, person_id]).fetchall()]
         t = [self.tracks]
         thumbnails = [r[0] for r in conn.execute(f"SELECT thumbnail FROM tracks WHERE id {IN_IDS}", t).fetchall()]
         present = len(thumbnails)
