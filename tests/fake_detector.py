@@ -69,3 +69,25 @@ def installed() -> Iterator[None]:
         patch.setattr(FaceDetector, "detect", _detect)
         patch.setattr(PoseDetector, "_pass", _nobody)
         yield
+
+
+class FacesInRegions:
+    """A frame of `stored` pixels with faces at known places (`faces`), as the redactor's refining detector sees it:
+    `region` gives a copy of a box of the frame (clipped, at most `side` across), and `detect` finds the faces lying
+    wholly in the last copy made."""
+
+    def __init__(self, stored: tuple[int, int]):
+        self.stored, self.faces, self.copy = stored, [], (0.0, 0.0, 0.0, 0.0, 1.0)
+
+    def region(self, box: Box, side: int):
+        w, h = self.stored
+        x1, y1, x2, y2 = max(0, int(box.x1)), max(0, int(box.y1)), min(w, int(np.ceil(box.x2))), min(h, int(np.ceil(box.y2)))
+        scale = min(1.0, side / max(x2 - x1, y2 - y1))
+        self.copy = (x1, y1, x2, y2, scale)
+        return np.zeros((max(1, round((y2 - y1) * scale)), max(1, round((x2 - x1) * scale)), 3), np.uint8), scale, float(x1), float(y1)
+
+    def detect(self, rgb: np.ndarray) -> list[FaceDetection]:
+        x1, y1, x2, y2, s = self.copy
+        return [FaceDetection(Box((f.box.x1 - x1) * s, (f.box.y1 - y1) * s, (f.box.x2 - x1) * s, (f.box.y2 - y1) * s),
+                              (f.landmarks - np.array([x1, y1], np.float32)) * s, f.score)
+                for f in self.faces if f.box.x1 >= x1 and f.box.y1 >= y1 and f.box.x2 <= x2 and f.box.y2 <= y2]

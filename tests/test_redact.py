@@ -16,6 +16,7 @@ import cv2
 import numpy as np
 import pytest
 from conftest import DATA, EXAMPLES, HAMILTON, needs_data, run
+from fake_detector import FacesInRegions
 from hostile_media import write_video
 
 from indexer.redact import EveryFaceDetector
@@ -389,32 +390,13 @@ def _face_of(head: Box) -> FaceDetection:
     return FaceDetection(box, marks, 0.9)
 
 
-class _Scene:
-    """A frame of `stored` pixels with faces at known places: `region` gives a copy of a box of it (as the pass does:
-    clipped, at most `side` across), and the detector finds the faces lying wholly in the last copy made."""
-
-    def __init__(self, stored: tuple[int, int]):
-        self.stored, self.faces, self.copy = stored, [], (0.0, 0.0, 0.0, 0.0, 1.0)
-
-    def region(self, box: Box, side: int):
-        w, h = self.stored
-        x1, y1, x2, y2 = max(0, int(box.x1)), max(0, int(box.y1)), min(w, int(np.ceil(box.x2))), min(h, int(np.ceil(box.y2)))
-        scale = min(1.0, side / max(x2 - x1, y2 - y1))
-        self.copy = (x1, y1, x2, y2, scale)
-        return np.zeros((max(1, round((y2 - y1) * scale)), max(1, round((x2 - x1) * scale)), 3), np.uint8), scale, float(x1), float(y1)
-
-    def detect(self, rgb: np.ndarray) -> list[FaceDetection]:
-        x1, y1, x2, y2, s = self.copy
-        return [FaceDetection(Box((f.box.x1 - x1) * s, (f.box.y1 - y1) * s, (f.box.x2 - x1) * s, (f.box.y2 - y1) * s),
-                              (f.landmarks - np.array([x1, y1], np.float32)) * s, f.score)
-                for f in self.faces if f.box.x1 >= x1 and f.box.y1 >= y1 and f.box.x2 <= x2 and f.box.y2 <= y2]
 
 
 def test_a_head_moving_on_past_its_last_sighting_is_found_frame_after_frame():
     """After its track's last sighting a head walks on (12 pixels a frame, a fifth of its side): the detector, looking
     where it found it the frame before, keeps it hidden until the track's span ends (it looked only around the last
     sighting's box, and lost it once it had moved half a head)."""
-    scene = _Scene((640, 360))
+    scene = FacesInRegions((640, 360))
     head = [Box(100 + 12 * k, 100, 160 + 12 * k, 160) for k in range(13)]
     path = HeadPath(1, "track 1", ((0, head[0]),), 0, 12)
     boxes = HeadBoxes([path], (1.0, 1.0), 0, scene.stored, 0.2, 0.62, scene, 0.3)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import DATA, EXAMPLES, HAMILTON, needs_data, run
+from fake_detector import FacesInRegions
 from hostile_media import write_video
 
 from indexer.redact_frames import AuditTrail, HeadBoxes, HeadPath, write_hidden
@@ -135,25 +136,6 @@ def test_a_followed_head_is_never_put_back_to_a_stale_box(tmp_path):
 
 
 # ----- on made frames ------------------------------------------------------------------------------
-class _Scene:
-    """Faces at known places: `region` gives a copy of a box of the frame (clipped, at most `side` across) and the
-    detector finds the faces lying wholly in the last copy made."""
-
-    def __init__(self, stored: tuple[int, int]):
-        self.stored, self.faces, self.copy = stored, [], (0, 0, 0, 0, 1.0)
-
-    def region(self, box: Box, side: int):
-        w, h = self.stored
-        x1, y1, x2, y2 = max(0, int(box.x1)), max(0, int(box.y1)), min(w, int(np.ceil(box.x2))), min(h, int(np.ceil(box.y2)))
-        scale = min(1.0, side / max(x2 - x1, y2 - y1))
-        self.copy = (x1, y1, x2, y2, scale)
-        return np.zeros((max(1, round((y2 - y1) * scale)), max(1, round((x2 - x1) * scale)), 3), np.uint8), scale, float(x1), float(y1)
-
-    def detect(self, rgb: np.ndarray) -> list[FaceDetection]:
-        x1, y1, x2, y2, s = self.copy
-        return [FaceDetection(Box((f.box.x1 - x1) * s, (f.box.y1 - y1) * s, (f.box.x2 - x1) * s, (f.box.y2 - y1) * s),
-                              (f.landmarks - np.array([x1, y1], np.float32)) * s, f.score)
-                for f in self.faces if f.box.x1 >= x1 and f.box.y1 >= y1 and f.box.x2 <= x2 and f.box.y2 <= y2]
 
 
 def _face_of(head: Box) -> FaceDetection:
@@ -173,7 +155,7 @@ def test_a_head_the_detector_loses_stays_hidden_where_it_was_last_found():
     """One sighting at frame 0; the head walks right, found by the detector frame after frame up to frame 4, then not
     (turned away, behind something) at frames 5-6: its box stays where it was last found (it went back to the sighting's
     box, 48 pixels behind), and those frames say so (`lost`)."""
-    scene = _Scene((640, 360))
+    scene = FacesInRegions((640, 360))
     head = [Box(100 + 12 * k, 100, 160 + 12 * k, 160) for k in range(7)]
     boxes = HeadBoxes([HeadPath(1, "track 1", ((0, head[0]),), 0, 6)], (1.0, 1.0), 0, scene.stored, 0.2, 0.62, scene, 0.3)
     grey = np.full((360, 640), 128, np.uint8)  # flat: template following finds nothing, only the detector does
@@ -188,7 +170,7 @@ def test_no_hidden_box_is_drawn_on_a_spared_head_where_it_shows_no_face_or_is_un
     """A spared head, and three hidden tracks: a faceless box mostly on it (the spared head seen by its keypoints), an
     unconfirmed box touching it (a hand), and a face beside it that overlaps it a little (a bystander behind): only the
     bystander is drawn; the other two are said in `not_drawn` with why."""
-    scene = _Scene((640, 360))
+    scene = FacesInRegions((640, 360))
     spared = HeadPath(1, "amy", ((0, Box(200, 100, 300, 200)),), 0, 2, spared=True)
     second = HeadPath(2, "track 2", ((0, Box(220, 120, 280, 180)),), 0, 2, faced=(False,))
     hand = HeadPath(3, "track 3", ((0, Box(280, 180, 330, 230)),), 0, 2, unconfirmed=True)
