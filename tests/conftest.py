@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,6 +117,20 @@ def run(*args, ok: bool | None = True):
     elif ok is False:
         assert result.exit_code != 0, result.output
     return result
+
+
+def finished_job(client, page: str, wait_s: float = 300.0) -> dict:
+    """Poll a web job's /api page (redaction, comparison) until it ends, for at most `wait_s` (a loaded machine may take
+    minutes, never this long); its last answer, with `seen`: (state, frames done, frames in all) at each poll."""
+    deadline = time.monotonic() + wait_s
+    seen = []
+    while True:
+        job = client.get(page).json()
+        seen.append((job["state"], job["frames_done"], job["frames_total"]))
+        if not job["running"]:
+            return {**job, "seen": seen}
+        assert time.monotonic() < deadline, f"the job did not end in {wait_s} s: {seen[-3:]}"
+        time.sleep(0.25)
 
 
 @contextlib.contextmanager

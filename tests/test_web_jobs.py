@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import time
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, HAMILTON, needs_data, run
+from conftest import EXAMPLES, HAMILTON, finished_job, needs_data, run
 from starlette.testclient import TestClient
 
 from serve.app import create_app
@@ -43,16 +42,7 @@ def hamilton_choice(client: TestClient) -> str:
 
 
 def finished(client: TestClient, page: str) -> dict:
-    """Poll a job's /api page until it ends (bounded); its last answer, with the states seen on the way."""
-    deadline = time.monotonic() + WAIT_S
-    seen = []
-    while True:
-        job = client.get(page).json()
-        seen.append((job["state"], job["frames_done"], job["frames_total"]))
-        if not job["running"]:
-            return {**job, "seen": seen}
-        assert time.monotonic() < deadline, f"the job did not end in {WAIT_S} s: {seen[-3:]}"
-        time.sleep(0.25)
+    return finished_job(client, page, WAIT_S)
 
 
 def test_a_comparison_is_a_job_polled_to_the_entry_compare_json_gives(client, library):

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import time
 from pathlib import Path
 
 import av
 import pytest
-from conftest import HAMILTON, library_db, needs_data
+from conftest import HAMILTON, finished_job, library_db, needs_data
 from starlette.testclient import TestClient
 
 from headsearch.basics.files import sha256_file
@@ -49,16 +48,7 @@ def hamilton_id(library: Path) -> int:
 
 
 def finished(client: TestClient, page: str) -> dict:
-    """Poll a job's /api page until it ends (bounded); its last answer."""
-    deadline = time.monotonic() + WAIT_S
-    seen = []
-    while True:
-        job = client.get(page).json()
-        seen.append((job["state"], job["frames_done"], job["frames_total"]))
-        if not job["running"]:
-            return {**job, "seen": seen}
-        assert time.monotonic() < deadline, f"the redaction did not end in {WAIT_S} s: {seen[-3:]}"
-        time.sleep(0.25)
+    return finished_job(client, page, WAIT_S)
 
 
 def frame_count(path: Path) -> int:

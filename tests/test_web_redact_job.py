@@ -19,7 +19,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from conftest import EXAMPLES, HAMILTON, RETALKING, library_db, needs_data, run, serving
+from conftest import EXAMPLES, HAMILTON, RETALKING, finished_job, library_db, needs_data, run, serving
 from markupsafe import escape
 from starlette.testclient import TestClient
 
@@ -81,14 +81,7 @@ def tracks_by_person(library: Path) -> tuple[list[int], dict[int, list[int]]]:
 
 
 def finished(client: TestClient, page: str) -> dict:
-    """Poll a job's /api page until it ends (bounded); its last answer."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        job = client.get(page).json()
-        if not job["running"]:
-            return job
-        assert time.monotonic() < deadline, f"the redaction did not end in {WAIT_S} s: {job}"
-        time.sleep(0.25)
+    return finished_job(client, page, WAIT_S)
 
 
 def redacted(client: TestClient, vid: int, **body) -> dict:
