@@ -23,19 +23,18 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
 import cv2
 import numpy as np
 
+from headsearch.basics.settings import IndexSettings
 from headsearch.detection.faces import FaceDetector
 from indexer.decode import VideoStream
 from indexer.tracker import find_head_region, head_template
 from schemas.records import Box, FaceDetection
 
-if TYPE_CHECKING:
-    from headsearch.basics.settings import IndexSettings
-    from indexer.redact import VideoHeads
+Heads = TypeVar("Heads")  # `indexer.redact.VideoHeads` (which imports this module: named, not imported)
 
 # Where every head is hidden (--everyone, --all-except), a head the analysis misses is a leak, and a false one only a
 # patch blurred for nothing: the analysis' detector looks at each sampled frame enlarged too, for the small faces the
@@ -143,7 +142,7 @@ def _follow_back(track: TrackStart, window: Sequence[int], greys: dict[int, np.n
     return found[::-1]
 
 
-def with_earlier_sightings(heads: VideoHeads, settings: IndexSettings) -> VideoHeads:
+def with_earlier_sightings(heads: Heads, settings: IndexSettings) -> Heads:
     """A new analysis' heads (`indexer.redact.VideoHeads`, its sampled frames known) with each track followed back in
     time (see the module's docstring); the tracks' start times moved back with their first sightings."""
     if heads.samples is None or not heads.tracks:

@@ -147,6 +147,7 @@ class SeenTrack:
     doubt: str | None = None  # why the analysis' evidence rule would drop it (None: a confirmed head)
     joined_to: int | None = None  # the key of the first track of its person in its shot, where it was joined (`indexer.rejoin`)
     join_cue: str | None = None
+    join_score: float | None = None
     keys: tuple[int, ...] = ()  # each sighting's key in `rows` (its observation id in the library; empty: its index)
 
     @property
@@ -348,7 +349,7 @@ class Redactor:
             for tr in heads.tracks:
                 mates = [own[k] for k in own if group.get(k, k) == group.get(tr.key, tr.key)]
                 if tr.key not in own and mates:  # joined within the shot to a spared person's piece: that person, whole
-                    heads.spared.append(Chosen(tr, mates[0], f"spared: {joined_why(tr.join_cue, tr.key, joins, own)}", _covered(tr, heads)))
+                    heads.spared.append(Chosen(tr, mates[0], f"spared: {joined_why(tr.join_cue, tr.key, joins, own, tr.join_score)}", _covered(tr, heads)))
                     continue
                 for first, last, spared_by, why in spans[tr.key]:
                     if spared_by is not None:
@@ -359,7 +360,7 @@ class Redactor:
         target = targets[0]
         found = {tr.key: why for tr in heads.tracks for is_same, why in [self._judged(tr, target, heads)] if is_same}
         chosen = with_joins(found, joins)
-        return [Chosen(tr, target.name, found.get(tr.key) or joined_why(tr.join_cue, tr.key, joins, found))
+        return [Chosen(tr, target.name, found.get(tr.key) or joined_why(tr.join_cue, tr.key, joins, found, tr.join_score))
                 for tr in heads.tracks if tr.key in chosen]
 
     def _judged(self, track: SeenTrack, target: Target, heads: VideoHeads) -> tuple[bool, str]:
@@ -536,7 +537,8 @@ def analysed_heads(path: Path, result: FileResult, unconfirmed: bool = False) ->
                               np.stack([o.embeddings[kind] for _, o in have]).astype(np.float32))
         join = tr.join if doubt is None else None  # kept tracks come first: track i is number i + 1
         tracks.append(SeenTrack(n, tr.shot_index, tuple((o.frame_index, o.head) for o in obs), rows, tr.start, tr.end, doubt,
-                                None if join is None else join.to + 1, None if join is None else join.cue))
+                                None if join is None else join.to + 1, None if join is None else join.cue,
+                                None if join is None else join.score))
     samples = sorted(i for i, _ in result.samples)
     return VideoHeads(path, result.stamp.fingerprint, (result.width, result.height), result.frames_decoded, result.fps,
                       {s.index: (s.start_frame, s.end_frame) for s in result.shots}, tracks, samples, 1,
@@ -565,7 +567,8 @@ def library_heads(library: Library, video: Path, fingerprint: str) -> VideoHeads
         if seen:
             kinds = vectors[tr.id].kinds if tr.id in vectors else {}
             tracks.append(SeenTrack(tr.id, shot_of.get(tr.shot_id, 0), seen, kinds, tr.start_time, tr.end_time,
-                                    keys=tuple(s.id for s in sightings[tr.id]), joined_to=tr.joined_to, join_cue=tr.join_cue))
+                                    keys=tuple(s.id for s in sightings[tr.id]), joined_to=tr.joined_to, join_cue=tr.join_cue,
+                                    join_score=tr.join_score))
     gaps = [b[0] - a[0] for t in tracks for a, b in zip(t.sightings, t.sightings[1:], strict=False) if b[0] > a[0]]
     period = int(np.median(gaps)) if gaps else max(1, round((row.fps or 25.0) / IndexSettings.sample_fps))
     return VideoHeads(video, fingerprint, (row.width, row.height), row.frames_decoded, row.fps,

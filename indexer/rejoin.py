@@ -210,8 +210,19 @@ def with_joins(keys: Iterable[int], joined_to: Mapping[int, int | None]) -> set[
     return keys | {k for k, g in group.items() if g in chosen}
 
 
-def joined_why(cue: str | None, key: int, joined_to: Mapping[int, int | None], chosen: Iterable[int]) -> str:
-    """Why a track came in through a join, in words: the cue and the tracks of its person that were chosen."""
+def join_bar(cue: str | None, bars: JoinBars = DEFAULT_BARS) -> float:
+    """The least a join's score is when each of its cues passed its bar: the head cue's bar alone (`head`), or the mean
+    of the lower head bar (head vectors, or the look where one side has no face) and the body's (`head+body`)."""
+    if cue == JOIN_CUE_HEAD_BODY:
+        return (min(bars.head, bars.appearance) + bars.body) / 2
+    return bars.head
+
+
+def joined_why(cue: str | None, key: int, joined_to: Mapping[int, int | None], chosen: Iterable[int],
+               score: float | None = None) -> str:
+    """Why a track came in through a join, in words: the cue, the tracks of its person that were chosen, and the join's
+    score with the bar it passed (`join_bar`) where it is known."""
     group = {k: k if v is None else v for k, v in joined_to.items()}
     mates = sorted(k for k in chosen if k != key and group.get(k, k) == group.get(key, key))
-    return f"{JOIN_WORDS.get(cue or JOIN_CUE_HEAD, JOIN_WORDS[JOIN_CUE_HEAD])} (track {', '.join(map(str, mates))})"
+    scored = f": join {score:.3f} > {join_bar(cue):.3f}" if score is not None else ""
+    return f"{JOIN_WORDS.get(cue or JOIN_CUE_HEAD, JOIN_WORDS[JOIN_CUE_HEAD])} (track {', '.join(map(str, mates))}){scored}"

@@ -9,7 +9,9 @@ import pytest
 from headsearch.store.rows import (
     FailedFile,
     FeedbackRow,
+    ForgetCheckRow,
     ForgottenRow,
+    ForgottenVideoRow,
     MembershipRow,
     PersonPairRow,
     PersonPhotoRow,
@@ -26,7 +28,7 @@ from schemas import tables as t
 ROWS = [(VideoRow, t.videos), (ShotRow, t.shots), (SightingRow, t.observations), (VectorRow, t.vectors), (FailedFile, t.failed_files),
         (PersonRow, t.people), (MembershipRow, t.person_tracks), (FeedbackRow, t.person_feedback), (TrackQualityRow, t.track_quality),
         (PersonPairRow, t.person_pairs), (PersonPhotoRow, t.person_photos),
-        (ForgottenRow, t.forgotten_people)]
+        (ForgottenRow, t.forgotten_people), (ForgottenVideoRow, t.forgotten_videos), (ForgetCheckRow, t.forget_checks)]
 
 
 @pytest.mark.parametrize(("row", "table"), ROWS)

@@ -10,7 +10,9 @@ import sqlalchemy as sa
 from headsearch.store.readers import BrowseReader, rows_of
 from headsearch.store.rows import (
     FeedbackRow,
+    ForgetCheckRow,
     ForgottenRow,
+    ForgottenVideoRow,
     MembershipRow,
     PersonPairRow,
     PersonPhotoRow,
@@ -215,16 +217,15 @@ class PeopleStore(BrowseReader):
         self._conn.execute(sa.delete(t.forgotten_people))
         bulk_insert(self._conn, t.forgotten_people, rows)
 
-    def forget_marks(self) -> dict[str, list[dict]]:
+    def forget_marks(self) -> tuple[list[ForgottenVideoRow], list[ForgetCheckRow]]:
         """The rest of the record of persons forgotten: the files each forgetting touched (`forgotten_videos`) and what its
-        search for leftovers found (`forget_checks`), as rows by table."""
-        return {table.name: [dict(r._mapping) for r in self._conn.execute(sa.select(table))]
-                for table in (t.forgotten_videos, t.forget_checks)}
+        searches for leftovers found (`forget_checks`)."""
+        return (rows_of(ForgottenVideoRow, self._conn.execute(sa.select(t.forgotten_videos))),
+                rows_of(ForgetCheckRow, self._conn.execute(sa.select(t.forget_checks))))
 
-    def keep_forget_marks(self, marks: dict[str, list[dict]]) -> None:
+    def keep_forget_marks(self, marks: tuple[list[ForgottenVideoRow], list[ForgetCheckRow]]) -> None:
         """`forget_marks` of another library replace this one's (a library re-embedded from another keeps them, so a file
         that held a forgotten person is still known by its content)."""
-        for table in (t.forgotten_videos, t.forget_checks):
+        for table, rows in zip((t.forgotten_videos, t.forget_checks), marks, strict=True):
             self._conn.execute(sa.delete(table))
-            if marks.get(table.name):
-                self._conn.execute(sa.insert(table), marks[table.name])
+            bulk_insert(self._conn, table, rows)

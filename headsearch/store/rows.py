@@ -364,6 +364,27 @@ class ForgottenRow:
     corrections: int  # verdicts on tracks and answers about pairs that named the person or their tracks
 
 
+@dataclass(frozen=True)
+class ForgottenVideoRow:
+    """A file whose analysis lost tracks to a forgetting: its `forgotten_videos` row."""
+
+    forgotten_id: int
+    video_id: int
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class ForgetCheckRow:
+    """What a forgetting's search for the person's leftovers found: its `forget_checks` row ("" found: nothing)."""
+
+    forgotten_id: int
+    checked_at: float
+    files: int
+    bytes: int
+    needles: int
+    found: str
+
+
 # ----- the library as a whole ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class LibraryStats:
