@@ -35,6 +35,7 @@ DATA = _data_folder()
 HAMILTON = DATA / "face_recognition" / "examples" / "short_hamilton_clip.mp4"
 RETALKING = DATA / "video-retalking" / "examples" / "face"
 EXAMPLES = DATA / "face_recognition" / "examples"
+CROWD = DATA / "facenet-pytorch" / "examples" / "video.mp4"  # 1080p, 25 fps, 105 frames: a crowd walking out of a building
 FACES = DATA / "face-api.js" / "examples" / "images"
 AMY_DIR = FACES / "amy"
 LABELS = DATA / "LABELS.csv"
@@ -252,6 +253,24 @@ def hamilton_library(tmp_path_factory) -> Path:
             run("index", HAMILTON, RETALKING, "--library", library, "--quiet")
             (folder / ".built").touch()
     return library
+
+
+@pytest.fixture(scope="session")
+def crowd_everyone(tmp_path_factory) -> tuple[Path, dict]:
+    """`redact CROWD --everyone --verify --json` once for the whole run (the test processes share it; a redaction that
+    hides every head of the 1080p crowd is the slowest step of several tests): (the output, what it printed). Its audit
+    trail is beside it (OUT.redactions.json). Tests read them; none writes beside them."""
+    if not CROWD.is_file():
+        pytest.skip(f"real test media not found at {DATA}")
+    with built_once(tmp_path_factory, "crowd-everyone") as (folder, to_build):
+        out = folder / "crowd.mp4"
+        if to_build:
+            for left in folder.glob("crowd.mp4*"):  # a run that failed in another process
+                left.unlink()
+            said = run("redact", CROWD, "--everyone", "--out", out, "--verify", "--json", ok=None).stdout
+            (folder / "said.json").write_text(said)
+            (folder / ".built").touch()
+    return out, json.loads((folder / "said.json").read_text())
 
 
 @pytest.fixture(scope="session")

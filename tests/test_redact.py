@@ -325,7 +325,7 @@ def test_boxes_turn_with_the_picture():
 
 
 # ----- everyone, every head ---------------------------------------------------------------------------
-def test_everyone_hides_the_small_faces_of_a_crowd(tmp_path):
+def test_everyone_hides_the_small_faces_of_a_crowd(crowd_everyone):
     """--everyone on a 1080p crowd: every face and profile labelled in bench/sets/heads.csv is hidden, judged from the
     pixels by bench redact's judge (a man's profile some 35 x 50 pixels at 2.6 s, which the index's detector does not
     see, and a face at 4.16 s its tracker lost at the last sample were left before), and so is every face RetinaFace
@@ -335,8 +335,7 @@ def test_everyone_hides_the_small_faces_of_a_crowd(tmp_path):
     from headsearch.detection.faces import FaceDetector
     from headsearch.evaluation.head_boxes import read_head_set
 
-    out = tmp_path / "crowd.mp4"
-    run("redact", CROWD, "--everyone", "--out", out)
+    out, _ = crowd_everyone
     source, output = frames_rgb(CROWD), frames_rgb(out)
     assert len(output) == len(source) == 105
     shown = frame_times(CROWD)
@@ -351,7 +350,7 @@ def test_everyone_hides_the_small_faces_of_a_crowd(tmp_path):
     assert len(faces) > 120
     seen = [(n, box) for n, box in faces if hidden(_region(detail(source[n]), box, 0.8), _region(detail(output[n]), box, 0.8)) is False]
     assert not seen, f"faces left visible: {seen}"
-    tracks = json.loads((tmp_path / "crowd.mp4.redactions.json").read_text())["tracks"]
+    tracks = json.loads(Path(f"{out}.redactions.json").read_text())["tracks"]
     assert any("unconfirmed, hidden all the same" in t["why"] for t in tracks)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from conftest import DATA, needs_data, run
+from conftest import DATA, needs_data
 from hostile_media import write_video
 
 from indexer.every_head import BackReach, TrackStart, followed_back
@@ -97,14 +97,13 @@ def test_a_head_that_was_not_there_is_not_followed_back(tmp_path):
 # ----- real media --------------------------------------------------------------------------------------------
 @pytest.mark.slow
 @needs_data
-def test_everyone_hides_backs_of_heads_in_view_before_a_detector_finds_them(tmp_path):
+def test_everyone_hides_backs_of_heads_in_view_before_a_detector_finds_them(crowd_everyone):
     """On the 1080p crowd, a white-haired woman walking away is first found at 1.04 s and a bald man at 3.64 s; the old
     code left the back of her head visible at 0 and 0.52 s and his at 3.12 s (bench/sets/heads.csv). Judged from the
     pixels by bench redact's judge, all three are hidden now, and the audit trail names her box on the first frame."""
     from bench.redact import HEAD_CORE, _region, detail, frame_times, frames_by_number, hidden, nearest
 
-    out = tmp_path / "crowd.mp4"
-    run("redact", CROWD, "--everyone", "--out", out)
+    out, _ = crowd_everyone
     backs = {0.0: Box(1476, 666, 1556, 738), 0.52: Box(1510, 686, 1594, 762), 3.12: Box(642, 657, 683, 703)}
     numbers = {t: nearest(frame_times(CROWD), t) for t in backs}
     source = frames_by_number(CROWD, sorted(numbers.values()))
@@ -112,6 +111,6 @@ def test_everyone_hides_backs_of_heads_in_view_before_a_detector_finds_them(tmp_
     left = [t for t, box in backs.items() if not hidden(_region(detail(source[numbers[t]]), box, HEAD_CORE),
                                                         _region(detail(output[numbers[t]]), box, HEAD_CORE))]
     assert not left, f"backs of heads left visible at {left} s"
-    said = json.loads((tmp_path / "crowd.mp4.redactions.json").read_text())
+    said = json.loads(Path(f"{out}.redactions.json").read_text())
     assert any(any(b["box"][0] < 1516 < b["box"][2] and b["box"][1] < 702 < b["box"][3] for b in f["boxes"])
                for f in said["frames"] if f["frame"] == numbers[0.0])  # the audit trail names her box on frame 0

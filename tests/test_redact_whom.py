@@ -116,15 +116,14 @@ def test_unconfirmed_boxes_on_the_kept_speakers_head_are_not_drawn(tmp_path):
 
 @pytest.mark.slow
 @needs_data
-def test_a_followed_head_is_never_put_back_to_a_stale_box(tmp_path):
+def test_a_followed_head_is_never_put_back_to_a_stale_box(crowd_everyone):
     """`--everyone` on the crowd: the man walking out by the red phone box has one sighting (frame 0); he is followed
     through frames 1-5, and at frame 6 the box went back to its first-sighting place, his profile (labelled by eye at
     x 1565-1690) in plain view. Judged from the pixels with bench redact's judge: his head is hidden at frames 5-7; the
     trail marks the frames where his box stayed where he was last found."""
     from bench.redact import HEAD_CORE, _region, detail, hidden
 
-    out = tmp_path / "everyone.mp4"
-    run("redact", CROWD, "--everyone", "--out", out)
+    out, _ = crowd_everyone
     source, output = frames_rgb(CROWD, 13), frames_rgb(out, 13)
     man = {5: Box(1530, 470, 1690, 640), 6: Box(1565, 480, 1690, 640), 7: Box(1600, 490, 1690, 640)}  # his head, by eye
     seen = {n: hidden(_region(detail(source[n]), box, HEAD_CORE), _region(detail(output[n]), box, HEAD_CORE)) for n, box in man.items()}
