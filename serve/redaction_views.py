@@ -53,7 +53,7 @@ def output_check(summary) -> dict | None:
     if verified is None:
         return None
     return {**verified.to_dict(), "output": verified.output.name, "sheet": None,
-            "line": verified.line().replace(str(verified.sheet), "the job's folder").replace(str(verified.output), verified.output.name)}
+            "line": verified.line().replace(f"; see {verified.sheet}", "").replace(str(verified.output), verified.output.name)}
 
 
 class Redactions:
