@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clips import read_frames
 from conftest import DATA, EXAMPLES, HAMILTON, needs_data, run
 from fake_detector import FacesInRegions
 from hostile_media import write_video
@@ -24,16 +25,6 @@ MIRANDA = EXAMPLES / "lin-manuel-miranda.png"
 SCORED = re.compile(r"\d\.\d{3} (>|<=) \d\.\d{3}")  # a score and the bar it was judged by
 
 
-def frames_rgb(path: Path, count: int | None = None) -> list[np.ndarray]:
-    import av
-
-    out = []
-    with av.open(str(path)) as c:
-        for f in c.decode(video=0):
-            if count is not None and len(out) == count:
-                break
-            out.append(f.to_ndarray(format="rgb24"))
-    return out
 
 
 def faces_of(video: Path, photo: Path, frames: list[np.ndarray]) -> dict[int, Box]:
@@ -70,14 +61,14 @@ def test_all_except_spares_the_person_a_second_track_on_his_head_hid(tmp_path):
 
     from bench.redact import HEAD_CORE, _region, detail, hidden
 
-    source = frames_rgb(CROWD)
+    source = read_frames(CROWD)
     with av.open(str(CROWD)) as c:
         at = next(i for i, f in enumerate(c.decode(video=0)) if float(f.time) >= 2.9 - 1e-6)  # as ffmpeg -ss 2.9 picks it
     photo = tmp_path / "boy.png"
     cv2.imwrite(str(photo), cv2.cvtColor(source[at][590:870, 810:1050], cv2.COLOR_RGB2BGR))
     out = tmp_path / "kept.mp4"
     run("redact", CROWD, "--all-except", photo, "--out", out)
-    output = frames_rgb(out)
+    output = read_frames(out)
     boy = faces_of(CROWD, photo, source)
     assert len(boy) > 90  # he is on screen, face on, all along
     blurred = [n for n, face in sorted(boy.items()) if n >= 40
@@ -98,7 +89,7 @@ def test_unconfirmed_boxes_on_the_kept_speakers_head_are_not_drawn(tmp_path):
     the trail says which boxes were left undrawn, and why."""
     out = tmp_path / "kept.mp4"
     run("redact", HAMILTON, "--all-except", MIRANDA, "--style", "box", "--out", out)
-    source, output = frames_rgb(HAMILTON), frames_rgb(out)
+    source, output = read_frames(HAMILTON), read_frames(out)
     miranda = faces_of(HAMILTON, MIRANDA, source)
     assert len(miranda) > 100
     boxed = []
@@ -124,7 +115,7 @@ def test_a_followed_head_is_never_put_back_to_a_stale_box(crowd_everyone):
     from bench.redact import HEAD_CORE, _region, detail, hidden
 
     out, _ = crowd_everyone
-    source, output = frames_rgb(CROWD, 13), frames_rgb(out, 13)
+    source, output = read_frames(CROWD, 0, 13), read_frames(out, 0, 13)
     man = {5: Box(1530, 470, 1690, 640), 6: Box(1565, 480, 1690, 640), 7: Box(1600, 490, 1690, 640)}  # his head, by eye
     seen = {n: hidden(_region(detail(source[n]), box, HEAD_CORE), _region(detail(output[n]), box, HEAD_CORE)) for n, box in man.items()}
     assert all(seen.values()), f"his head left visible: {seen}"
@@ -196,7 +187,7 @@ def test_a_one_frame_gap_is_closed_and_the_trail_counts_those_left(tmp_path):
                            "box", trail)
     trail.close({"frames_written": written.frames})
     trail.commit()
-    out = frames_rgb(tmp_path / "out.mp4")
+    out = read_frames(tmp_path / "out.mp4")
     assert all(float(out[n][35:65, 45:75].mean()) < 30 for n in range(25)), "a frame where the head is not hidden"
     said = json.loads((tmp_path / "out.mp4.redactions.json").read_text())
     assert said["one_frame_gaps"] == {"closed": 1, "left": 0, "frames_left": []}
