@@ -75,7 +75,7 @@ from indexer.redact_output import (
 )
 from indexer.redact_output import OUTPUT_SUFFIXES as OUTPUT_SUFFIXES  # the web app names the kinds of output from here
 from indexer.redact_whom import Span, Verdict, judged_spans, sighting_faces, verdict, whom_spans
-from indexer.rejoin import joined_why, with_joins
+from indexer.rejoin import join_groups, joined_why, with_joins
 from schemas.records import Box, FileResult, HeadTrack, MediaKind, VectorKind
 
 if TYPE_CHECKING:
@@ -342,14 +342,15 @@ class Redactor:
         joins = {tr.key: tr.joined_to for tr in heads.tracks}  # the person's other pieces in a shot count as them
         if whom.spare:
             out, heads.spared = [], []
-            spans = {tr.key: whom_spans([(t.name, self._spans(tr, t, heads, _covered(tr, heads))) for t in targets],
-                                        _covered(tr, heads)) for tr in heads.tracks}
+            covered = {tr.key: _covered(tr, heads) for tr in heads.tracks}
+            spans = {tr.key: whom_spans([(t.name, self._spans(tr, t, heads, covered[tr.key])) for t in targets], covered[tr.key])
+                     for tr in heads.tracks}
             own = {k: next(by for _, _, by, _ in ss if by is not None) for k, ss in spans.items() if any(by is not None for _, _, by, _ in ss)}
-            group = {k: k if v is None else v for k, v in joins.items()}
+            group = join_groups(joins)
             for tr in heads.tracks:
                 mates = [own[k] for k in own if group.get(k, k) == group.get(tr.key, tr.key)]
                 if tr.key not in own and mates:  # joined within the shot to a spared person's piece: that person, whole
-                    heads.spared.append(Chosen(tr, mates[0], f"spared: {joined_why(tr.join_cue, tr.key, joins, own, tr.join_score)}", _covered(tr, heads)))
+                    heads.spared.append(Chosen(tr, mates[0], f"spared: {joined_why(tr.join_cue, tr.key, joins, own, tr.join_score)}", covered[tr.key]))
                     continue
                 for first, last, spared_by, why in spans[tr.key]:
                     if spared_by is not None:

@@ -201,10 +201,15 @@ def _joined(scored: list[tuple[HeadCue, int]], groups: list[list[int]], pieces: 
     return TrackJoin(groups[g][0], JOIN_CUE_HEAD_BODY, round((best.score + body) / 2, 4))
 
 
+def join_groups(joined_to: Mapping[int, int | None]) -> dict[int, int]:
+    """Each track's person within its shot, as the key of that person's first track there. `joined_to`: each track's
+    key -> the key of the first track of its person in the shot (None: it is a first, or joined to none)."""
+    return {k: k if v is None else v for k, v in joined_to.items()}
+
+
 def with_joins(keys: Iterable[int], joined_to: Mapping[int, int | None]) -> set[int]:
-    """The tracks `keys` and every track joined within its shot to the same person as one of them. `joined_to`: each
-    track's key -> the key of the first track of its person in the shot (None: it is a first, or joined to none)."""
-    group = {k: k if v is None else v for k, v in joined_to.items()}
+    """The tracks `keys` and every track joined within its shot to the same person as one of them (`join_groups`)."""
+    group = join_groups(joined_to)
     keys = set(keys)
     chosen = {group.get(k, k) for k in keys}
     return keys | {k for k, g in group.items() if g in chosen}
@@ -222,7 +227,7 @@ def joined_why(cue: str | None, key: int, joined_to: Mapping[int, int | None], c
                score: float | None = None) -> str:
     """Why a track came in through a join, in words: the cue, the tracks of its person that were chosen, and the join's
     score with the bar it passed (`join_bar`) where it is known."""
-    group = {k: k if v is None else v for k, v in joined_to.items()}
+    group = join_groups(joined_to)
     mates = sorted(k for k in chosen if k != key and group.get(k, k) == group.get(key, key))
     scored = f": join {score:.3f} > {join_bar(cue):.3f}" if score is not None else ""
     return f"{JOIN_WORDS.get(cue or JOIN_CUE_HEAD, JOIN_WORDS[JOIN_CUE_HEAD])} (track {', '.join(map(str, mates))}){scored}"
