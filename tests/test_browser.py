@@ -3,21 +3,15 @@ cards, open the player and find the video at the hit. Screenshots are kept as te
 $HEADSEARCH_ARTEFACTS (default: test-artefacts/ in the checkout)."""
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from pathlib import Path
 
 import pytest
+from browser import launch, needs_chromium, screenshot
 from conftest import EXAMPLES, HAMILTON, needs_data, run, serving
 
-CHROMIUM = Path(os.environ.get("HEADSEARCH_CHROMIUM", "/usr/bin/chromium"))
-ARTEFACTS = Path(os.environ.get("HEADSEARCH_ARTEFACTS", Path(__file__).resolve().parents[1] / "test-artefacts"))
-FLAGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-         "--no-first-run", "--disable-sync", "--disable-default-apps", "--mute-audio"]
-
-pytestmark = [needs_data, pytest.mark.slow, pytest.mark.skipif(not CHROMIUM.is_file() and not os.environ.get("CI"),
-                                             reason=f"no Chromium at {CHROMIUM} (apt-get install chromium; .ci/run does)")]
+pytestmark = [needs_data, pytest.mark.slow, needs_chromium]
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +31,8 @@ def server(hamilton_library, tmp_path_factory):
 def page():
     from playwright.sync_api import sync_playwright
 
-    assert CHROMIUM.is_file(), f"CI needs Chromium at {CHROMIUM}"
-    ARTEFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        browser = launch(p)
         try:
             # The app's CSP allows no eval; Playwright's waits evaluate strings: the test's page bypasses it
             # (`test_the_pages_keep_to_their_content_security_policy` checks the pages under it).
@@ -58,7 +50,7 @@ def test_search_cards_and_player_at_the_hit(server, page):
     page.set_input_files("#photo", str(EXAMPLES / "lin-manuel-miranda.png"))  # picking a photo submits the search
     page.wait_for_selector(".card", timeout=120_000)
     _images_loaded(page)
-    page.screenshot(path=str(ARTEFACTS / "search.png"), full_page=True)
+    screenshot(page, "search.png")
     cards = page.locator(".card")
     assert 1 <= cards.count() <= 5  # confident hits only (the default model ships thresholds); the rest are counted
     assert "below the identity threshold" in page.inner_text("body")
@@ -71,7 +63,7 @@ def test_search_cards_and_player_at_the_hit(server, page):
     time.sleep(0.5)
     state = page.evaluate("(() => { const v = document.getElementById('player'); return {t: v.currentTime, error: v.error && v.error.code,"
                           " paused: v.paused, duration: v.duration}; })()")
-    page.screenshot(path=str(ARTEFACTS / "player.png"))
+    screenshot(page, "player.png", full_page=False)
     assert state["error"] is None and state["duration"] > 9
     assert abs(state["t"] - start) < 0.1, (state, start)
 
@@ -79,25 +71,25 @@ def test_search_cards_and_player_at_the_hit(server, page):
 def test_people_pages(server, page):
     page.goto(server + "/people")
     _images_loaded(page)
-    page.screenshot(path=str(ARTEFACTS / "people.png"), full_page=True)
+    screenshot(page, "people.png")
     tiles = page.locator(".person-tile")
     assert tiles.count() >= 1  # persons of two tracks or more; the rest wait in the inbox
     page.locator(".person-name").first.click()
     page.wait_for_selector("section.look")
     _images_loaded(page)
-    page.screenshot(path=str(ARTEFACTS / "person.png"), full_page=True)
+    screenshot(page, "person.png")
     assert page.locator("button.danger").count() >= 1  # "not this person" on every track
     assert page.locator("select[name=other] option").count() >= 1  # merge by picking the other person
     page.goto(server + "/inbox")
     page.wait_for_selector(".inbox-track")
     _images_loaded(page)
-    page.screenshot(path=str(ARTEFACTS / "inbox.png"), full_page=True)
+    screenshot(page, "inbox.png")
     assert page.locator(".inbox-track form[action$='/move']").count() >= 2
     page.goto(server + "/videos")
     page.locator("table.list a", has_text=HAMILTON.name).click()
     page.wait_for_selector(".tl-track")
     _images_loaded(page)
-    page.screenshot(path=str(ARTEFACTS / "video.png"), full_page=True)
+    screenshot(page, "video.png")
 
 
 def _person(server: str, pid: int) -> dict:
@@ -183,8 +175,7 @@ def test_player_opens_on_the_shot_of_a_track_that_starts_at_a_cut(server, page):
                          " v.style.width = '640px'; v.style.height = Math.round(640 * v.videoHeight / v.videoWidth) + 'px';"
                          " return [v.videoWidth, v.videoHeight]; })()")
     page.wait_for_timeout(300)  # one repaint without the controls
-    shot = ARTEFACTS / "player-at-cut.png"
-    page.locator("#player").screenshot(path=str(shot))
+    shot = screenshot(page.locator("#player"), "player-at-cut.png")
     shown = cv2.cvtColor(cv2.imread(str(shot)), cv2.COLOR_BGR2RGB)
     indexed, before = _frames_around(HAMILTON, track["start"])
     assert list(indexed.shape[1::-1]) == size
@@ -201,7 +192,7 @@ def test_compare_report_and_page(server, page, miranda_compared):
     miranda = EXAMPLES / "lin-manuel-miranda.png"
     page.goto((report / f"{HAMILTON.stem}--lin-manuel-miranda.html").as_uri())
     _images_loaded(page)
-    page.screenshot(path=str(ARTEFACTS / "compare-report.png"), full_page=True)
+    screenshot(page, "compare-report.png")
     box = page.locator("svg.compare-plot").bounding_box()
     assert box["width"] > 600 and box["height"] > 150
     assert page.locator("svg.compare-plot .drift").count() == 2  # Miranda's shots give way to Alex and to the audience
@@ -214,7 +205,7 @@ def test_compare_report_and_page(server, page, miranda_compared):
     page.click("form.compare-form button")
     page.wait_for_selector("svg.compare-plot", timeout=120_000)
     _images_loaded(page)
-    page.screenshot(path=str(ARTEFACTS / "compare-page.png"), full_page=True)
+    screenshot(page, "compare-page.png")
     links = page.locator("svg.compare-plot a.drift")
     assert links.count() == 2
     href = links.nth(1).get_attribute("href")
@@ -227,7 +218,7 @@ def test_compare_report_and_page(server, page, miranda_compared):
                            " return ts.length === 2 && Array.from(ts).every(t => t.cues && t.cues.length > 0); })()", timeout=30_000)
     kinds = page.evaluate("Array.from(document.getElementById('player').textTracks).map(t => [t.kind, t.cues.length])")
     assert kinds == [["subtitles", kinds[0][1]], ["chapters", 4]] and kinds[0][1] >= 1
-    page.screenshot(path=str(ARTEFACTS / "player-who-is-on-screen.png"))
+    screenshot(page, "player-who-is-on-screen.png", full_page=False)
 
 
 def test_results_at_first_paint_and_the_person_page_at_390px(server, page):
@@ -236,7 +227,7 @@ def test_results_at_first_paint_and_the_person_page_at_390px(server, page):
     page.goto(server + "/")
     page.set_input_files("#photo", str(EXAMPLES / "lin-manuel-miranda.png"))
     page.wait_for_selector(".card img", timeout=120_000, state="attached")
-    page.screenshot(path=str(ARTEFACTS / "results-first-paint.png"), full_page=True)  # no wait for the frames
+    screenshot(page, "results-first-paint.png")  # no wait for the frames
     backgrounds = page.evaluate("Array.from(document.querySelectorAll('.card img')).map(i => getComputedStyle(i).backgroundImage)")
     assert backgrounds and all(b.startswith('url("data:image/jpeg;base64,') for b in backgrounds), backgrounds[:1]
     phone = page.context.browser.new_page(viewport={"width": 390, "height": 844}, bypass_csp=True)
@@ -245,7 +236,7 @@ def test_results_at_first_paint_and_the_person_page_at_390px(server, page):
         phone.locator(".person-name").first.click()
         phone.wait_for_selector("section.look")
         _images_loaded(phone)
-        phone.screenshot(path=str(ARTEFACTS / "person-390.png"), full_page=True)
+        screenshot(phone, "person-390.png")
         width = phone.evaluate("document.documentElement.scrollWidth")
         assert width <= 392, width  # nothing wider than the phone
         nav = phone.evaluate("Array.from(document.querySelectorAll('header nav a')).map(a => { const r = a.getBoundingClientRect();"
@@ -294,13 +285,13 @@ def test_the_pages_keep_to_a_390px_phone(server, page):
                            ("track", f"/tracks/{track_id}"), ("compare-form", "/compare")):
             phone.goto(server + path)
             phone.wait_for_load_state("networkidle")
-            phone.screenshot(path=str(ARTEFACTS / f"{name}-390.png"), full_page=True)
+            screenshot(phone, f"{name}-390.png")
             assert phone.evaluate("document.documentElement.scrollWidth") <= 392, name
         phone.set_input_files("input[name=photo]", str(EXAMPLES / "lin-manuel-miranda.png"))
         phone.select_option("select[name=video_id]", str(video["id"]))
         phone.click("form button[type=submit]")
         phone.wait_for_selector(".plot svg", timeout=120_000)
-        phone.screenshot(path=str(ARTEFACTS / "compare-result-390.png"), full_page=True)
+        screenshot(phone, "compare-result-390.png")
         assert phone.evaluate("document.documentElement.scrollWidth") <= 392
         assert phone.evaluate("document.querySelector('.plot svg').getBoundingClientRect().width") >= 600  # readable, scrolls in its box
     finally:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
+from browser import launch, needs_chromium, screenshot
 from clips import timed_frames, write_clip
 from conftest import DATA, EXAMPLES, HAMILTON, needs_data, run
 
@@ -243,27 +243,21 @@ def test_a_cast_puts_every_labelled_appearance_on_its_character(cast_run):
 
 
 @needs_data
+@needs_chromium
 @pytest.mark.slow
 def test_the_cast_report_in_a_browser(cast_run):
-    import os
-
     from playwright.sync_api import sync_playwright
 
-    chromium = os.environ.get("HEADSEARCH_CHROMIUM", "/usr/bin/chromium")
-    if not Path(chromium).is_file() and not os.environ.get("CI"):
-        pytest.skip(f"no Chromium at {chromium}")
-    artefacts = Path(os.environ.get("HEADSEARCH_ARTEFACTS", Path(__file__).resolve().parents[1] / "test-artefacts"))
-    artefacts.mkdir(parents=True, exist_ok=True)
     page_url = (cast_run["report"] / "cast.html").as_uri()
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
+        browser = launch(p)
         try:
             for width, name in ((1000, "cast-report.png"), (390, "cast-report-390.png")):
                 page = browser.new_page(viewport={"width": width, "height": 900})
                 page.goto(page_url)
                 assert page.locator("svg.cast-plot").count() == 1 and page.locator("table tr").count() >= 8
                 assert page.evaluate("document.scrollingElement.scrollWidth") <= width  # wide tables scroll in their card
-                page.screenshot(path=str(artefacts / name), full_page=True)
+                screenshot(page, name)
                 page.close()
         finally:
             browser.close()

@@ -19,6 +19,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from browser import launch, needs_chromium, screenshot
 from conftest import EXAMPLES, HAMILTON, RETALKING, finished_job, library_db, needs_data, run, serving
 from markupsafe import escape
 from starlette.testclient import TestClient
@@ -31,10 +32,6 @@ pytestmark = [needs_data, pytest.mark.slow]
 WAIT_S = 180.0  # a redaction of the 9 s clip takes seconds; a loaded machine may take longer, never this long
 # A file name as a newsroom's archive gives them: long enough that a list of the library's videos is wider than a phone.
 LONG_NAME = "newsroom-archive_2026-12-04_hamilton-rehearsal_interview-with-the-cast_camera-2_take-3.mp4"
-CHROMIUM = Path(os.environ.get("HEADSEARCH_CHROMIUM", "/usr/bin/chromium"))
-ARTEFACTS = Path(os.environ.get("HEADSEARCH_ARTEFACTS", Path(__file__).resolve().parents[1] / "test-artefacts"))
-FLAGS = ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-         "--no-first-run", "--disable-sync", "--disable-default-apps", "--mute-audio"]
 
 
 @pytest.fixture(scope="module")
@@ -231,19 +228,18 @@ def _images_loaded(page) -> None:
     page.wait_for_function("Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)", timeout=60_000)
 
 
-@pytest.mark.skipif(not CHROMIUM.is_file() and not os.environ.get("CI"), reason=f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+@needs_chromium
 def test_the_person_choice_and_the_job_page_in_a_browser(library, tmp_path):
     """At 1280 and 390 px: the video page's redaction forms (a person of one track picked for "everyone but", the margin
     set), the job's page with its check, contact sheet and player before the download, and /compare with the library's
     long file name in its list: nothing wider than the screen. The screenshots are kept to be looked at."""
     from playwright.sync_api import sync_playwright
 
-    ARTEFACTS.mkdir(parents=True, exist_ok=True)
     _, people = tracks_by_person(library)
     single = min(pid for pid, trs in people.items() if len(trs) == 1)
     app = create_app(library, cache_dir=tmp_path / "cache", allowed_hosts={"127.0.0.1", "localhost"})
     with serving(app) as port, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        browser = launch(p)
         try:
             for width in (1280, 390):
                 page = browser.new_page(viewport={"width": width, "height": 900}, bypass_csp=True)
@@ -252,7 +248,7 @@ def test_the_person_choice_and_the_job_page_in_a_browser(library, tmp_path):
                 page.check("form.redact-form >> nth=0 >> input[name=whom][value=except]")
                 page.select_option("select[name=who]", f"person:{single}")
                 page.fill("form.redact-form >> nth=0 >> input[name=margin]", "0.3")
-                page.locator("details.redact").screenshot(path=str(ARTEFACTS / f"redact-form-{width}.png"))
+                screenshot(page.locator("details.redact"), f"redact-form-{width}.png")
                 assert page.evaluate("document.documentElement.scrollWidth") <= width
                 buttons = page.locator("form.redact-form >> nth=0 >> .whom-buttons").bounding_box()
                 choice = page.locator("select[name=who]").bounding_box()
@@ -260,13 +256,13 @@ def test_the_person_choice_and_the_job_page_in_a_browser(library, tmp_path):
                 page.click("form.redact-form >> nth=0 >> button")
                 page.wait_for_selector("section.job-check", timeout=int(WAIT_S * 1000))
                 _images_loaded(page)
-                page.screenshot(path=str(ARTEFACTS / f"redact-job-{width}.png"), full_page=True)
+                screenshot(page, f"redact-job-{width}.png")
                 assert page.evaluate("document.documentElement.scrollWidth") <= width
                 note = page.inner_text("p.note")
                 assert f"everyone but person {single}" in note and "margin 0.3" in note, note
                 assert page.evaluate("document.querySelector('img.sheet').naturalWidth") > 600
                 page.goto(f"http://127.0.0.1:{port}/compare")
-                page.screenshot(path=str(ARTEFACTS / f"compare-{width}.png"), full_page=True)
+                screenshot(page, f"compare-{width}.png")
                 assert LONG_NAME in page.inner_text("select[name=video_id]")
                 assert page.evaluate("document.documentElement.scrollWidth") <= width, "the compare page is wider than the screen"
                 page.close()
