@@ -435,6 +435,10 @@ def write_hidden(source: Path, out: Path, boxes_of: Callable[[int, tuple[int, in
             trail.gaps_closed = heads.gaps_closed
         step = _frame_step(ivs)
         lasting: dict[int, int] = {}  # a source frame's presentation time -> its packet's duration (time base of the source)
+        # ...held within the stream's end: a packet's duration is the step to the next in decoding order, and goldeneye's
+        # frame presented last lasts two frames by it, one by the stream's end; a .mkv ends where its last frame does, and
+        # played 41.7 ms longer than its source.
+        end = (ivs.start_time or 0) + ivs.duration if ivs.duration else None
         last_pts: int | None = None
         index = 0
         packets = inp.demux([ivs, *(inp.streams[i] for i in copies)])
@@ -446,7 +450,7 @@ def write_hidden(source: Path, out: Path, boxes_of: Callable[[int, tuple[int, in
                         _write(source, lambda p=packet: dst.mux(p))
                     continue
                 if packet.pts is not None and packet.duration:
-                    lasting[packet.pts] = packet.duration
+                    lasting[packet.pts] = packet.duration if end is None or packet.pts >= end else min(packet.duration, end - packet.pts)
                 for frame in packet.decode():
                     last_pts = _keep_time(frame, last_pts, step, ivs.time_base)
                     hidden = _hidden_frame(frame, index, heads, style, ovs.codec_context.pix_fmt, turns, written, trail, preview)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run
+from conftest import DATA, needs_data, run
 from fake_detector import mark_face
 
 FAKE = ("--model", "fake-pixels")
@@ -69,3 +69,18 @@ def test_an_output_plays_as_long_as_its_source_with_its_frames_and_sound_where_t
     assert out_s == pytest.approx(source_s, abs=1e-3), f"{suffix}: plays {out_s:.4f} s for the source's {source_s:.4f} s"
     assert out_video == pytest.approx(source_video, abs=1e-3)
     assert out_audio == pytest.approx(source_audio, abs=1e-3)
+
+
+@pytest.mark.slow
+@needs_data
+def test_a_variable_rate_mkv_output_ends_where_its_source_does(tmp_path):
+    """goldeneye's variable-rate frames: a packet's duration is the step to the next in decoding order, so the frame
+    presented last lasts two frames by its packet and one by the stream's end; the .mkv, which ends where its last frame
+    does, played 41.7 ms longer than its source (10.010 s for 9.968 s)."""
+    import av
+
+    source = DATA / "PySceneDetect" / "tests" / "resources" / "goldeneye-vfr-drop3.mp4"
+    out = tmp_path / "out.mkv"
+    run("redact", source, "--everyone", "--out", out, *FAKE)
+    with av.open(str(source)) as a, av.open(str(out)) as b:
+        assert b.duration == pytest.approx(a.duration, abs=1000), f"plays {b.duration / 1e6:.4f} s for {a.duration / 1e6:.4f} s"
