@@ -1,8 +1,10 @@
 """A redacted output plays as long as its source, in every kind of file redact writes (item 9 of issue 52: ".mkv
 outputs of .mp4 sources are 7-64 ms longer"). An AAC encoder's first packet is priming (1,024 samples before the
 sound starts, at a negative time that an MP4 edit list hides); Matroska moved the whole file later by that packet
-(64 ms at 16 kHz) so that no time was negative, and the output played that much longer, its frames that much later.
-Fast tier: a generated clip with AAC sound, the tests' fake detector and `--model fake-pixels`."""
+(64 ms at 16 kHz) so that no time was negative, and the output played that much longer, its frames that much later;
+and a variable-rate file's frame presented last lasted as long as its packet's step in decoding order (goldeneye's .mkv:
+41.7 ms longer). Fast tier: a generated clip with AAC sound, the tests' fake detector and `--model fake-pixels`; slow
+tier: goldeneye."""
 from __future__ import annotations
 
 from pathlib import Path
