@@ -56,6 +56,11 @@ FALLBACK_ENCODERS = ("libx264", "mpeg4")
 ENCODER_OPTIONS = {"libx264": {"crf": "18", "preset": "veryfast"}, "libx265": {"crf": "20", "preset": "fast", "x265-params": "log-level=error"},
                    "libvpx": {"crf": "8", "b": "8M"}, "libvpx-vp9": {"crf": "24", "b": "0", "row-mt": "1", "cpu-used": "4"},
                    "libsvtav1": {"crf": "28", "preset": "8"}}
+# Matroska cannot start before 0 unless told: by default FFmpeg moved every stream later by the earliest negative time,
+# an AAC encoder's priming packet (1,024 samples before the sound starts, at -64 ms for 16 kHz), and the output played
+# that much longer than its source, its frames that much late. Told not to, it keeps the source's times, that packet's
+# too (a block may lie before its cluster); MP4 and MOV hide it with an edit list, as their sources do.
+MUXER_OPTIONS = {".mkv": {"avoid_negative_ts": "disabled"}}
 QUANTISED = {"mpeg4", "mjpeg"}  # encoders held to a fine quantiser (2-3) instead of their low default bit rate
 # Planar formats whose planes are hidden in place: 8 bits, or 10-16 bits little-endian (two bytes a sample).
 PLANAR = {"yuv420p", "yuvj420p", "yuv422p", "yuvj422p", "yuv444p", "yuvj444p", "yuv440p", "yuvj440p", "yuv411p", "gray",
@@ -419,7 +424,7 @@ def write_hidden(source: Path, out: Path, boxes_of: Callable[[int, tuple[int, in
     written = Written()
     if progress is not None:
         progress.reset(total=total)
-    with av.open(str(source)) as inp, av.open(str(out), "w") as dst:
+    with av.open(str(source)) as inp, av.open(str(out), "w", options=MUXER_OPTIONS.get(Path(out).suffix.lower(), {})) as dst:
         ivs = inp.streams.video[0]
         ivs.thread_type = "AUTO"
         written.encoder = _encoder_for(ivs.codec_context.name, dst)
@@ -430,6 +435,10 @@ def write_hidden(source: Path, out: Path, boxes_of: Callable[[int, tuple[int, in
             trail.gaps_closed = heads.gaps_closed
         step = _frame_step(ivs)
         lasting: dict[int, int] = {}  # a source frame's presentation time -> its packet's duration (time base of the source)
+        # ...held within the stream's end: a packet's duration is the step to the next in decoding order, and goldeneye's
+        # frame presented last lasts two frames by it, one by the stream's end; a .mkv ends where its last frame does, and
+        # played 41.7 ms longer than its source.
+        end = (ivs.start_time or 0) + ivs.duration if ivs.duration else None
         last_pts: int | None = None
         index = 0
         packets = inp.demux([ivs, *(inp.streams[i] for i in copies)])
@@ -441,7 +450,7 @@ def write_hidden(source: Path, out: Path, boxes_of: Callable[[int, tuple[int, in
                         _write(source, lambda p=packet: dst.mux(p))
                     continue
                 if packet.pts is not None and packet.duration:
-                    lasting[packet.pts] = packet.duration
+                    lasting[packet.pts] = packet.duration if end is None or packet.pts >= end else min(packet.duration, end - packet.pts)
                 for frame in packet.decode():
                     last_pts = _keep_time(frame, last_pts, step, ivs.time_base)
                     hidden = _hidden_frame(frame, index, heads, style, ovs.codec_context.pix_fmt, turns, written, trail, preview)
