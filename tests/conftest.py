@@ -279,6 +279,26 @@ def hamilton_library(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def hamilton_alone(tmp_path_factory) -> Path:
+    """The hamilton clip alone, indexed with the default model, once for the whole run (the test processes share it):
+    tests take a copy (`copy_of_library`), for it is theirs to change."""
+    if not HAMILTON.is_file():
+        pytest.skip(f"real test media not found at {DATA}")
+    with built_once(tmp_path_factory, "hamilton-alone") as (folder, to_build):
+        library = folder / "library"
+        if to_build:
+            shutil.rmtree(library, ignore_errors=True)  # a build that failed in another process
+            run("index", HAMILTON, "--library", library, "--quiet")
+            (folder / ".built").touch()
+    return library
+
+
+def copy_of_library(library: Path, to: Path) -> Path:
+    """A library copied to `to` (a path that does not exist yet), to change without touching the shared one."""
+    return Path(shutil.copytree(library, to))
+
+
+@pytest.fixture(scope="session")
 def crowd_everyone(tmp_path_factory) -> tuple[Path, dict]:
     """`redact CROWD --everyone --verify --json` once for the whole run (the test processes share it; a redaction that
     hides every head of the 1080p crowd is the slowest step of several tests): (the output, what it printed). Its audit

@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pytest
-from conftest import EXAMPLES, HAMILTON, library_db, needs_data, run
+from conftest import EXAMPLES, HAMILTON, copy_of_library, library_db, needs_data, run
 from starlette.testclient import TestClient
 
 from serve.app import create_app
@@ -28,10 +28,9 @@ WAIT_S = 180.0
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory) -> tuple[Path, int]:
+def base(tmp_path_factory, hamilton_alone) -> tuple[Path, int]:
     """The hamilton clip indexed, people grouped: (the library, the person with the most tracks)."""
-    library = tmp_path_factory.mktemp("forget-faults") / "library"
-    run("index", HAMILTON, "--library", library, "--quiet")
+    library = copy_of_library(hamilton_alone, tmp_path_factory.mktemp("forget-faults") / "library")
     people = json.loads(run("people", "--library", library, "--json", "--unlisted").stdout)
     person = max(people, key=lambda p: (len(p["tracks"]), -p["id"]))
     assert len(person["tracks"]) >= 2, people

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import HAMILTON, library_db, needs_data, run
+from conftest import copy_of_library, library_db, needs_data, run
 
 pytestmark = [needs_data, pytest.mark.slow]
 
@@ -20,10 +20,9 @@ NAME = "Planted Person"
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory) -> tuple[Path, int]:
+def base(tmp_path_factory, hamilton_alone) -> tuple[Path, int]:
     """The hamilton clip indexed, people grouped, the person with the most tracks named: (the library, their id)."""
-    library = tmp_path_factory.mktemp("forget-verify") / "library"
-    run("index", HAMILTON, "--library", library, "--quiet")
+    library = copy_of_library(hamilton_alone, tmp_path_factory.mktemp("forget-verify") / "library")
     people = json.loads(run("people", "--library", library, "--json", "--unlisted").stdout)
     person = max(people, key=lambda p: (len(p["tracks"]), -p["id"]))
     run("people", "name", person["id"], NAME, "--library", library)

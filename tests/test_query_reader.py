@@ -7,7 +7,7 @@ import duckdb
 import numpy as np
 import pytest
 import sqlalchemy as sa
-from conftest import HAMILTON, needs_data, run
+from conftest import copy_of_library, needs_data
 
 from headsearch.store.library import Library
 from headsearch.store.table_rows import generation
@@ -22,9 +22,8 @@ def test_the_compiled_module_is_the_packages():
 
 
 @pytest.fixture(scope="module")
-def library(tmp_path_factory) -> Library:
-    root = tmp_path_factory.mktemp("reads") / "lib"
-    run("index", HAMILTON, "--library", root, "-q")
+def library(tmp_path_factory, hamilton_alone) -> Library:
+    root = copy_of_library(hamilton_alone, tmp_path_factory.mktemp("reads") / "lib")
     return Library.open(root)
 
 

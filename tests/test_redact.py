@@ -15,7 +15,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from conftest import DATA, EXAMPLES, HAMILTON, needs_data, run
+from conftest import DATA, EXAMPLES, HAMILTON, copy_of_library, needs_data, run
 from fake_detector import FacesInRegions
 from hostile_media import write_video
 
@@ -187,10 +187,9 @@ def test_audit_trail_names_every_box_and_the_contact_sheet_shows_them(redacted):
     assert Path(said["preview"]).parent == redacted["folder"] / "preview" and sheet is not None and sheet.shape[1] > 700
 
 
-def test_a_person_of_the_library_from_its_analysis(tmp_path, redacted):
+def test_a_person_of_the_library_from_its_analysis(tmp_path, redacted, hamilton_alone):
     """Indexed, the clip is redacted from the library's analysis (nothing analysed again), a person by name."""
-    library = tmp_path / "lib"
-    run("index", HAMILTON, "--library", library, "--quiet")
+    library = copy_of_library(hamilton_alone, tmp_path / "lib")
     people = json.loads(run("people", "--library", library, "--json").stdout)
     ours = {t["track"] for t in json.loads(Path(redacted["json"]["audit"]).read_text())["tracks"]}
     assert len(ours) == 2
