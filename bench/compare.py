@@ -23,6 +23,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from actions.compare import Comparer, main_track
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.frames import frame_at
 from headsearch.basics.images import encode_jpeg
@@ -35,7 +36,6 @@ from headsearch.embedding.photo_heads import PhotoEmbedder
 from headsearch.evaluation.labels import LabeledFile, read_label_set
 from headsearch.evaluation.thresholds import measure_frame_noise, write_frame_noise
 from indexer.analysis import analyse_file
-from indexer.compare import Comparer, main_track
 from schemas.records import FileResult, MediaKind, Tier
 
 log = logging.getLogger(__name__)

@@ -41,7 +41,7 @@ class CompareCommand(click.Command):
 def reference_specs(ordered: list[tuple[str, str]]):
     """The references as grouped on the command line: without --name, or with one, every --ref, --ref-video and
     --person is one person; with several, each --name names the references after it, up to the next."""
-    from indexer.compare import ReferenceSpec
+    from actions.compare import ReferenceSpec
 
     names = [v for opt, v in ordered if opt == "--name"]
     sources = [(opt, v) for opt, v in ordered if opt != "--name"]
@@ -131,8 +131,8 @@ def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, pers
     frames) and scored against the reference: same_look, other_look (same person, another look), other_person, or
     no_head. Runs of one tier are segments; a fall in tier is a drift event. Nothing is stored.
     """
+    from actions.compare import open_comparison
     from headsearch.compare.timeline import CompareSettings
-    from indexer.compare import open_comparison
 
     _check_usage(ctx, bool(videos), fps, every_frame, chunk_frames, chunk_overlap, write_spec, cast_refs)
     spec = _spec(ctx, spec_file)
@@ -190,8 +190,8 @@ def _say_compared(done: list, failed: list[tuple[str, str]], digest: str, as_jso
 
 def _cast_specs(path: Path):
     """The characters of a cast as references, one each."""
+    from actions.compare import ReferenceSpec
     from headsearch.compare.cast import read_cast
-    from indexer.compare import ReferenceSpec
 
     try:
         return [ReferenceSpec(c.name, list(c.photos)) for c in read_cast(path)]

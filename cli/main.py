@@ -38,7 +38,7 @@ from headsearch.basics.text import counted, printable
 
 VERBOSE_FLAGS = ("-v", "--verbose")
 log = logging.getLogger("cli")
-OUR_LOGGERS = ("headsearch", "indexer", "bench", "trainer", "cli", "serve", "schemas")
+OUR_LOGGERS = ("headsearch", "indexer", "actions", "bench", "trainer", "cli", "serve", "schemas")
 INTERRUPTED = "interrupted: the library is consistent; run the same command again to finish"
 LAZY_COMMANDS = {  # name -> module:command, imported when used
     "bench": "cli.bench:bench",

@@ -66,10 +66,10 @@ def redact(video: Path, out: Path, person: str | None, refs: tuple[Path, ...], w
     """
     from tqdm import tqdm
 
+    from actions.redact import Whom
+    from actions.redact import redact as run_redact
     from cli.main import _interrupted
     from headsearch.basics.json_text import json_text
-    from indexer.redact import Whom
-    from indexer.redact import redact as run_redact
 
     try:
         whom = Whom(person, tuple(refs), tuple(spare), everyone, whole_image)
@@ -118,8 +118,8 @@ def redact(video: Path, out: Path, person: str | None, refs: tuple[Path, ...], w
 
 def _error_kind(error: HeadsearchError) -> str:
     """The kind of a refusal, for a script reading --json."""
-    from indexer.redact import NobodyMatched
-    from indexer.redact_output import OutputExists, SourceChanged
+    from actions.redact import NobodyMatched
+    from actions.redact_output import OutputExists, SourceChanged
 
     kinds = {NobodyMatched: "nobody-matched", OutputExists: "output-exists", SourceChanged: "source-changed"}
     return next((k for t, k in kinds.items() if isinstance(error, t)), "error")

@@ -67,7 +67,7 @@ class Comparing:
         compare` does, or, `cast`, the library's named people as the cast (`compare --cast`), as a job. What can be
         refused is refused now, in one line (neither or both of a video and a clip, no photo, no head in it, no bars, no
         named people, a file changed since it was indexed); an uploaded clip is kept in the job's folder until it ends."""
-        from indexer.compare import Comparer
+        from actions.compare import Comparer
 
         if (video_id is None) == (clip is None):
             raise HeadsearchError("pick a video of the library or upload a clip (one of them)")

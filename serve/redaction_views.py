@@ -16,12 +16,12 @@ import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from actions.redact_frames import STYLES as REDACT_STYLES
 from headsearch.basics.errors import HeadsearchError, NoHeadFound
 from headsearch.basics.media import media_kind
 from headsearch.compare.reference import Reference, ReferenceHead
 from headsearch.store.library import Library
 from headsearch.store.rows import TrackRow, VideoRow
-from indexer.redact_frames import STYLES as REDACT_STYLES
 from schemas.records import MediaKind, VectorKind
 from serve.files import FileChanged, FileNotServed, NotFound
 from serve.jobs import Jobs
@@ -67,7 +67,7 @@ class Redactions:
 
     def redactor(self):
         """The redactor (`headsearch redact`'s), with this app's model and library, made once."""
-        from indexer.redact import Redactor
+        from actions.redact import Redactor
 
         with self._redactor_lock:
             if self._redactor is None:
@@ -78,7 +78,7 @@ class Redactions:
         """Whom the video page offers to hide ("only") or spare ("everyone but"): every person with a track in the video
         (one track or more: a person the people page does not list yet is one all the same), then every track; hidden
         people are left out, as everywhere. None for a photo."""
-        from indexer.redact import DEFAULT_MARGIN
+        from actions.redact import DEFAULT_MARGIN
 
         if video.kind != "video":
             return None
@@ -103,7 +103,7 @@ class Redactions:
         one `choice` names) or "except" (hide everyone but them). What can be refused is refused now, in one line (no
         such video, person or track, a photo, a file changed since it was indexed, a photo with no head or several, no
         bars to judge who is who); the video is then written, in the job's thread, into the app's cache folder."""
-        from indexer.redact import DEFAULT_MARGIN, OUTPUT_SUFFIXES, PREVIEW_SUFFIX, Whom, audit_path, check_paths, check_readable
+        from actions.redact import DEFAULT_MARGIN, OUTPUT_SUFFIXES, PREVIEW_SUFFIX, Whom, audit_path, check_paths, check_readable
 
         if style not in REDACT_STYLES:
             raise HeadsearchError(f"style {str(style)[:20]!r}: one of {', '.join(REDACT_STYLES)}")
@@ -169,7 +169,7 @@ class Redactions:
 
     def _track_target(self, redactor, track_id: int):
         """One track of the library as the person to find: its own vectors (each track in the video like it counts)."""
-        from indexer.redact import Target
+        from actions.redact import Target
 
         with self.library.people_reading() as store:
             if not store.tracks(track_ids=[track_id]):
@@ -196,7 +196,7 @@ class Redactions:
 
 
 def _whom(**what):
-    from indexer.redact import Whom
+    from actions.redact import Whom
 
     return Whom(**what)
 

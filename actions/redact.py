@@ -8,7 +8,7 @@ keypoints, tracked through profiles and turned-away frames). A track is that per
 against a query (`headsearch.evaluation.track_scores`, as search scores a photo's hits) judges it the same person at the
 model's calibrated bars (`thresholds.json`): every track of the person's template (the reference photos averaged, or the
 library person's reference photos or main look); where the video is indexed, the person's own tracks count too. Then
-`indexer.redact_frames` finds each chosen head in every frame and writes the video.
+`actions.redact_frames` finds each chosen head in every frame and writes the video.
 
 Where every head is hidden but those identified (--everyone, --all-except), a head missed is a leak and a false one a
 patch blurred for nothing: a new analysis looks for small and faint faces too (`EveryFaceDetector`), and keeps the
@@ -32,6 +32,33 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from actions.redact_frames import (
+    REFINE_SIDE,
+    AuditTrail,
+    FrameProgress,
+    HeadBoxes,
+    HeadPath,
+    PreviewSheet,
+    Written,
+    covered_frames,
+    preview_frames,
+    write_hidden,
+)
+from actions.redact_output import (
+    DEFAULT_MARGIN,
+    PREVIEW_SUFFIX,
+    audit_path,
+    check_paths,
+    check_readable,
+    check_source_unchanged,
+    clear_after_failure,
+    media_seconds,
+    partial_path,
+    put_in_place,
+    remove_stale,
+)
+from actions.redact_output import OUTPUT_SUFFIXES as OUTPUT_SUFFIXES  # the web app names the kinds of output from here
+from actions.redact_whom import Span, Verdict, judged_spans, sighting_faces, verdict, whom_spans
 from headsearch.basics.errors import HeadsearchError, MediaError, NoHeadFound
 from headsearch.basics.failures import file_failures
 from headsearch.basics.media import file_stamp, media_kind
@@ -48,38 +75,11 @@ from headsearch.people.listing import find_person
 from headsearch.store.library import Library
 from indexer.analysis import analyse_file
 from indexer.every_head import EveryFaceDetector, with_earlier_sightings
-from indexer.redact_frames import (
-    REFINE_SIDE,
-    AuditTrail,
-    FrameProgress,
-    HeadBoxes,
-    HeadPath,
-    PreviewSheet,
-    Written,
-    covered_frames,
-    preview_frames,
-    write_hidden,
-)
-from indexer.redact_output import (
-    DEFAULT_MARGIN,
-    PREVIEW_SUFFIX,
-    audit_path,
-    check_paths,
-    check_readable,
-    check_source_unchanged,
-    clear_after_failure,
-    media_seconds,
-    partial_path,
-    put_in_place,
-    remove_stale,
-)
-from indexer.redact_output import OUTPUT_SUFFIXES as OUTPUT_SUFFIXES  # the web app names the kinds of output from here
-from indexer.redact_whom import Span, Verdict, judged_spans, sighting_faces, verdict, whom_spans
 from indexer.rejoin import join_groups, joined_why, with_joins
 from schemas.records import Box, FileResult, HeadTrack, MediaKind, VectorKind
 
 if TYPE_CHECKING:
-    from indexer.redact_verify import Verification
+    from actions.redact_verify import Verification
 
 log = logging.getLogger(__name__)
 
@@ -316,7 +316,7 @@ class Redactor:
             if found is not None:
                 return found
         settings = self.settings if identify else replace(self.settings, embed_every_s=ONE_PER_TRACK_S)
-        if identify and every_head:  # --all-except: each sighting judged on its own face (`indexer.redact_whom`)
+        if identify and every_head:  # --all-except: each sighting judged on its own face (`actions.redact_whom`)
             settings = replace(settings, embed_every_s=0.0)
         detector = self.photos.detector
         if every_head:
@@ -334,9 +334,9 @@ class Redactor:
     def choose(self, heads: VideoHeads, whom: Whom, targets: Sequence[Target]) -> list[Chosen]:
         """The tracks whose heads are hidden, each with who it is and why (the scores it was judged by, with their bars);
         for --all-except, the tracks spared go to `heads.spared`, with why, and are followed so that no hidden box is
-        drawn on their heads (`indexer.redact_heads.HeadBoxes`). One rule for whom: --all-except P spares every track --ref
+        drawn on their heads (`actions.redact_heads.HeadBoxes`). One rule for whom: --all-except P spares every track --ref
         P would hide (the same judgement, `_verdict`), frame by frame where its sightings' own faces say who it is there
-        (`indexer.redact_whom`: a track passing from P to the head behind P is hidden from there)."""
+        (`actions.redact_whom`: a track passing from P to the head behind P is hidden from there)."""
         if whom.everyone:
             return [Chosen(tr, f"track {tr.key}", _unconfirmed("everyone", tr)) for tr in heads.tracks]
         joins = {tr.key: tr.joined_to for tr in heads.tracks}  # the person's other pieces in a shot count as them
@@ -380,7 +380,7 @@ class Redactor:
 
     def _spans(self, track: SeenTrack, target: Target, heads: VideoHeads, covered: tuple[int, int]) -> list[Span]:
         """The track's frames under the target's verdicts: the track's own where the library's person holds it, else
-        sighting by sighting (`indexer.redact_whom.judged_spans`)."""
+        sighting by sighting (`actions.redact_whom.judged_spans`)."""
         whole = Verdict(*self._judged(track, target, heads))
         if target.person_id is not None and heads.members.get(track.key) == target.person_id:
             return [Span(*covered, whole)]
@@ -418,10 +418,10 @@ class Redactor:
         return summary
 
     def verify(self, out: Path, source: Path | None = None, progress: FrameProgress | None = None) -> Verification:
-        """The redacted video `out` looked at again, every frame, with the most sensitive look (`indexer.redact_verify`):
+        """The redacted video `out` looked at again, every frame, with the most sensitive look (`actions.redact_verify`):
         the faces still found, and a contact sheet of them (OUT.verify.png) where there are any; `source`, the video
         it was redacted from, tells a face from a detection on the hidden patch itself."""
-        from indexer.redact_verify import verify_output
+        from actions.redact_verify import verify_output
 
         _describe(progress, "verifying")
         return verify_output(Path(out), self._every_face_detector(), progress=progress, decode_max_side=self.settings.decode_max_side,

@@ -32,6 +32,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from actions.redact_frames import FrameProgress, first_frame_turns
 from headsearch.basics.errors import MediaError, first_line
 from headsearch.basics.files import write_bytes_atomic
 from headsearch.basics.settings import IndexSettings
@@ -39,7 +40,6 @@ from headsearch.basics.text import counted
 from headsearch.basics.timeline import format_time
 from headsearch.detection.faces import FaceDetector
 from indexer.evidence import confident
-from indexer.redact_frames import FrameProgress, first_frame_turns
 
 VERIFY_SUFFIX = ".verify.png"  # the contact sheet of faces still found: OUT + this, beside the output
 SHEET_FACES = 24  # faces on the contact sheet at most (the highest scores; every one is in the record)
