@@ -24,9 +24,8 @@ from __future__ import annotations
 import datetime
 import logging
 import time
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,8 +38,6 @@ from actions.redact_frames import (
     HeadBoxes,
     HeadPath,
     PreviewSheet,
-    Written,
-    covered_frames,
     preview_frames,
     write_hidden,
 )
@@ -58,6 +55,7 @@ from actions.redact_output import (
     remove_stale,
 )
 from actions.redact_output import OUTPUT_SUFFIXES as OUTPUT_SUFFIXES  # the web app names the kinds of output from here
+from actions.redact_records import Chosen, RedactSummary, SeenTrack, VideoHeads, track_frames
 from actions.redact_whom import Span, Verdict, judged_spans, sighting_faces, verdict, whom_spans
 from headsearch.basics.errors import HeadsearchError, MediaError, NoHeadFound
 from headsearch.basics.failures import file_failures
@@ -132,99 +130,6 @@ class Target:
     name: str
     reference: Reference
     person_id: int | None = None  # a person of the library: its tracks there count as it
-
-
-@dataclass(frozen=True)
-class SeenTrack:
-    """A head track of the analysis a redaction works from."""
-
-    key: int  # its id in the library, or its number in this analysis (from 1)
-    shot: int  # its shot's index
-    sightings: tuple[tuple[int, Box], ...]  # (frame index, head box in the analysis' pixels), in time order
-    rows: TrackRows  # its vectors, as the scorer reads a track (kind -> keys, faces, rows)
-    start: float
-    end: float
-    doubt: str | None = None  # why the analysis' evidence rule would drop it (None: a confirmed head)
-    joined_to: int | None = None  # the key of the first track of its person in its shot, where it was joined (`indexer.rejoin`)
-    join_cue: str | None = None
-    join_score: float | None = None
-    keys: tuple[int, ...] = ()  # each sighting's key in `rows` (its observation id in the library; empty: its index)
-
-    @property
-    def sighting_keys(self) -> tuple[int, ...]:
-        return self.keys or tuple(range(len(self.sightings)))
-
-
-@dataclass
-class VideoHeads:
-    """The heads of one video, from the library's analysis or a new one: tracks, shots (frame ranges), sampled frames."""
-
-    path: Path
-    fingerprint: str
-    size: tuple[int, int]  # (width, height) of the frames the boxes are in
-    frames: int
-    fps: float
-    shots: dict[int, tuple[int, int]]  # shot index -> (first frame, last frame)
-    tracks: list[SeenTrack]
-    samples: list[int] | None  # frame indexes of the sampled frames (None: not kept; `period` then)
-    period: int  # frames between samples, where `samples` is None
-    source: str  # where the analysis comes from, in words
-    members: dict[int, int] = field(default_factory=dict)  # library track id -> person id
-    spared: list[Chosen] = field(default_factory=list)  # --all-except: the tracks of the people spared (`Redactor.choose`)
-    seconds: float = 0.0  # how long finding them took
-
-
-@dataclass(frozen=True)
-class Chosen:
-    """A track whose head is hidden (or spared): who it is and why it was chosen, in words; `frames`: the frames of it
-    chosen so (first, last), where not all it covers."""
-
-    track: SeenTrack
-    who: str
-    why: str
-    frames: tuple[int, int] | None = None
-
-    def to_dict(self, heads: VideoHeads) -> dict:
-        first, last = self.frames or _covered(self.track, heads)
-        return {"track": self.track.key, "who": self.who, "why": self.why, "shot": self.track.shot,
-                "start": round(self.track.start, 3), "end": round(self.track.end, 3), "first_frame": first, "last_frame": last,
-                "sightings": len(self.track.sightings)}
-
-
-@dataclass
-class RedactSummary:
-    """What a redaction wrote."""
-
-    source: Path
-    out: Path
-    audit: Path
-    preview: Path | None
-    chosen: list[Chosen]
-    written: Written
-    analysis: str
-    seconds: float  # wall time, the analysis included
-    analysis_seconds: float  # ...of which finding the heads (the library's analysis read, or a new one)
-    video_seconds: float  # how long the video plays (its file's duration)
-    notes: list[str] = field(default_factory=list)
-    verified: Verification | None = None  # the output looked at again (`--verify`)
-
-    @property
-    def speed(self) -> float:
-        """Times real time."""
-        return self.video_seconds / self.seconds if self.seconds > 0 else 0.0
-
-    def line(self) -> str:
-        # Tracks hidden as nobody in particular (--everyone, --all-except) are counted, not named one by one.
-        who = Counter(c.who for c in self.chosen if c.who != f"track {c.track.key}")
-        unnamed = sum(c.who == f"track {c.track.key}" for c in self.chosen)
-        people = ", ".join([f"{w} ({counted(n, 'track')})" for w, n in who.most_common(6)] + (["..."] if len(who) > 6 else [])
-                           + ([counted(unnamed, "other track" if who else "track")] if unnamed else []))
-        boxes = self.written.boxes
-        hidden = (f"{boxes:,} box{'es' if boxes != 1 else ''} hidden in {self.written.frames_hidden:,} of "
-                  f"{counted(self.written.frames, 'frame')}" + (f": {people}" if people else ""))
-        if not self.chosen:
-            hidden = f"nobody to hide in {counted(self.written.frames, 'frame')} (written unchanged, encoded again)"
-        return f"wrote {self.out}: {hidden}; {self.video_seconds:.1f} s of video in {self.seconds:.1f} s ({self.speed:.2f}x real time)"
 
 
 class Redactor:
@@ -342,7 +247,7 @@ class Redactor:
         joins = {tr.key: tr.joined_to for tr in heads.tracks}  # the person's other pieces in a shot count as them
         if whom.spare:
             out, heads.spared = [], []
-            covered = {tr.key: _covered(tr, heads) for tr in heads.tracks}
+            covered = {tr.key: track_frames(tr, heads) for tr in heads.tracks}
             spans = {tr.key: whom_spans([(t.name, self._spans(tr, t, heads, covered[tr.key])) for t in targets], covered[tr.key])
                      for tr in heads.tracks}
             own = {k: next(by for _, _, by, _ in ss if by is not None) for k, ss in spans.items() if any(by is not None for _, _, by, _ in ss)}
@@ -581,12 +486,6 @@ def library_heads(library: Library, video: Path, fingerprint: str) -> VideoHeads
 def head_paths(chosen: Sequence[Chosen], heads: VideoHeads) -> list[HeadPath]:
     """The paths of the heads hidden (unconfirmed ones said so) and of those spared, followed too (`heads.spared`), each
     with which sightings show a face."""
-    return [HeadPath(c.track.key, c.who, c.track.sightings, *(c.frames or _covered(c.track, heads)), spared=spared,
+    return [HeadPath(c.track.key, c.who, c.track.sightings, *(c.frames or track_frames(c.track, heads)), spared=spared,
                      unconfirmed=c.track.doubt is not None, faced=sighting_faces(c.track.rows, c.track.sighting_keys))
             for cs, spared in ((chosen, False), (heads.spared, True)) for c in cs]
-
-
-def _covered(track: SeenTrack, heads: VideoHeads) -> tuple[int, int]:
-    frames = [f for f, _ in track.sightings]
-    shot = heads.shots.get(track.shot, (frames[0], frames[-1]))
-    return covered_frames(frames, shot, heads.samples, heads.period)

@@ -94,13 +94,7 @@ def redact(video: Path, out: Path, person: str | None, refs: tuple[Path, ...], w
         click.echo(f"note: {note}", err=True)
     verified = summary.verified
     if as_json:
-        click.echo(json_text({"output": summary.out, "audit": summary.audit, "preview": summary.preview, "analysis": summary.analysis,
-                              "frames": summary.written.frames, "frames_with_boxes": summary.written.frames_hidden,
-                              "boxes": summary.written.boxes, "seconds": round(summary.seconds, 3),
-                              "analysis_seconds": round(summary.analysis_seconds, 3), "encoder": summary.written.encoder,
-                              "video_seconds": round(summary.video_seconds, 3), "notes": summary.notes,
-                              "tracks": [{"track": c.track.key, "who": c.who, "why": c.why} for c in summary.chosen],
-                              **({"verify": verified.to_dict()} if verified is not None else {})}))
+        click.echo(json_text(summary.to_dict()))
     else:
         click.echo(printable(summary.line()))
         click.echo(f"audit trail: {printable(str(summary.audit))}", err=True)

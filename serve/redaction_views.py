@@ -45,17 +45,6 @@ class Choice:
     photo_name: str = ""
 
 
-def output_check(summary) -> dict | None:
-    """The check of a written output (`redact --verify`: the output looked at again, every face still found), as the
-    job's page shows it: the verification's dict, its line naming the file as the job does. None: not checked (a job
-    that leaves people in view on purpose: the check tells no one apart)."""
-    verified = summary.verified
-    if verified is None:
-        return None
-    return {**verified.to_dict(), "output": verified.output.name, "sheet": None,
-            "line": verified.line().replace(f"; see {verified.sheet}", "").replace(str(verified.output), verified.output.name)}
-
-
 class Redactions:
     """The web app's redactions (a part of `serve.views.Site`, which has the library, the jobs and the indexed files)."""
 
@@ -149,11 +138,9 @@ class Redactions:
             summary = redactor.redact(source, chosen, out, style, margin, out.parent, job, targets,
                                       verify=verify and whom == "everyone")  # the check tells nobody apart: everyone's only
             still_indexed()  # and once all is written: a file replaced meanwhile fails the job (its folder goes)
-            w = summary.written
-            return {"line": summary.line().replace(str(out), out.name), "frames": w.frames, "frames_with_boxes": w.frames_hidden,
-                    "boxes": w.boxes, "seconds": round(summary.seconds, 2), "notes": summary.notes,
-                    "tracks": [{"track": c.track.key, "who": c.who, "why": c.why} for c in summary.chosen],
-                    "check": output_check(summary)}
+            # Its files by their names, and the check's contact sheet not at all: the page links the job's files.
+            served = {out: out.name, job.audit: job.audit.name, job.sheet: job.sheet.name}
+            return summary.to_dict(served.get)  # what `redact --json` prints for the same run
 
         return self.jobs.start(make, run)
 
