@@ -57,17 +57,16 @@ from actions.redact_output import (
 from actions.redact_output import OUTPUT_SUFFIXES as OUTPUT_SUFFIXES  # the web app names the kinds of output from here
 from actions.redact_records import Chosen, RedactSummary, SeenTrack, VideoHeads, track_frames
 from actions.redact_whom import Span, Verdict, judged_spans, sighting_faces, verdict, whom_spans
-from headsearch.basics.errors import HeadsearchError, MediaError, NoHeadFound
+from actions.session import AnalysisSession
+from headsearch.basics.errors import HeadsearchError, MediaError
 from headsearch.basics.failures import file_failures
 from headsearch.basics.media import file_stamp, media_kind
 from headsearch.basics.settings import IndexSettings
 from headsearch.basics.text import counted
-from headsearch.compare.reference import Reference, ReferenceHead, person_heads, photo_files
+from headsearch.compare.reference import Reference, photo_files
 from headsearch.detection.faces import FaceDetector
-from headsearch.embedding.photo_heads import PhotoEmbedder
-from headsearch.evaluation.thresholds import Thresholds, thresholds_for
+from headsearch.evaluation.thresholds import Thresholds
 from headsearch.evaluation.track_scores import PhotoQuery, TrackRows
-from headsearch.models.registry import find_spec
 from headsearch.people.forgetting import analysis_lost_heads
 from headsearch.people.listing import find_person
 from headsearch.store.library import Library
@@ -133,16 +132,15 @@ class Target:
 
 
 class Redactor:
-    """The model, detector and bars a redaction runs with (loaded once, for many videos), and a library where one is
-    named (its analyses and its people)."""
+    """A redaction's analysis session (the model, detector and bars, loaded once, for many videos, and a library where
+    one is named: its analyses and its people)."""
 
-    def __init__(self, photos: PhotoEmbedder, library: Library | None = None, settings: IndexSettings | None = None):
-        self.photos = photos
-        self.library = library
-        self.settings = settings or IndexSettings.from_env()
-        spec = find_spec(photos.embedder.describe())
-        self.appearance_dims = spec.appearance_dims if spec is not None else 0
-        self._thresholds: Thresholds | None = None
+    def __init__(self, session: AnalysisSession):
+        self.session = session
+        self.photos = session.photos
+        self.library = session.library
+        self.settings = session.settings
+        self.appearance_dims = session.appearance_dims
         # The detector that looks again around a head between sampled frames: small copies, never enlarged.
         self.refiner = FaceDetector(self.settings.face_score_threshold, REFINE_SIDE, 1, self.settings.min_face_px)
         self._every_face: EveryFaceDetector | None = None  # made on the first analysis that hides every head
@@ -150,24 +148,14 @@ class Redactor:
     @classmethod
     def open(cls, library: Path | None = None, model: str | None = None, settings: IndexSettings | None = None) -> Redactor:
         """With a library (its model, analyses and people), or without (`model`, default: the default model)."""
-        settings = settings or IndexSettings.from_env()
-        lib = Library.open(library) if library is not None else None
-        photos = PhotoEmbedder(model, lib.root if lib is not None else None, detector=FaceDetector.from_settings(settings))
-        photos.load()
-        return cls(photos, lib, settings)
+        session = AnalysisSession.open(library, model, settings)
+        session.photos.load()
+        return cls(session)
 
     @property
     def thresholds(self) -> Thresholds:
         """The bars a track is judged the same person by: the library's own, else the model's; refused without."""
-        if self._thresholds is None:
-            info = self.photos.embedder.describe()
-            found = thresholds_for(self.library.root if self.library is not None else None, info)
-            if found is None:
-                raise HeadsearchError(f"no thresholds for {info.label()}: redact judges who is who by calibrated bars (`headsearch "
-                                      "bench accuracy SET --calibrate 1e-3 --thresholds-out FILE` makes them for a model file); "
-                                      "--everyone needs none")
-            self._thresholds = found
-        return self._thresholds
+        return self.session.bars("redact judges who is who", "; --everyone needs none")
 
     # ----- whom ----------------------------------------------------------------------------------
     def targets(self, whom: Whom) -> list[Target]:
@@ -182,29 +170,21 @@ class Redactor:
         return [self._photo_target([Path(s)], whom.whole_image) if _is_photo(s) else self._person_target(s) for s in whom.spare]
 
     def _photo_target(self, photos: Sequence[Path], whole_image: bool = False) -> Target:
-        heads = []
-        for photo in _reference_photos(photos):
-            try:
-                found = self.photos.heads(photo, str(photo), all_heads=not whole_image, whole_image=whole_image)
-            except NoHeadFound as e:
-                if whole_image:
-                    raise
-                raise NoHeadFound(f"{photo}: no head found in this photo: give a photo of the person's head (a photo that is "
-                                  "the head crop, e.g. the back of a head: --whole-image)") from e
-            if len(found) > 1:
-                raise HeadsearchError(f"{photo}: {len(found)} heads in this photo: give a photo of the one person (a crop of their head)")
-            heads.append(ReferenceHead(found[0].vectors, found[0].head.face_visible, None, found[0].head.box.area))
-        name = Path(photos[0]).stem
+        reference = self.session.photo_reference(
+            _reference_photos(photos), Path(photos[0]).stem, whole_image=whole_image, sources=[str(p) for p in photos],
+            several=": give a photo of the one person (a crop of their head)",
+            no_head=None if whole_image else (": give a photo of the person's head (a photo that is the head crop, e.g. the back of "
+                                              "a head: --whole-image)"))
         _ = self.thresholds  # refused now, before any video is read, when there are no bars
-        return Target(name, Reference.of(name, heads, [str(p) for p in photos]))
+        return Target(reference.name, reference)
 
     def _person_target(self, key: str) -> Target:
         if self.library is None:
             raise HeadsearchError(f"--person {key}: a person of a library needs one (--library, or index the videos first)")
         person = find_person(self.library, key)
-        name, heads, said = person_heads(self.library, key)
+        reference = self.session.person_reference(key)
         _ = self.thresholds
-        return Target(name, Reference.of(name, heads, [said]), person.id)
+        return Target(reference.name, reference, person.id)
 
     # ----- the heads -----------------------------------------------------------------------------
     def heads(self, video: Path, progress: FrameProgress | None = None, identify: bool = True, every_head: bool = False) -> VideoHeads:

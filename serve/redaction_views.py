@@ -57,10 +57,11 @@ class Redactions:
     def redactor(self):
         """The redactor (`headsearch redact`'s), with this app's model and library, made once."""
         from actions.redact import Redactor
+        from actions.session import AnalysisSession
 
         with self._redactor_lock:
             if self._redactor is None:
-                self._redactor = Redactor(self.service.photos.load(), self.library)  # type: ignore[attr-defined]
+                self._redactor = Redactor(AnalysisSession(self.service.photos.load(), self.library))  # type: ignore[attr-defined]
             return self._redactor
 
     def redact_choices(self, video: VideoRow, tracks: list[TrackRow], members: dict[int, int], persons: dict) -> dict | None:
