@@ -78,6 +78,16 @@ class Comparer:
         thresholds = thresholds or session.bars("compare tiers frames")
         return cls(session, thresholds, compare_settings(session.settings, fps, every_frame), compare)
 
+    @property
+    def spec(self) -> CompareSpec:
+        """What decides this comparer's verdicts (`headsearch.compare.spec`)."""
+        return CompareSpec.of(self.embedder.describe(), self.thresholds, self.settings, self.compare)
+
+    def entry(self, comparison: Comparison, frames: bool = True) -> dict:
+        """One comparison as `compare --json` prints it and the web app's compare job answers it: with the digest of the
+        spec that decided it (`frames`: with its frames)."""
+        return {**comparison.to_dict(frames=frames), "spec": self.spec.digest}
+
     def analyse(self, path: Path, progress: FrameProgress | None = None, sample_at: Sequence[float] = ()) -> FileResult:
         path = Path(path)
         if not path.is_file():
@@ -193,8 +203,7 @@ class CompareSession:
     @property
     def spec(self) -> CompareSpec:
         """What decides this run's verdicts (`headsearch.compare.spec`)."""
-        c = self.comparer
-        return CompareSpec.of(c.embedder.describe(), c.thresholds, c.settings, c.compare)
+        return self.comparer.spec
 
     def run(self, paths: Sequence[Path], cast: bool = False) -> Iterator[VideoCompared]:
         """Each video compared in turn (folders: the videos under them, recursively, in name order); `cast`: in cast mode."""

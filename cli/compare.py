@@ -155,7 +155,7 @@ def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, pers
     if cast_refs is not None:
         sys.exit(_cast(session, [Path(v) for v in videos], in_force.digest, as_json, no_frames, report_dir, fail_under, fail_under_look))
     done, failed = _run(session, [Path(v) for v in videos], as_json)
-    _say_compared(done, failed, in_force.digest, as_json, no_frames, report_dir)
+    _say_compared(done, failed, session.comparer.entry, as_json, no_frames, report_dir)
     sys.exit(_exit_status(done, failed, fail_under, fail_under_look))
 
 
@@ -173,12 +173,12 @@ def _check_usage(ctx: click.Context, videos: bool, fps: float | None, every_fram
         raise click.UsageError("--cast names the characters: leave out --ref, --ref-video, --person and --name")
 
 
-def _say_compared(done: list, failed: list[tuple[str, str]], digest: str, as_json: bool, no_frames: bool, report_dir: Path | None) -> None:
+def _say_compared(done: list, failed: list[tuple[str, str]], entry, as_json: bool, no_frames: bool, report_dir: Path | None) -> None:
     """The comparisons as JSON, or (the text was said as each was done) a table of several; the report."""
     from headsearch.compare.report import table_lines, write_report
 
     if as_json:
-        out = [{**c.to_dict(frames=not no_frames), "spec": digest} for c in done] + [{"video": v, "error": e} for v, e in failed]
+        out = [entry(c, frames=not no_frames) for c in done] + [{"video": v, "error": e} for v, e in failed]
         click.echo(json_text(out))
     elif len(done) > 1:
         click.echo("")

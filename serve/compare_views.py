@@ -133,7 +133,7 @@ class Comparing:
             page = {**data, "video": c.video, "plot": plot_svg(c, link),
                     "reference_picture": None if reference.picture is None else data_url(reference.picture),
                     "drift_links": [link(d.time) if link else None for d in c.drifts]}
-            return page, c.to_dict()
+            return page, comparer.entry(c)  # what `compare --json` prints
 
         return work
 
@@ -150,7 +150,7 @@ class Comparing:
                      "link": None if video_id is None else watch_url(video_id, a.start, a.end)} for a in run.appearances()]
             page = {"characters": run.summaries(), "appearances": apps, "plot": gap_plot_svg(run),
                     "nobody": sum(h.character is None and h.tier != "no_head" for h in run.videos[0].heads)}
-            return page, {**run.to_json()[0], "video": str(path)}
+            return page, {**run.to_json()[0], "video": str(path), "spec": comparer.spec.digest}  # `compare --cast --json`'s entry
 
         return work
 
