@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from actions.compare import main_track
 from headsearch.basics.errors import HeadsearchError, MediaError, ModelMismatch, unreadable
 from headsearch.basics.failures import file_failures
 from headsearch.basics.frames import frame_at
@@ -33,7 +34,6 @@ from headsearch.evaluation.verification import EvaluationReport, evaluate
 from headsearch.models import DEFAULT_MODEL, Embedder, load_embedder, mean_vector
 from headsearch.models.registry import find_spec
 from indexer.analysis import analyse_file
-from indexer.compare import main_track
 from schemas.records import Box, FaceDetection, HeadDetection, MediaKind, ModelInfo, VectorKind
 
 log = logging.getLogger(__name__)

@@ -23,19 +23,18 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from actions.compare import Comparer, main_track
+from actions.session import LARGEST, AnalysisSession
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.frames import frame_at
-from headsearch.basics.images import encode_jpeg
 from headsearch.basics.settings import IndexSettings
-from headsearch.compare.reference import Reference, ReferenceHead, track_heads
+from headsearch.compare.reference import Reference, track_heads
 from headsearch.compare.timeline import RANK, SAME_PERSON, Comparison, compare_analysis
-from headsearch.detection.crops import picture_of
 from headsearch.detection.faces import FaceDetector
 from headsearch.embedding.photo_heads import PhotoEmbedder
 from headsearch.evaluation.labels import LabeledFile, read_label_set
 from headsearch.evaluation.thresholds import measure_frame_noise, write_frame_noise
 from indexer.analysis import analyse_file
-from indexer.compare import Comparer, main_track
 from schemas.records import FileResult, MediaKind, Tier
 
 log = logging.getLogger(__name__)
@@ -178,8 +177,8 @@ def switch_time(c: Comparison) -> float | None:
 class _Clips:
     """Analyses and references of the labelled clips, each made once."""
 
-    def __init__(self, comparer: Comparer, photos: PhotoEmbedder, files: Sequence[LabeledFile], still_at: float, report: Report):
-        self.comparer, self.photos, self.still_at, self.report = comparer, photos, still_at, report
+    def __init__(self, comparer: Comparer, files: Sequence[LabeledFile], still_at: float, report: Report):
+        self.comparer, self.session, self.still_at, self.report = comparer, comparer.session, still_at, report
         self.videos = [f for f in files if f.kind == MediaKind.VIDEO]
         self.photo_files: dict[str, list[Path]] = {}
         for f in files:
@@ -199,15 +198,10 @@ class _Clips:
     def photo_reference(self, identity: str) -> Reference | None:
         """An identity's photos as one template (each photo's largest head, as a query takes it)."""
         if identity not in self._photo_refs:
-            heads: list[ReferenceHead] = []
-            for p in self.photo_files.get(identity, []):
-                try:
-                    e = self.photos.heads(p, str(p))[0]
-                except HeadsearchError as error:
-                    self.report(f"warning: {error}; left out of {identity}'s reference")
-                    continue
-                heads.append(ReferenceHead(e.vectors, e.head.face_visible, encode_jpeg(picture_of(e.head.crop)), e.head.box.area))
-            self._photo_refs[identity] = Reference.of(identity, heads, ["photos"]) if heads else None
+            paths = self.photo_files.get(identity, [])
+            self._photo_refs[identity] = self.session.photo_reference(
+                paths, identity, LARGEST, labels=[str(p) for p in paths], sources=["photos"],
+                skip=lambda error: self.report(f"warning: {error}; left out of {identity}'s reference")) if paths else None
         return self._photo_refs[identity]
 
     def track_reference(self, f: LabeledFile) -> Reference | None:
@@ -218,11 +212,11 @@ class _Clips:
         result = self.analysis(f)
         start = result.samples[0][1] if result.samples else 0.0
         try:
-            head = self.photos.heads(frame_at(f.path, start + self.still_at), f"{f.path} at {self.still_at:g} s")[0]
+            still = frame_at(f.path, start + self.still_at)
         except HeadsearchError:
             return None
-        return Reference.of(f.identity, [ReferenceHead(head.vectors, head.head.face_visible, encode_jpeg(picture_of(head.head.crop)))],
-                            [f"{f.path.name} at {self.still_at:g} s"])
+        return self.session.photo_reference([still], f.identity, LARGEST, labels=[f"{f.path} at {self.still_at:g} s"],
+                                            sources=[f"{f.path.name} at {self.still_at:g} s"], skip=lambda _: None)
 
     def own_reference(self, f: LabeledFile) -> tuple[Reference | None, str]:
         """The clip's own person as a reference, and how it was made."""
@@ -274,9 +268,9 @@ def bench_compare(options: CompareBenchOptions, report: Report = print, progress
     if not any(f.kind == MediaKind.VIDEO for f in files):
         raise HeadsearchError("no labelled one-person clips in " + ", ".join(map(str, options.sets)))
     photos = PhotoEmbedder(options.model, detector=FaceDetector.from_settings(options.settings))
-    comparer = Comparer.of(photos, options.settings)
+    comparer = Comparer.of(AnalysisSession(photos, settings=options.settings))
     embedder, thresholds = comparer.embedder, comparer.thresholds
-    clips = _Clips(comparer, photos, files, options.still_at, report)
+    clips = _Clips(comparer, files, options.still_at, report)
     failed: list[str] = []
     usable: list[LabeledFile] = []
     for f in clips.videos:

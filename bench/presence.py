@@ -9,7 +9,7 @@ the one named); then for each person:
 
 - by query: the confident hits of `headsearch query PHOTO` (every track above the bar: k is not the limit) claim the
   frames whose presentation time lies in a hit's time range (from its track's start up to its end, as `query` shows it);
-- by tracks: the tracks `redact --ref PHOTO` chooses in each video of the set (`indexer.redact.Redactor`, through
+- by tracks: the tracks `redact --ref PHOTO` chooses in each video of the set (`actions.redact.Redactor`, through
   `headsearch.evaluation.track_scores`) claim the frames it would hide (its audit trail's first to last frame).
 
 Coverage is the share of the person's on-screen frames claimed, by view; false coverage the claimed frames where the
@@ -375,9 +375,9 @@ def _index(library: Path, videos: list[Path], options: PresenceOptions) -> None:
 
 def _measure(people: list[LabelledPerson], paths: dict[str, Path], root: Path, library: Path, tmp: Path,
              options: PresenceOptions, say: Report) -> PresenceRun:
+    from actions.redact import Redactor
     from headsearch.search.service import QueryOptions, SearchService
     from headsearch.store.library import Library
-    from indexer.redact import Redactor
 
     times = {f: frame_times(p) for f, p in paths.items()}
     by_path = {str(p.resolve()): f for f, p in paths.items()}
@@ -432,7 +432,7 @@ def _query_claims(service, photo: Path, options, times: dict[str, list[float]], 
 
 
 def _track_claims(redactor, heads: dict, photo: Path, notes: list[str]) -> dict[str, dict[object, set[int]]]:
-    from indexer.redact import Whom
+    from actions.redact import Whom
 
     whom = Whom(photos=(photo,))
     try:

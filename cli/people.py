@@ -369,9 +369,12 @@ def _removed(row) -> str:
                                                  "record keeps their id and counts only).")
 @click.option("--verify", is_flag=True, help="Search the web app's cache folder too. Every forget searches the library folder "
                                              "and exits with status 1 when anything of them is left.")
+@click.option("--json", "as_json", is_flag=True, help='What was forgotten and found, as JSON (as the web app answers it): {"forgotten": '
+              'the record kept, "likely_theirs", "note", "searched", "found"}.')
 @library_option
 @click.pass_context
-def forget_command(ctx: click.Context, person: str, yes: bool, keep_name: bool, verify: bool, library: Path | None) -> None:
+def forget_command(ctx: click.Context, person: str, yes: bool, keep_name: bool, verify: bool, library: Path | None,
+                   as_json: bool = False) -> None:
     """Forget PERSON (a name or an id) for good: their tracks, sightings, vectors (every vector index), thumbnails,
     pictures, reference photos, name, verdicts and suggestions leave the library in one step that a kill cannot leave
     half done; then every file of the library folder is read and searched for their vectors, pictures and name.
@@ -382,8 +385,10 @@ def forget_command(ctx: click.Context, person: str, yes: bool, keep_name: bool, 
     back says so. The videos themselves are not changed: indexing one again finds them again, as someone new."""
     import sys
 
+    from actions.forget import forget_person
     from headsearch.basics.errors import HeadsearchError
-    from headsearch.people.forgetting import forget, likely_line, likely_theirs, person_to_forget
+    from headsearch.basics.json_text import json_text
+    from headsearch.people.forgetting import likely_line, likely_theirs, person_to_forget
 
     if not yes and not sys.stdin.isatty():
         raise HeadsearchError("people forget asks first, and the input is not a terminal: give --yes to forget without asking")
@@ -403,9 +408,13 @@ def forget_command(ctx: click.Context, person: str, yes: bool, keep_name: bool, 
         from serve.media import cache_folder
 
         also = (cache_folder(lib.root, lib.manifest.get("created_at", "")),)
-    row, check = forget(lib, found, keep_name=keep_name, also=also)
-    click.echo(f"forgot {what}: removed {_removed(row)}")
-    click.echo(check.line())
+    done = forget_person(lib, found, keep_name=keep_name, also=also, likely=waiting)
+    check = done.check
+    if as_json:
+        click.echo(json_text(done.to_dict()))
+    else:
+        click.echo(f"forgot {what}: removed {_removed(done.row)}")
+        click.echo(check.line())
     if check.found:
         raise HeadsearchError(f"something of person {found.id} is still there after the forgetting (above): remove those files")
 

@@ -66,10 +66,10 @@ def redact(video: Path, out: Path, person: str | None, refs: tuple[Path, ...], w
     """
     from tqdm import tqdm
 
+    from actions.redact import Whom
+    from actions.redact import redact as run_redact
     from cli.main import _interrupted
     from headsearch.basics.json_text import json_text
-    from indexer.redact import Whom
-    from indexer.redact import redact as run_redact
 
     try:
         whom = Whom(person, tuple(refs), tuple(spare), everyone, whole_image)
@@ -94,13 +94,7 @@ def redact(video: Path, out: Path, person: str | None, refs: tuple[Path, ...], w
         click.echo(f"note: {note}", err=True)
     verified = summary.verified
     if as_json:
-        click.echo(json_text({"output": summary.out, "audit": summary.audit, "preview": summary.preview, "analysis": summary.analysis,
-                              "frames": summary.written.frames, "frames_with_boxes": summary.written.frames_hidden,
-                              "boxes": summary.written.boxes, "seconds": round(summary.seconds, 3),
-                              "analysis_seconds": round(summary.analysis_seconds, 3), "encoder": summary.written.encoder,
-                              "video_seconds": round(summary.video_seconds, 3), "notes": summary.notes,
-                              "tracks": [{"track": c.track.key, "who": c.who, "why": c.why} for c in summary.chosen],
-                              **({"verify": verified.to_dict()} if verified is not None else {})}))
+        click.echo(json_text(summary.to_dict()))
     else:
         click.echo(printable(summary.line()))
         click.echo(f"audit trail: {printable(str(summary.audit))}", err=True)
@@ -118,8 +112,8 @@ def redact(video: Path, out: Path, person: str | None, refs: tuple[Path, ...], w
 
 def _error_kind(error: HeadsearchError) -> str:
     """The kind of a refusal, for a script reading --json."""
-    from indexer.redact import NobodyMatched
-    from indexer.redact_output import OutputExists, SourceChanged
+    from actions.redact import NobodyMatched
+    from actions.redact_output import OutputExists, SourceChanged
 
     kinds = {NobodyMatched: "nobody-matched", OutputExists: "output-exists", SourceChanged: "source-changed"}
     return next((k for t, k in kinds.items() if isinstance(error, t)), "error")

@@ -34,7 +34,7 @@ from indexer.decode import VideoStream
 from indexer.tracker import find_head_region, head_template
 from schemas.records import Box, FaceDetection
 
-Heads = TypeVar("Heads")  # `indexer.redact.VideoHeads` (which imports this module: named, not imported)
+Heads = TypeVar("Heads")  # `actions.redact_records.VideoHeads` (which imports this module: named, not imported)
 
 # Where every head is hidden (--everyone, --all-except), a head the analysis misses is a leak, and a false one only a
 # patch blurred for nothing: the analysis' detector looks at each sampled frame enlarged too, for the small faces the
@@ -143,7 +143,7 @@ def _follow_back(track: TrackStart, window: Sequence[int], greys: dict[int, np.n
 
 
 def with_earlier_sightings(heads: Heads, settings: IndexSettings) -> Heads:
-    """A new analysis' heads (`indexer.redact.VideoHeads`, its sampled frames known) with each track followed back in
+    """A new analysis' heads (`actions.redact_records.VideoHeads`, its sampled frames known) with each track followed back in
     time (see the module's docstring); the tracks' start times moved back with their first sightings."""
     if heads.samples is None or not heads.tracks:
         return heads

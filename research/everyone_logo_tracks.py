@@ -101,8 +101,8 @@ def _keypoints_near(people: np.ndarray, box, rule) -> int:
 
 
 def measure(path: Path, name: str, redactor, pose, out: Path) -> list[dict]:
+    from actions.redact_whom import sighting_faces
     from headsearch.detection.keypoints import KeypointRule
-    from indexer.redact_whom import sighting_faces
 
     rule = KeypointRule()
     heads = redactor.heads(path, identify=False, every_head=True)
@@ -213,8 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--made-clips", action="store_true", help="add the clips it makes for what the set lacks")
     ap.add_argument("--also", type=Path, nargs="*", default=[], help="more clips (a pan over a still audience, posters)")
     args = ap.parse_args(argv)
+    from actions.redact import Redactor
     from headsearch.detection.keypoints import PoseDetector
-    from indexer.redact import Redactor
 
     args.out.mkdir(parents=True, exist_ok=True)
     redactor, pose = Redactor.open(), PoseDetector()

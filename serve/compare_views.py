@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headsearch.basics.errors import HeadsearchError
-from headsearch.basics.images import encode_jpeg
 from headsearch.people.listing import list_people
 from headsearch.search.service import SearchService
 from headsearch.store.library import Library
@@ -67,14 +66,14 @@ class Comparing:
         compare` does, or, `cast`, the library's named people as the cast (`compare --cast`), as a job. What can be
         refused is refused now, in one line (neither or both of a video and a clip, no photo, no head in it, no bars, no
         named people, a file changed since it was indexed); an uploaded clip is kept in the job's folder until it ends."""
-        from indexer.compare import Comparer
+        from actions.compare import Comparer
+        from actions.session import AnalysisSession
 
         if (video_id is None) == (clip is None):
             raise HeadsearchError("pick a video of the library or upload a clip (one of them)")
         if photo is None and not cast:
             raise HeadsearchError("give a reference photo, or take the library's named people as the cast")
-        photos = self.service.photos
-        comparer = Comparer.of(photos)  # the library's bars; refused in one line without them
+        comparer = Comparer.of(AnalysisSession(self.service.photos, self.library))  # the library's bars; refused in one line without them
         if video_id is not None:
             video = self.video_row(video_id)
             self.open_indexed(video).close()  # only the version indexed
@@ -88,7 +87,7 @@ class Comparing:
                                       "`headsearch people name ID NAME`)")
             work = self._cast_run(comparer, [p.id for p in named])
         else:
-            work = self._compare_run(comparer, self._reference(photo, photo_name))
+            work = self._compare_run(comparer, self._reference(comparer.session, photo, photo_name))
 
         def make(key: str, folder: Path) -> CompareJob:
             if clip is not None:  # the upload is a temporary file gone with the request: the job keeps its own, before it runs
@@ -111,14 +110,12 @@ class Comparing:
 
         return self.jobs.start(make, run)
 
-    def _reference(self, photo: Path | None, photo_name: str):
+    @staticmethod
+    def _reference(session, photo: Path | None, photo_name: str):
         """The reference of an uploaded photo: its largest head (read now: the upload goes with the request)."""
-        from headsearch.compare.reference import Reference, ReferenceHead
-        from headsearch.detection.crops import picture_of
+        from actions.session import LARGEST
 
-        e = self.service.photos.heads(photo, photo_name)[0]  # its largest head
-        head = ReferenceHead(e.vectors, e.head.face_visible, encode_jpeg(picture_of(e.head.crop), 90), e.head.box.area)
-        return Reference.of(Path(photo_name).stem or "reference", [head], [photo_name])
+        return session.photo_reference([photo], number=LARGEST, labels=[photo_name])
 
     @staticmethod
     def _compare_run(comparer, reference) -> Callable[[Path, Job], tuple[dict, dict]]:
@@ -136,7 +133,7 @@ class Comparing:
             page = {**data, "video": c.video, "plot": plot_svg(c, link),
                     "reference_picture": None if reference.picture is None else data_url(reference.picture),
                     "drift_links": [link(d.time) if link else None for d in c.drifts]}
-            return page, c.to_dict()
+            return page, comparer.entry(c)  # what `compare --json` prints
 
         return work
 
@@ -144,20 +141,16 @@ class Comparing:
         """The work of a cast: the named people as references, then one video cast (`compare --cast`)."""
         from headsearch.basics.timeline import format_time
         from headsearch.compare.cast import CastRun, gap_plot_svg
-        from headsearch.compare.reference import Reference, person_heads
 
         def work(path: Path, job: Job) -> tuple[dict, dict]:
-            references = []
-            for pid in person_ids:
-                label, heads, said = person_heads(self.library, pid)
-                references.append(Reference.of(label, heads, [said]))
+            references = [comparer.session.person_reference(pid) for pid in person_ids]
             run = CastRun([r.name for r in references], [comparer.cast_video(path, references, job)])
             video_id = getattr(job, "video_id", None)
             apps = [{**a.to_dict(), "start_text": format_time(a.start), "end_text": format_time(a.end),
                      "link": None if video_id is None else watch_url(video_id, a.start, a.end)} for a in run.appearances()]
             page = {"characters": run.summaries(), "appearances": apps, "plot": gap_plot_svg(run),
                     "nobody": sum(h.character is None and h.tier != "no_head" for h in run.videos[0].heads)}
-            return page, {**run.to_json()[0], "video": str(path)}
+            return page, {**run.to_json()[0], "video": str(path), "spec": comparer.spec.digest}  # `compare --cast --json`'s entry
 
         return work
 

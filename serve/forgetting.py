@@ -6,10 +6,10 @@ them); a job still running when they are forgotten ends without its files. Then 
 cache folder are searched for what is left of them (`headsearch.store.leftovers`), the outcome in the answer."""
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Protocol
 
-from headsearch.people.forgetting import forget, likely_line, likely_theirs, person_to_forget
+from actions.forget import forget_person
+from headsearch.people.forgetting import likely_line, likely_theirs, person_to_forget
 from headsearch.store.library import Library
 
 
@@ -28,12 +28,7 @@ def forget_everywhere(site: Site, person_id: int, confirm: str, not_confirmed: t
     person = person_to_forget(site.library, person_id)
     if " ".join(str(confirm).split()).casefold() != person.label().casefold():
         raise not_confirmed(f"type {person.label()!r} to forget this person: nothing was forgotten")
-    waiting = likely_theirs(site.library, person)
-    site.forget_kept()
-    row, check = forget(site.library, person, also=(site.cache.folder,))
-    site.forget_kept()  # and what was kept while it ran
-    return {"forgotten": asdict(row), "likely_theirs": waiting, "note": likely_line(waiting, person.id) if waiting else None,
-            "searched": check.line(), "found": list(check.found)}
+    return forget_person(site.library, person, also=(site.cache.folder,), kept=site.forget_kept).to_dict()  # as `people forget --json`
 
 
 def likely_note(site: Site, person) -> str | None:

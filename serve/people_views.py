@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from actions.redact_frames import STYLES as REDACT_STYLES
 from headsearch.basics.errors import HeadsearchError
 from headsearch.exports.timelines import Moment
 from headsearch.people.listing import inbox, inbox_reasons, list_people, merge_suggestions, person_choices
@@ -18,7 +19,6 @@ from headsearch.people.screen_time import screen_time
 from headsearch.search.hits import ShownHit, export_moments, found_hits
 from headsearch.search.service import SearchService
 from headsearch.store.library import Library
-from indexer.redact_frames import STYLES as REDACT_STYLES
 from schemas.records import SearchHit, Tier, VectorKind
 from serve.files import NotFound
 from serve.forgetting import likely_note

@@ -40,7 +40,7 @@ class RedactJob(Job):
         """The job as its page and /api twin show it (links to the file and audit trail once done)."""
         done = self.state == "done"
         return {**super().to_dict(prefix), "video_id": self.video_id, "video": self.video, "whom": self.whom, "style": self.style,
-                "margin": self.margin, "check": self.result.get("check") if done else None,
+                "margin": self.margin, "check": self.result.get("verify") if done else None,
                 "sheet": f"/jobs/{self.id}/sheet" if done and self.sheet.is_file() else None,
                 "file": f"/jobs/{self.id}/file" if done else None, "audit": f"/jobs/{self.id}/audit" if done else None,
                 "file_name": self.out.name if done else None}

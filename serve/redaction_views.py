@@ -16,12 +16,12 @@ import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from actions.redact_frames import STYLES as REDACT_STYLES
 from headsearch.basics.errors import HeadsearchError, NoHeadFound
 from headsearch.basics.media import media_kind
 from headsearch.compare.reference import Reference, ReferenceHead
 from headsearch.store.library import Library
 from headsearch.store.rows import TrackRow, VideoRow
-from indexer.redact_frames import STYLES as REDACT_STYLES
 from schemas.records import MediaKind, VectorKind
 from serve.files import FileChanged, FileNotServed, NotFound
 from serve.jobs import Jobs
@@ -45,17 +45,6 @@ class Choice:
     photo_name: str = ""
 
 
-def output_check(summary) -> dict | None:
-    """The check of a written output (`redact --verify`: the output looked at again, every face still found), as the
-    job's page shows it: the verification's dict, its line naming the file as the job does. None: not checked (a job
-    that leaves people in view on purpose: the check tells no one apart)."""
-    verified = summary.verified
-    if verified is None:
-        return None
-    return {**verified.to_dict(), "output": verified.output.name, "sheet": None,
-            "line": verified.line().replace(f"; see {verified.sheet}", "").replace(str(verified.output), verified.output.name)}
-
-
 class Redactions:
     """The web app's redactions (a part of `serve.views.Site`, which has the library, the jobs and the indexed files)."""
 
@@ -67,18 +56,19 @@ class Redactions:
 
     def redactor(self):
         """The redactor (`headsearch redact`'s), with this app's model and library, made once."""
-        from indexer.redact import Redactor
+        from actions.redact import Redactor
+        from actions.session import AnalysisSession
 
         with self._redactor_lock:
             if self._redactor is None:
-                self._redactor = Redactor(self.service.photos.load(), self.library)  # type: ignore[attr-defined]
+                self._redactor = Redactor(AnalysisSession(self.service.photos.load(), self.library))  # type: ignore[attr-defined]
             return self._redactor
 
     def redact_choices(self, video: VideoRow, tracks: list[TrackRow], members: dict[int, int], persons: dict) -> dict | None:
         """Whom the video page offers to hide ("only") or spare ("everyone but"): every person with a track in the video
         (one track or more: a person the people page does not list yet is one all the same), then every track; hidden
         people are left out, as everywhere. None for a photo."""
-        from indexer.redact import DEFAULT_MARGIN
+        from actions.redact import DEFAULT_MARGIN
 
         if video.kind != "video":
             return None
@@ -103,7 +93,7 @@ class Redactions:
         one `choice` names) or "except" (hide everyone but them). What can be refused is refused now, in one line (no
         such video, person or track, a photo, a file changed since it was indexed, a photo with no head or several, no
         bars to judge who is who); the video is then written, in the job's thread, into the app's cache folder."""
-        from indexer.redact import DEFAULT_MARGIN, OUTPUT_SUFFIXES, PREVIEW_SUFFIX, Whom, audit_path, check_paths, check_readable
+        from actions.redact import DEFAULT_MARGIN, OUTPUT_SUFFIXES, PREVIEW_SUFFIX, Whom, audit_path, check_paths, check_readable
 
         if style not in REDACT_STYLES:
             raise HeadsearchError(f"style {str(style)[:20]!r}: one of {', '.join(REDACT_STYLES)}")
@@ -149,11 +139,9 @@ class Redactions:
             summary = redactor.redact(source, chosen, out, style, margin, out.parent, job, targets,
                                       verify=verify and whom == "everyone")  # the check tells nobody apart: everyone's only
             still_indexed()  # and once all is written: a file replaced meanwhile fails the job (its folder goes)
-            w = summary.written
-            return {"line": summary.line().replace(str(out), out.name), "frames": w.frames, "frames_with_boxes": w.frames_hidden,
-                    "boxes": w.boxes, "seconds": round(summary.seconds, 2), "notes": summary.notes,
-                    "tracks": [{"track": c.track.key, "who": c.who, "why": c.why} for c in summary.chosen],
-                    "check": output_check(summary)}
+            # Its files by their names, and the check's contact sheet not at all: the page links the job's files.
+            served = {out: out.name, job.audit: job.audit.name, job.sheet: job.sheet.name}
+            return summary.to_dict(served.get)  # what `redact --json` prints for the same run
 
         return self.jobs.start(make, run)
 
@@ -169,7 +157,7 @@ class Redactions:
 
     def _track_target(self, redactor, track_id: int):
         """One track of the library as the person to find: its own vectors (each track in the video like it counts)."""
-        from indexer.redact import Target
+        from actions.redact import Target
 
         with self.library.people_reading() as store:
             if not store.tracks(track_ids=[track_id]):
@@ -196,7 +184,7 @@ class Redactions:
 
 
 def _whom(**what):
-    from indexer.redact import Whom
+    from actions.redact import Whom
 
     return Whom(**what)
 

@@ -46,7 +46,7 @@ class Site(Searching, Videos, People, Comparing, Redactions, MediaFiles):
         self._photos: dict[str, tuple[bytes, str]] = {}  # the last searches' photos by id: (bytes, name)
         self.jobs = Jobs(self.cache.folder)  # redactions, comparisons and casts, their files in the cache folder
         self.redactions = self.jobs  # the name the redaction pages first had for them
-        self._redactor = None  # indexer.redact.Redactor, made on the first redaction
+        self._redactor = None  # actions.redact.Redactor, made on the first redaction
         self._redactor_lock = threading.Lock()
         with self.library.browsing() as b:  # the database driver loads now, not on the first page someone asks for
             b.videos()

@@ -19,8 +19,8 @@ from conftest import DATA, EXAMPLES, HAMILTON, copy_of_library, needs_data, run
 from fake_detector import FacesInRegions
 from hostile_media import write_video
 
-from indexer.redact import EveryFaceDetector
-from indexer.redact_frames import HeadBoxes, HeadPath, to_stored, to_upright
+from actions.redact import EveryFaceDetector
+from actions.redact_frames import HeadBoxes, HeadPath, to_stored, to_upright
 from schemas.records import Box, FaceDetection
 
 pytestmark = [pytest.mark.slow, needs_data]

@@ -16,9 +16,9 @@ import pytest
 from conftest import DATA, EXAMPLES, FACES, HAMILTON, needs_data, run
 from fake_detector import mark_face
 
+from actions.redact import Redactor, Whom
+from actions.redact import redact as redact_video
 from headsearch.basics.errors import HeadsearchError
-from indexer.redact import Redactor, Whom
-from indexer.redact import redact as redact_video
 
 FAKE = ("--model", "fake-pixels")
 

@@ -12,11 +12,11 @@ import pytest
 from conftest import DATA, EXAMPLES, RETALKING, needs_data, run
 from fake_detector import mark_face
 
+from actions.redact import EveryFaceDetector
+from actions.redact_verify import verify_output
 from cli.options import EXIT_FACES_LEFT
 from headsearch.basics.settings import IndexSettings
 from headsearch.detection.faces import FaceDetector
-from indexer.redact import EveryFaceDetector
-from indexer.redact_verify import verify_output
 
 CROWD = DATA / "facenet-pytorch" / "examples" / "video.mp4"
 FAKE = ("--model", "fake-pixels")

@@ -16,8 +16,8 @@ from conftest import DATA, EXAMPLES, HAMILTON, needs_data, run
 from fake_detector import FacesInRegions
 from hostile_media import write_video
 
-from indexer.redact_frames import AuditTrail, HeadBoxes, HeadPath, write_hidden
-from indexer.redact_whom import Span, Verdict, judged_spans, whom_spans
+from actions.redact_frames import AuditTrail, HeadBoxes, HeadPath, write_hidden
+from actions.redact_whom import Span, Verdict, judged_spans, whom_spans
 from schemas.records import Box, FaceDetection, VectorKind
 
 CROWD = DATA / "facenet-pytorch" / "examples" / "video.mp4"  # 1080p, 25 fps, 105 frames: a crowd walking out of a building

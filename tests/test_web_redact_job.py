@@ -164,13 +164,13 @@ def test_the_job_page_shows_the_check_the_sheet_and_a_player_before_the_file(cli
     assert -1 not in order and order == sorted(order), order
     # Everyone's redaction is looked at again before the file is offered (redact --verify): its line, and each face it
     # still found with its frame; a job that leaves people in view on purpose says it was not looked at again.
-    check = job["result"]["check"]
+    check = job["result"]["verify"]
     assert check is not None and check["frames"] == 275 and "was not looked at again" not in page
     assert str(escape(check["line"])) in page and "/tmp" not in check["line"]  # as the page escapes it
     assert all(f'<td>{f["frame"]}</td>' in page for f in check["faces"])
     assert ("verified: no face found" in check["line"]) == (not check["faces"])
     kept = redacted(client, vid, whom="except", who=f"track:{tracks_by_person(library)[0][0]}", style="box")
-    assert kept["result"]["check"] is None and "was not looked at again" in client.get(f"/jobs/{kept['id']}").text
+    assert kept["result"]["verify"] is None and "was not looked at again" in client.get(f"/jobs/{kept['id']}").text
     r = client.get(f"/jobs/{key}/sheet")
     assert r.status_code == 200 and r.headers["content-type"] == "image/png" and r.headers["content-disposition"].startswith("inline")
     sheet = cv2.imdecode(np.frombuffer(r.content, np.uint8), cv2.IMREAD_COLOR)

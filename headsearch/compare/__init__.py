@@ -3,4 +3,4 @@ against a reference person (photos, a clip's main person, or a person of a libra
 one tier (segments), drift events, a summary and a verdict; and the reports of them (text, JSON, HTML, CSV).
 
 `reference` makes the templates, `timeline` scores an analysed video against them, `report` shows the result. The
-analysis itself is the indexer's (`indexer.compare`), since the core does not decode videos."""
+analysis itself is the indexer's (`actions.compare`), since the core does not decode videos."""

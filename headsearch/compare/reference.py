@@ -15,10 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from headsearch.basics.errors import HeadsearchError
-from headsearch.basics.images import encode_jpeg
 from headsearch.basics.media import media_kind
-from headsearch.detection.crops import picture_of
-from headsearch.embedding.photo_heads import PhotoEmbedder
 from headsearch.models.base import mean_vector
 from headsearch.people.listing import find_person, person_looks
 from headsearch.people.photos import reference_vectors
@@ -85,17 +82,6 @@ def photo_files(paths: Sequence[Path]) -> list[Path]:
             raise HeadsearchError(f"{p}: not a photo (a reference clip is --ref-video CLIP)")
         else:
             out.append(p)
-    return out
-
-
-def photo_heads(paths: Sequence[Path], photos: PhotoEmbedder, head: int | None = None, whole_image: bool = False) -> list[ReferenceHead]:
-    """The head of each photo (files, or folders of them): `head` picks one, numbered left to right, in photos of
-    several heads; `whole_image`: the photo is the head crop. A photo with no head, or several and no `head`, is
-    refused with one line."""
-    out = []
-    for f in photo_files(paths):
-        e = photos.head(f, str(f), head, whole_image)
-        out.append(ReferenceHead(e.vectors, e.head.face_visible, encode_jpeg(picture_of(e.head.crop), 90), e.head.box.area))
     return out
 
 

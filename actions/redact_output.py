@@ -15,13 +15,13 @@ import os
 import re
 from pathlib import Path
 
+from actions.redact_frames import STYLES, AuditTrail
 from headsearch.basics.errors import HeadsearchError, MediaError, is_disk_full
 from headsearch.basics.files import process_alive
 from headsearch.basics.media import VIDEO_EXTENSIONS, file_stamp, media_kind
 from headsearch.basics.settings import MediaLimits
 from headsearch.basics.timeline import probe_video
 from indexer.decode import check_video_header
-from indexer.redact_frames import STYLES, AuditTrail
 from schemas.records import MediaKind
 
 AUDIT_SUFFIX = ".redactions.json"  # the audit trail: OUT + this

@@ -1,5 +1,5 @@
 """Where each chosen head lies in each frame of a video, in the stored frame's pixels (`HeadBoxes`, asked frame after
-frame by the pass of `indexer.redact_frames`).
+frame by the pass of `actions.redact_frames`).
 
 An analysis sees heads at sampled frames (`indexer.analysis`: two a second, and every shot's first frame); a head's
 box in the frames between comes from its track's sightings, within its shot (nothing crosses a cut):

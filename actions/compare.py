@@ -12,21 +12,17 @@ from pathlib import Path
 
 import numpy as np
 
+from actions.session import AnalysisSession
 from headsearch.basics.errors import HeadsearchError, MediaError
 from headsearch.basics.failures import file_failures
 from headsearch.basics.media import media_kind
 from headsearch.basics.settings import IndexSettings
 from headsearch.basics.timeline import probe_timing
 from headsearch.compare.cast import CastVideo, cast_heads
-from headsearch.compare.reference import Reference, ReferenceHead, person_heads, photo_heads, track_heads
+from headsearch.compare.reference import Reference, ReferenceHead, track_heads
 from headsearch.compare.spec import CompareSpec
 from headsearch.compare.timeline import CompareSettings, Comparison, compare_analysis
-from headsearch.detection.faces import FaceDetector
-from headsearch.embedding.photo_heads import PhotoEmbedder
-from headsearch.evaluation.thresholds import Thresholds, thresholds_for
-from headsearch.models import Embedder
-from headsearch.models.registry import find_spec
-from headsearch.store.library import Library
+from headsearch.evaluation.thresholds import Thresholds
 from indexer.analysis import FrameProgress, analyse_file
 from schemas.records import FileResult, HeadTrack, MediaKind
 
@@ -61,32 +57,36 @@ class VideoCompared:
 
 
 class Comparer:
-    """Analyses videos with one model and detector (loaded once) and scores them against reference people."""
+    """Analyses videos with the model and detector of an analysis session (loaded once) and scores them against
+    reference people."""
 
-    def __init__(self, embedder: Embedder, thresholds: Thresholds, settings: IndexSettings, detector: FaceDetector | None = None,
-                 compare: CompareSettings | None = None):
-        self.embedder = embedder
+    def __init__(self, session: AnalysisSession, thresholds: Thresholds, settings: IndexSettings, compare: CompareSettings | None = None):
+        self.session = session
+        self.embedder = session.embedder
+        self.detector = session.detector
         self.thresholds = thresholds
         self.settings = settings
-        self.detector = detector or FaceDetector()
         self.compare = compare or CompareSettings()
-        spec = find_spec(embedder.describe())
-        self.appearance_dims = spec.appearance_dims if spec is not None else 0
+        self.appearance_dims = session.appearance_dims
 
     @classmethod
-    def of(cls, photos: PhotoEmbedder, settings: IndexSettings | None = None, fps: float | None = None, every_frame: bool = False,
-           compare: CompareSettings | None = None, thresholds: Thresholds | None = None) -> Comparer:
-        """The one way a comparer is made (`compare`, the web app's Compare page, `bench compare`): the model and
-        detector of `photos`, the bars of its library (its own thresholds.json, else its model's) or of the model
-        alone (or `thresholds`: a spec's), refused in one line when there are none; `settings` (default: the
-        environment's) sampled at `fps` or every frame, every sampled sighting embedded."""
-        info = photos.embedder.describe()
-        thresholds = thresholds or thresholds_for(photos.library_root, info)
-        if thresholds is None:
-            raise HeadsearchError(f"no thresholds for {info.label()}: compare tiers frames by calibrated bars (`headsearch bench "
-                                  f"accuracy SET --calibrate 1e-3 --thresholds-out FILE` makes them for a model file)")
-        sampled = compare_settings(settings or IndexSettings.from_env(), fps, every_frame)
-        return cls(photos.embedder, thresholds, sampled, photos.detector, compare)
+    def of(cls, session: AnalysisSession, fps: float | None = None, every_frame: bool = False, compare: CompareSettings | None = None,
+           thresholds: Thresholds | None = None) -> Comparer:
+        """The one way a comparer is made (`compare`, the web app's Compare page, `bench compare`): the session's model
+        and detector, its bars (the library's thresholds.json, else the model's; or `thresholds`: a spec's), refused in
+        one line when there are none; its settings sampled at `fps` or every frame, every sampled sighting embedded."""
+        thresholds = thresholds or session.bars("compare tiers frames")
+        return cls(session, thresholds, compare_settings(session.settings, fps, every_frame), compare)
+
+    @property
+    def spec(self) -> CompareSpec:
+        """What decides this comparer's verdicts (`headsearch.compare.spec`)."""
+        return CompareSpec.of(self.embedder.describe(), self.thresholds, self.settings, self.compare)
+
+    def entry(self, comparison: Comparison, frames: bool = True) -> dict:
+        """One comparison as `compare --json` prints it and the web app's compare job answers it: with the digest of the
+        spec that decided it (`frames`: with its frames)."""
+        return {**comparison.to_dict(frames=frames), "spec": self.spec.digest}
 
     def analyse(self, path: Path, progress: FrameProgress | None = None, sample_at: Sequence[float] = ()) -> FileResult:
         path = Path(path)
@@ -165,14 +165,15 @@ class ReferenceSpec:
         return not (self.photos or self.videos or self.persons)
 
 
-def build_reference(spec: ReferenceSpec, comparer: Comparer, photos: PhotoEmbedder, library: Library | None = None,
-                    head: int | None = None, whole_image: bool = False, progress: FrameProgress | None = None) -> Reference:
+def build_reference(spec: ReferenceSpec, comparer: Comparer, head: int | None = None, whole_image: bool = False,
+                    progress: FrameProgress | None = None) -> Reference:
     """One reference from all its sources: their heads averaged into one template."""
+    session = comparer.session
     heads: list[ReferenceHead] = []
     sources: list[str] = []
     name = spec.name
     if spec.photos:
-        heads += photo_heads(spec.photos, photos, head, whole_image)
+        heads += session.photo_heads(spec.photos, head, whole_image)
         sources += [str(p) for p in spec.photos]
         name = name or Path(spec.photos[0]).stem
     for video in spec.videos:
@@ -181,9 +182,7 @@ def build_reference(spec: ReferenceSpec, comparer: Comparer, photos: PhotoEmbedd
         sources.append(said)
         name = name or Path(video).stem
     for key in spec.persons:
-        if library is None:
-            raise HeadsearchError(f"--person {key}: a person of a library needs --library")
-        person_name, found, said = person_heads(library, key)
+        person_name, found, said = session.person_heads(key)
         heads += found
         sources.append(said)
         name = name or person_name
@@ -204,8 +203,7 @@ class CompareSession:
     @property
     def spec(self) -> CompareSpec:
         """What decides this run's verdicts (`headsearch.compare.spec`)."""
-        c = self.comparer
-        return CompareSpec.of(c.embedder.describe(), c.thresholds, c.settings, c.compare)
+        return self.comparer.spec
 
     def run(self, paths: Sequence[Path], cast: bool = False) -> Iterator[VideoCompared]:
         """Each video compared in turn (folders: the videos under them, recursively, in name order); `cast`: in cast mode."""
@@ -249,22 +247,20 @@ def open_comparison(specs: Sequence[ReferenceSpec], model: str | None = None, li
 
     if spec is not None:
         settings, compare, model, fps, every_frame = spec.index_settings(), spec.compare_settings(), model or spec.model["source"], None, False
-    settings = settings or IndexSettings.from_env()
-    lib = Library.open(library) if library is not None else None
-    photos = PhotoEmbedder(model, lib.root if lib is not None else None, detector=FaceDetector.from_settings(settings))
+    session = AnalysisSession.open(library, model, settings)
     bars = None
     if spec is not None:
-        spec.check(photos.embedder.describe())
-        bars = spec.thresholds_for(photos.embedder.describe())
-    comparer = Comparer.of(photos, settings, fps, every_frame, compare, bars)
+        spec.check(session.embedder.describe())
+        bars = spec.thresholds_for(session.embedder.describe())
+    comparer = Comparer.of(session, fps, every_frame, compare, bars)
     references = []
     bar = tqdm(desc="reference", unit="frame", disable=not progress, leave=False)
     try:
         for one in specs:
-            references.append(build_reference(one, comparer, photos, lib, ref_head, whole_image, bar))
+            references.append(build_reference(one, comparer, ref_head, whole_image, bar))
     finally:
         bar.close()
     names = [r.name for r in references]
     if len(set(names)) != len(names):
         raise HeadsearchError(f"two references are named {next(n for n in names if names.count(n) > 1)!r}: give each its own --name")
-    return CompareSession(comparer, references, progress, lib.root if lib is not None else None)
+    return CompareSession(comparer, references, progress, session.library_root)

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import cv2
 import numpy as np
 
+from actions.redact_frames import FrameProgress, first_frame_turns
 from headsearch.basics.errors import MediaError, first_line
 from headsearch.basics.files import write_bytes_atomic
 from headsearch.basics.settings import IndexSettings
@@ -39,7 +41,6 @@ from headsearch.basics.text import counted
 from headsearch.basics.timeline import format_time
 from headsearch.detection.faces import FaceDetector
 from indexer.evidence import confident
-from indexer.redact_frames import FrameProgress, first_frame_turns
 
 VERIFY_SUFFIX = ".verify.png"  # the contact sheet of faces still found: OUT + this, beside the output
 SHEET_FACES = 24  # faces on the contact sheet at most (the highest scores; every one is in the record)
@@ -49,6 +50,15 @@ SAID_FRAMES = 12  # frames named in the one-line summary at most
 HIDDEN_BELOW = 0.5  # a face region whose fine detail correlates less than this with the source's is hidden (bench redact's bar)
 FACE_CORE = 0.6  # ...judged on the middle of the face box (this share of each side)
 MIN_DETAIL = 4.0  # grey levels: a source region with less fine detail says nothing, and the face counts
+
+
+# How a result names the files it wrote: the CLI by their paths; the web app by their names, or not at all where its
+# pages cannot open them (they are in the job's folder in the app's cache).
+Shown = Callable[[Path], "str | None"]
+
+
+def shown_path(shown: Shown, path: Path | None) -> str | None:
+    return shown(path) if path is not None else None
 
 
 @dataclass(frozen=True)
@@ -88,7 +98,8 @@ class Verification:
     def frames_with_faces(self) -> list[int]:
         return sorted({f.frame for f in self.faces})
 
-    def line(self) -> str:
+    def line(self, shown: Shown = str) -> str:
+        """In one line; `shown` says the contact sheet (`Shown`)."""
         if self.clean:
             aside = (f" ({counted(len(self.on_hidden), 'detection')} on hidden patches, their detail not the source's, set aside: "
                      f"frame{'s' if len(self.on_hidden) != 1 else ''} {', '.join(str(f.frame) for f in self.on_hidden[:SAID_FRAMES])})"
@@ -99,13 +110,14 @@ class Verification:
         frames = self.frames_with_faces
         named = ", ".join(str(f) for f in frames[:SAID_FRAMES]) + (", ..." if len(frames) > SAID_FRAMES else "")
         return (f"verify FAILED: {counted(len(self.faces), 'face')} still found in {len(frames):,} of {counted(self.frames, 'frame')} "
-                f"of the output (frame{'s' if len(frames) != 1 else ''} {named})" + (f"; see {self.sheet}" if self.sheet else ""))
+                f"of the output (frame{'s' if len(frames) != 1 else ''} {named})" + (f"; see {sheet}" if (sheet := shown_path(shown, self.sheet)) else ""))
 
-    def to_dict(self) -> dict:
-        return {"output": str(self.output), "clean": self.clean, "frames": self.frames, "frames_with_faces": self.frames_with_faces,
+    def to_dict(self, shown: Shown = str) -> dict:
+        """What the look found, as `redact --verify --json` prints it and the web job shows it; `shown` says its paths."""
+        return {"output": shown_path(shown, self.output), "clean": self.clean, "frames": self.frames, "frames_with_faces": self.frames_with_faces,
                 "faces": [f.to_dict() for f in self.faces], "on_hidden": [f.to_dict() for f in self.on_hidden],
-                "doubtful": [f.to_dict() for f in self.doubtful], "sheet": str(self.sheet) if self.sheet else None,
-                "seconds": round(self.seconds, 3), "look": self.look}
+                "doubtful": [f.to_dict() for f in self.doubtful], "sheet": shown_path(shown, self.sheet),
+                "seconds": round(self.seconds, 3), "look": self.look, "line": self.line(shown)}
 
 
 def verify_output(out: Path, detector: FaceDetector, sheet: Path | None = None, progress: FrameProgress | None = None,

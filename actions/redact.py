@@ -8,7 +8,7 @@ keypoints, tracked through profiles and turned-away frames). A track is that per
 against a query (`headsearch.evaluation.track_scores`, as search scores a photo's hits) judges it the same person at the
 model's calibrated bars (`thresholds.json`): every track of the person's template (the reference photos averaged, or the
 library person's reference photos or main look); where the video is indexed, the person's own tracks count too. Then
-`indexer.redact_frames` finds each chosen head in every frame and writes the video.
+`actions.redact_frames` finds each chosen head in every frame and writes the video.
 
 Where every head is hidden but those identified (--everyone, --all-except), a head missed is a leak and a false one a
 patch blurred for nothing: a new analysis looks for small and faint faces too (`EveryFaceDetector`), and keeps the
@@ -24,43 +24,24 @@ from __future__ import annotations
 import datetime
 import logging
 import time
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from headsearch.basics.errors import HeadsearchError, MediaError, NoHeadFound
-from headsearch.basics.failures import file_failures
-from headsearch.basics.media import file_stamp, media_kind
-from headsearch.basics.settings import IndexSettings
-from headsearch.basics.text import counted
-from headsearch.compare.reference import Reference, ReferenceHead, person_heads, photo_files
-from headsearch.detection.faces import FaceDetector
-from headsearch.embedding.photo_heads import PhotoEmbedder
-from headsearch.evaluation.thresholds import Thresholds, thresholds_for
-from headsearch.evaluation.track_scores import PhotoQuery, TrackRows
-from headsearch.models.registry import find_spec
-from headsearch.people.forgetting import analysis_lost_heads
-from headsearch.people.listing import find_person
-from headsearch.store.library import Library
-from indexer.analysis import analyse_file
-from indexer.every_head import EveryFaceDetector, with_earlier_sightings
-from indexer.redact_frames import (
+from actions.redact_frames import (
     REFINE_SIDE,
     AuditTrail,
     FrameProgress,
     HeadBoxes,
     HeadPath,
     PreviewSheet,
-    Written,
-    covered_frames,
     preview_frames,
     write_hidden,
 )
-from indexer.redact_output import (
+from actions.redact_output import (
     DEFAULT_MARGIN,
     PREVIEW_SUFFIX,
     audit_path,
@@ -73,13 +54,29 @@ from indexer.redact_output import (
     put_in_place,
     remove_stale,
 )
-from indexer.redact_output import OUTPUT_SUFFIXES as OUTPUT_SUFFIXES  # the web app names the kinds of output from here
-from indexer.redact_whom import Span, Verdict, judged_spans, sighting_faces, verdict, whom_spans
+from actions.redact_output import OUTPUT_SUFFIXES as OUTPUT_SUFFIXES  # the web app names the kinds of output from here
+from actions.redact_records import Chosen, RedactSummary, SeenTrack, VideoHeads, track_frames
+from actions.redact_whom import Span, Verdict, judged_spans, sighting_faces, verdict, whom_spans
+from actions.session import AnalysisSession
+from headsearch.basics.errors import HeadsearchError, MediaError
+from headsearch.basics.failures import file_failures
+from headsearch.basics.media import file_stamp, media_kind
+from headsearch.basics.settings import IndexSettings
+from headsearch.basics.text import counted
+from headsearch.compare.reference import Reference, photo_files
+from headsearch.detection.faces import FaceDetector
+from headsearch.evaluation.thresholds import Thresholds
+from headsearch.evaluation.track_scores import PhotoQuery, TrackRows
+from headsearch.people.forgetting import analysis_lost_heads
+from headsearch.people.listing import find_person
+from headsearch.store.library import Library
+from indexer.analysis import analyse_file
+from indexer.every_head import EveryFaceDetector, with_earlier_sightings
 from indexer.rejoin import join_groups, joined_why, with_joins
 from schemas.records import Box, FileResult, HeadTrack, MediaKind, VectorKind
 
 if TYPE_CHECKING:
-    from indexer.redact_verify import Verification
+    from actions.redact_verify import Verification
 
 log = logging.getLogger(__name__)
 
@@ -134,110 +131,16 @@ class Target:
     person_id: int | None = None  # a person of the library: its tracks there count as it
 
 
-@dataclass(frozen=True)
-class SeenTrack:
-    """A head track of the analysis a redaction works from."""
-
-    key: int  # its id in the library, or its number in this analysis (from 1)
-    shot: int  # its shot's index
-    sightings: tuple[tuple[int, Box], ...]  # (frame index, head box in the analysis' pixels), in time order
-    rows: TrackRows  # its vectors, as the scorer reads a track (kind -> keys, faces, rows)
-    start: float
-    end: float
-    doubt: str | None = None  # why the analysis' evidence rule would drop it (None: a confirmed head)
-    joined_to: int | None = None  # the key of the first track of its person in its shot, where it was joined (`indexer.rejoin`)
-    join_cue: str | None = None
-    join_score: float | None = None
-    keys: tuple[int, ...] = ()  # each sighting's key in `rows` (its observation id in the library; empty: its index)
-
-    @property
-    def sighting_keys(self) -> tuple[int, ...]:
-        return self.keys or tuple(range(len(self.sightings)))
-
-
-@dataclass
-class VideoHeads:
-    """The heads of one video, from the library's analysis or a new one: tracks, shots (frame ranges), sampled frames."""
-
-    path: Path
-    fingerprint: str
-    size: tuple[int, int]  # (width, height) of the frames the boxes are in
-    frames: int
-    fps: float
-    shots: dict[int, tuple[int, int]]  # shot index -> (first frame, last frame)
-    tracks: list[SeenTrack]
-    samples: list[int] | None  # frame indexes of the sampled frames (None: not kept; `period` then)
-    period: int  # frames between samples, where `samples` is None
-    source: str  # where the analysis comes from, in words
-    members: dict[int, int] = field(default_factory=dict)  # library track id -> person id
-    spared: list[Chosen] = field(default_factory=list)  # --all-except: the tracks of the people spared (`Redactor.choose`)
-    seconds: float = 0.0  # how long finding them took
-
-
-@dataclass(frozen=True)
-class Chosen:
-    """A track whose head is hidden (or spared): who it is and why it was chosen, in words; `frames`: the frames of it
-    chosen so (first, last), where not all it covers."""
-
-    track: SeenTrack
-    who: str
-    why: str
-    frames: tuple[int, int] | None = None
-
-    def to_dict(self, heads: VideoHeads) -> dict:
-        first, last = self.frames or _covered(self.track, heads)
-        return {"track": self.track.key, "who": self.who, "why": self.why, "shot": self.track.shot,
-                "start": round(self.track.start, 3), "end": round(self.track.end, 3), "first_frame": first, "last_frame": last,
-                "sightings": len(self.track.sightings)}
-
-
-@dataclass
-class RedactSummary:
-    """What a redaction wrote."""
-
-    source: Path
-    out: Path
-    audit: Path
-    preview: Path | None
-    chosen: list[Chosen]
-    written: Written
-    analysis: str
-    seconds: float  # wall time, the analysis included
-    analysis_seconds: float  # ...of which finding the heads (the library's analysis read, or a new one)
-    video_seconds: float  # how long the video plays (its file's duration)
-    notes: list[str] = field(default_factory=list)
-    verified: Verification | None = None  # the output looked at again (`--verify`)
-
-    @property
-    def speed(self) -> float:
-        """Times real time."""
-        return self.video_seconds / self.seconds if self.seconds > 0 else 0.0
-
-    def line(self) -> str:
-        # Tracks hidden as nobody in particular (--everyone, --all-except) are counted, not named one by one.
-        who = Counter(c.who for c in self.chosen if c.who != f"track {c.track.key}")
-        unnamed = sum(c.who == f"track {c.track.key}" for c in self.chosen)
-        people = ", ".join([f"{w} ({counted(n, 'track')})" for w, n in who.most_common(6)] + (["..."] if len(who) > 6 else [])
-                           + ([counted(unnamed, "other track" if who else "track")] if unnamed else []))
-        boxes = self.written.boxes
-        hidden = (f"{boxes:,} box{'es' if boxes != 1 else ''} hidden in {self.written.frames_hidden:,} of "
-                  f"{counted(self.written.frames, 'frame')}" + (f": {people}" if people else ""))
-        if not self.chosen:
-            hidden = f"nobody to hide in {counted(self.written.frames, 'frame')} (written unchanged, encoded again)"
-        return f"wrote {self.out}: {hidden}; {self.video_seconds:.1f} s of video in {self.seconds:.1f} s ({self.speed:.2f}x real time)"
-
-
 class Redactor:
-    """The model, detector and bars a redaction runs with (loaded once, for many videos), and a library where one is
-    named (its analyses and its people)."""
+    """A redaction's analysis session (the model, detector and bars, loaded once, for many videos, and a library where
+    one is named: its analyses and its people)."""
 
-    def __init__(self, photos: PhotoEmbedder, library: Library | None = None, settings: IndexSettings | None = None):
-        self.photos = photos
-        self.library = library
-        self.settings = settings or IndexSettings.from_env()
-        spec = find_spec(photos.embedder.describe())
-        self.appearance_dims = spec.appearance_dims if spec is not None else 0
-        self._thresholds: Thresholds | None = None
+    def __init__(self, session: AnalysisSession):
+        self.session = session
+        self.photos = session.photos
+        self.library = session.library
+        self.settings = session.settings
+        self.appearance_dims = session.appearance_dims
         # The detector that looks again around a head between sampled frames: small copies, never enlarged.
         self.refiner = FaceDetector(self.settings.face_score_threshold, REFINE_SIDE, 1, self.settings.min_face_px)
         self._every_face: EveryFaceDetector | None = None  # made on the first analysis that hides every head
@@ -245,24 +148,14 @@ class Redactor:
     @classmethod
     def open(cls, library: Path | None = None, model: str | None = None, settings: IndexSettings | None = None) -> Redactor:
         """With a library (its model, analyses and people), or without (`model`, default: the default model)."""
-        settings = settings or IndexSettings.from_env()
-        lib = Library.open(library) if library is not None else None
-        photos = PhotoEmbedder(model, lib.root if lib is not None else None, detector=FaceDetector.from_settings(settings))
-        photos.load()
-        return cls(photos, lib, settings)
+        session = AnalysisSession.open(library, model, settings)
+        session.photos.load()
+        return cls(session)
 
     @property
     def thresholds(self) -> Thresholds:
         """The bars a track is judged the same person by: the library's own, else the model's; refused without."""
-        if self._thresholds is None:
-            info = self.photos.embedder.describe()
-            found = thresholds_for(self.library.root if self.library is not None else None, info)
-            if found is None:
-                raise HeadsearchError(f"no thresholds for {info.label()}: redact judges who is who by calibrated bars (`headsearch "
-                                      "bench accuracy SET --calibrate 1e-3 --thresholds-out FILE` makes them for a model file); "
-                                      "--everyone needs none")
-            self._thresholds = found
-        return self._thresholds
+        return self.session.bars("redact judges who is who", "; --everyone needs none")
 
     # ----- whom ----------------------------------------------------------------------------------
     def targets(self, whom: Whom) -> list[Target]:
@@ -277,29 +170,21 @@ class Redactor:
         return [self._photo_target([Path(s)], whom.whole_image) if _is_photo(s) else self._person_target(s) for s in whom.spare]
 
     def _photo_target(self, photos: Sequence[Path], whole_image: bool = False) -> Target:
-        heads = []
-        for photo in _reference_photos(photos):
-            try:
-                found = self.photos.heads(photo, str(photo), all_heads=not whole_image, whole_image=whole_image)
-            except NoHeadFound as e:
-                if whole_image:
-                    raise
-                raise NoHeadFound(f"{photo}: no head found in this photo: give a photo of the person's head (a photo that is "
-                                  "the head crop, e.g. the back of a head: --whole-image)") from e
-            if len(found) > 1:
-                raise HeadsearchError(f"{photo}: {len(found)} heads in this photo: give a photo of the one person (a crop of their head)")
-            heads.append(ReferenceHead(found[0].vectors, found[0].head.face_visible, None, found[0].head.box.area))
-        name = Path(photos[0]).stem
+        reference = self.session.photo_reference(
+            _reference_photos(photos), Path(photos[0]).stem, whole_image=whole_image, sources=[str(p) for p in photos],
+            several=": give a photo of the one person (a crop of their head)",
+            no_head=None if whole_image else (": give a photo of the person's head (a photo that is the head crop, e.g. the back of "
+                                              "a head: --whole-image)"))
         _ = self.thresholds  # refused now, before any video is read, when there are no bars
-        return Target(name, Reference.of(name, heads, [str(p) for p in photos]))
+        return Target(reference.name, reference)
 
     def _person_target(self, key: str) -> Target:
         if self.library is None:
             raise HeadsearchError(f"--person {key}: a person of a library needs one (--library, or index the videos first)")
         person = find_person(self.library, key)
-        name, heads, said = person_heads(self.library, key)
+        reference = self.session.person_reference(key)
         _ = self.thresholds
-        return Target(name, Reference.of(name, heads, [said]), person.id)
+        return Target(reference.name, reference, person.id)
 
     # ----- the heads -----------------------------------------------------------------------------
     def heads(self, video: Path, progress: FrameProgress | None = None, identify: bool = True, every_head: bool = False) -> VideoHeads:
@@ -316,7 +201,7 @@ class Redactor:
             if found is not None:
                 return found
         settings = self.settings if identify else replace(self.settings, embed_every_s=ONE_PER_TRACK_S)
-        if identify and every_head:  # --all-except: each sighting judged on its own face (`indexer.redact_whom`)
+        if identify and every_head:  # --all-except: each sighting judged on its own face (`actions.redact_whom`)
             settings = replace(settings, embed_every_s=0.0)
         detector = self.photos.detector
         if every_head:
@@ -334,15 +219,15 @@ class Redactor:
     def choose(self, heads: VideoHeads, whom: Whom, targets: Sequence[Target]) -> list[Chosen]:
         """The tracks whose heads are hidden, each with who it is and why (the scores it was judged by, with their bars);
         for --all-except, the tracks spared go to `heads.spared`, with why, and are followed so that no hidden box is
-        drawn on their heads (`indexer.redact_heads.HeadBoxes`). One rule for whom: --all-except P spares every track --ref
+        drawn on their heads (`actions.redact_heads.HeadBoxes`). One rule for whom: --all-except P spares every track --ref
         P would hide (the same judgement, `_verdict`), frame by frame where its sightings' own faces say who it is there
-        (`indexer.redact_whom`: a track passing from P to the head behind P is hidden from there)."""
+        (`actions.redact_whom`: a track passing from P to the head behind P is hidden from there)."""
         if whom.everyone:
             return [Chosen(tr, f"track {tr.key}", _unconfirmed("everyone", tr)) for tr in heads.tracks]
         joins = {tr.key: tr.joined_to for tr in heads.tracks}  # the person's other pieces in a shot count as them
         if whom.spare:
             out, heads.spared = [], []
-            covered = {tr.key: _covered(tr, heads) for tr in heads.tracks}
+            covered = {tr.key: track_frames(tr, heads) for tr in heads.tracks}
             spans = {tr.key: whom_spans([(t.name, self._spans(tr, t, heads, covered[tr.key])) for t in targets], covered[tr.key])
                      for tr in heads.tracks}
             own = {k: next(by for _, _, by, _ in ss if by is not None) for k, ss in spans.items() if any(by is not None for _, _, by, _ in ss)}
@@ -380,7 +265,7 @@ class Redactor:
 
     def _spans(self, track: SeenTrack, target: Target, heads: VideoHeads, covered: tuple[int, int]) -> list[Span]:
         """The track's frames under the target's verdicts: the track's own where the library's person holds it, else
-        sighting by sighting (`indexer.redact_whom.judged_spans`)."""
+        sighting by sighting (`actions.redact_whom.judged_spans`)."""
         whole = Verdict(*self._judged(track, target, heads))
         if target.person_id is not None and heads.members.get(track.key) == target.person_id:
             return [Span(*covered, whole)]
@@ -418,10 +303,10 @@ class Redactor:
         return summary
 
     def verify(self, out: Path, source: Path | None = None, progress: FrameProgress | None = None) -> Verification:
-        """The redacted video `out` looked at again, every frame, with the most sensitive look (`indexer.redact_verify`):
+        """The redacted video `out` looked at again, every frame, with the most sensitive look (`actions.redact_verify`):
         the faces still found, and a contact sheet of them (OUT.verify.png) where there are any; `source`, the video
         it was redacted from, tells a face from a detection on the hidden patch itself."""
-        from indexer.redact_verify import verify_output
+        from actions.redact_verify import verify_output
 
         _describe(progress, "verifying")
         return verify_output(Path(out), self._every_face_detector(), progress=progress, decode_max_side=self.settings.decode_max_side,
@@ -581,12 +466,6 @@ def library_heads(library: Library, video: Path, fingerprint: str) -> VideoHeads
 def head_paths(chosen: Sequence[Chosen], heads: VideoHeads) -> list[HeadPath]:
     """The paths of the heads hidden (unconfirmed ones said so) and of those spared, followed too (`heads.spared`), each
     with which sightings show a face."""
-    return [HeadPath(c.track.key, c.who, c.track.sightings, *(c.frames or _covered(c.track, heads)), spared=spared,
+    return [HeadPath(c.track.key, c.who, c.track.sightings, *(c.frames or track_frames(c.track, heads)), spared=spared,
                      unconfirmed=c.track.doubt is not None, faced=sighting_faces(c.track.rows, c.track.sighting_keys))
             for cs, spared in ((chosen, False), (heads.spared, True)) for c in cs]
-
-
-def _covered(track: SeenTrack, heads: VideoHeads) -> tuple[int, int]:
-    frames = [f for f, _ in track.sightings]
-    shot = heads.shots.get(track.shot, (frames[0], frames[-1]))
-    return covered_frames(frames, shot, heads.samples, heads.period)

@@ -1,6 +1,6 @@
 """Heads hidden in every frame of a video: how each is hidden, and the one pass that decodes, hides and encodes the
 video frame by frame (its audio and other streams copied, packet for packet), with the audit trail of every box and
-a contact sheet to check before publishing. Where each head is in each frame: `indexer.redact_heads`.
+a contact sheet to check before publishing. Where each head is in each frame: `actions.redact_heads`.
 
 Heads are hidden on the decoded frame's own planes (YUV, no colour conversion): every pixel outside the boxes reaches
 the encoder as decoded. The frames keep their presentation times, so the output keeps the source's frame count, rate,
@@ -23,11 +23,7 @@ from typing import Protocol
 import cv2
 import numpy as np
 
-from headsearch.basics.errors import MediaError, first_line
-from headsearch.basics.files import write_bytes_atomic
-from headsearch.basics.json_text import json_text
-from headsearch.basics.timeline import format_time
-from indexer.redact_heads import (  # noqa: F401 - where each head is, named here too for the redactor and its tests
+from actions.redact_heads import (  # noqa: F401 - where each head is, named here too for the redactor and its tests
     REFINE_SIDE,
     HeadBoxes,
     HeadPath,
@@ -37,6 +33,10 @@ from indexer.redact_heads import (  # noqa: F401 - where each head is, named her
     to_stored,
     to_upright,
 )
+from headsearch.basics.errors import MediaError, first_line
+from headsearch.basics.files import write_bytes_atomic
+from headsearch.basics.json_text import json_text
+from headsearch.basics.timeline import format_time
 from schemas.records import Box
 
 log = logging.getLogger(__name__)
