@@ -6,10 +6,10 @@ person's videos are redacted with their reference (`indexer.redact.Redactor.reda
 `redact --ref PHOTO --library` reads it), and each of their on-screen frames is judged one of two ways:
 
 - by the pixels, where the set gives the head's centre on that frame (`centres`: frames from the interval's first
-  labelled centre to its last, linear in between): a box the size of the analysis' head box that holds the centre at
-  the nearest sighted frame of the interval (any track's; the person's head, whoever the tracker took it for), put on
-  the centre, is hidden when the middle of it (`bench.redact.HEAD_CORE` of each side) has lost the source's detail in
-  the output (`bench.redact.hidden`, the judge of `bench redact SET` on labelled head boxes);
+  labelled centre to its last, linear in between): the head box of the analysis' track that holds the centre at the
+  nearest sighted frame of the interval (any track's: the person's head, whoever the tracker took it for), at that
+  frame (`head_box_at`), is hidden when the middle of it (`bench.redact.HEAD_CORE` of each side) has lost the
+  source's detail in the output (`bench.redact.hidden`, the judge of `bench redact SET` on labelled head boxes);
 - by the audit trail elsewhere (no centre there, no head box near it, or too little detail in the source to tell): the
   frame is hidden when the trail draws a box there for a track chosen for the person that is not someone else's
   (`bench.presence.someone_else`, by the labelled centres), and, where a centre is labelled on that frame, the box
@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,16 +54,30 @@ def pixel_span(iv: Interval) -> range:
     return range(iv.centres[0][0], iv.centres[-1][0] + 1) if iv.centres else range(0)
 
 
-def head_box_at(frame: int, centre: tuple[float, float], sightings: Iterable[Sighting], within: range) -> Box | None:
-    """A head box on `centre` the size of the analysis' head box that holds it at the nearest sighted frame of `within`
-    (any track's sightings); None where no sighting of `within` holds it."""
-    best: tuple[int, float, float] | None = None
-    for f, (x1, y1, x2, y2) in sightings:
-        if f in within and x1 <= centre[0] <= x2 and y1 <= centre[1] <= y2 and (best is None or abs(f - frame) < best[0]):
-            best = (abs(f - frame), x2 - x1, y2 - y1)
-    if best is None:
+def head_box_at(frame: int, centre: tuple[float, float], tracks: dict[object, list[Sighting]], within: range) -> Box | None:
+    """The head box to judge at `frame`: the analysis' track whose sighting nearest `frame` in `within` holds `centre`
+    (any track: the person's head, whoever the tracker took it for) gives it: its box at `frame` (linear between its
+    sightings) where it is sighted around `frame` and that box holds the centre, else a box of its nearest sighting's
+    size put on the centre (the centres are labelled by eye, 20-70 px off between labelled frames: the detector's box
+    places the head better). None where no sighting of `within` holds the centre."""
+    def holds(b: tuple[float, float, float, float]) -> bool:
+        return b[0] <= centre[0] <= b[2] and b[1] <= centre[1] <= b[3]
+
+    nearest = min(((abs(f - frame), n, key) for key, seen in tracks.items() for n, (f, b) in enumerate(seen)
+                   if f in within and holds(b)), default=None, key=lambda c: c[:2])
+    if nearest is None:
         return None
-    _, w, h = best
+    seen = sorted(tracks[nearest[2]], key=lambda s: s[0])
+    before = [s for s in seen if s[0] <= frame]
+    after = [s for s in seen if s[0] >= frame]
+    if before and after:
+        (f0, a), (f1, b) = before[-1], after[0]
+        w = (frame - f0) / (f1 - f0) if f1 > f0 else 0.0
+        placed = tuple(x + w * (y - x) for x, y in zip(a, b, strict=True))
+        if holds(placed):
+            return Box(*placed)
+    x1, y1, x2, y2 = tracks[nearest[2]][nearest[1]][1]
+    w, h = x2 - x1, y2 - y1
     return Box(centre[0] - w / 2, centre[1] - h / 2, centre[0] + w / 2, centre[1] + h / 2)
 
 
@@ -237,7 +251,7 @@ def _measure(people: list[LabelledPerson], paths: dict[str, Path], root: Path, l
             theirs: set = set()
             pixels: dict[int, bool | None] = {}
             if targets is not None:
-                output = work / f"{person.name}-{Path(file).stem}.mp4"
+                output = work / f"{person.name.replace('/', '_')}-{Path(file).stem}.mp4"
                 summary = redactor.redact(paths[file], whom, output, style, targets=targets, force=True, allow_none=True)
                 drawn = trail_boxes(json.loads(summary.audit.read_text(encoding="utf-8")))
                 theirs = {c.track.key for c in summary.chosen
@@ -255,13 +269,12 @@ def _measure(people: list[LabelledPerson], paths: dict[str, Path], root: Path, l
 
 def _pixel_boxes(intervals: Sequence[Interval], sightings: dict[object, list[Sighting]]) -> dict[int, Box]:
     """The frames to judge from the pixels and the head box to judge on each (see the module's docstring)."""
-    every = [s for track in sightings.values() for s in track]
     boxes = {}
     for iv in intervals:
         within = range(iv.first, iv.last + 1)
         for f in pixel_span(iv):
             centre = iv.centre_at(f)
-            box = head_box_at(f, centre, every, within) if centre is not None else None
+            box = head_box_at(f, centre, sightings, within) if centre is not None else None
             if box is not None:
                 boxes[f] = box
     return boxes

@@ -75,12 +75,18 @@ def test_hidden_by_trail_needs_one_of_the_persons_tracks():
     assert not hidden_by_trail(4, drawn, {7}, None)
 
 
-def test_the_head_box_to_judge_is_sized_from_the_nearest_sighting_that_holds_the_centre():
-    sightings = [(0, (0.0, 0.0, 40.0, 50.0)), (4, (10.0, 10.0, 30.0, 30.0)), (9, (0.0, 0.0, 100.0, 100.0)),
-                 (5, (200.0, 200.0, 260.0, 260.0))]
-    box = head_box_at(5, (20.0, 20.0), sightings, range(0, 8))  # frame 9 is outside the interval; frame 5's box elsewhere
-    assert box == Box(10.0, 10.0, 30.0, 30.0)
-    assert head_box_at(5, (500.0, 500.0), sightings, range(0, 8)) is None
+def test_the_head_box_to_judge_is_the_tracks_that_holds_the_centre_at_its_nearest_sighting():
+    tracks = {1: [(0, (0.0, 0.0, 40.0, 40.0)), (4, (10.0, 10.0, 50.0, 50.0))],  # holds (20, 20) at frames 0 and 4
+              2: [(9, (0.0, 0.0, 100.0, 100.0))],  # holds it too, but outside the interval
+              3: [(2, (200.0, 200.0, 260.0, 260.0))]}  # elsewhere
+    # Frame 2, between track 1's sightings: its box there, linear between them (it holds the centre).
+    assert head_box_at(2, (20.0, 20.0), tracks, range(0, 8)) == Box(5.0, 5.0, 45.0, 45.0)
+    # Frame 6, after its last sighting: a box of the nearest sighting's size (40 x 40) on the labelled centre.
+    assert head_box_at(6, (20.0, 20.0), tracks, range(0, 8)) == Box(0.0, 0.0, 40.0, 40.0)
+    # The track's box at the frame does not hold the centre: the labelled centre places it, sized from the track.
+    moving = {1: [(0, (0.0, 0.0, 40.0, 40.0)), (10, (100.0, 0.0, 140.0, 40.0))]}
+    assert head_box_at(5, (10.0, 20.0), moving, range(0, 11)) == Box(-10.0, 0.0, 30.0, 40.0)
+    assert head_box_at(5, (500.0, 500.0), tracks, range(0, 8)) is None
 
 
 def test_the_run_pools_people_and_names_those_over_two_percent():
