@@ -315,15 +315,30 @@ def compare_bench(sets: tuple[Path, ...], model: str | None, joins: int, still_a
 @click.option("--style", type=click.Choice(["blur", "pixelate", "box"]), default="blur", show_default=True, help="headsearch's style.")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep the redacted videos in this folder (default: a temporary one, removed after).")
+@click.option("--library", "-l", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="A presence SET: index its videos into this library and keep it (default: a temporary one).")
 @json_option
 @quiet_option
-def redact_bench(set_csv: Path, root: Path | None, tools: tuple[str, ...], style: str, work_dir: Path | None, as_json: bool,
-                 quiet: bool) -> None:
+def redact_bench(set_csv: Path, root: Path | None, tools: tuple[str, ...], style: str, work_dir: Path | None,
+                 library: Path | None, as_json: bool, quiet: bool) -> None:
     """Redaction against a labelled head SET: the share of labelled heads hidden by view (face, profile, back) and of
     the picture hidden outside them, judged from the pixels alone, for `headsearch redact --everyone` and for deface
-    (a face-only redactor) on the same videos. SET is a CSV file,time,x1,y1,x2,y2,view[,ignore]."""
+    (a face-only redactor) on the same videos. SET is a CSV file,time,x1,y1,x2,y2,view[,ignore].
+
+    A presence SET (person,file,first_frame,last_frame,view,..., bench/sets/presence.csv) gives each person's leak rate
+    instead: the frames their head is on screen and not hidden by `redact --ref THEIR_REFERENCE`, by view and pooled."""
+    from bench.leaks import bench_leaks, is_presence_set
     from bench.redact import TOOLS, RedactOptions, bench_redact
 
+    if is_presence_set(set_csv):
+        if "deface" in tools:
+            raise click.UsageError("a presence set measures `redact --ref` (deface cannot choose a person): leave out --tool deface")
+        leaks = bench_leaks(set_csv, root, style, work_dir, library, settings=IndexSettings.from_env(),
+                            report=_say(quiet) or (lambda line: None))
+        _show(leaks.to_dict(), leaks.text(), as_json)
+        return
+    if library is not None:
+        raise click.UsageError("--library is for a presence set only")
     run = bench_redact(RedactOptions(set_csv, root, tuple(dict.fromkeys(tools)) or TOOLS, style, work_dir),
                        report=_say(quiet) or (lambda line: None))
     _show(run.to_dict(), run.text(), as_json)
