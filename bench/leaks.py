@@ -2,7 +2,7 @@
 their head is on screen (the set's intervals, facing any way) and not hidden by `redact --ref THEIR_REFERENCE`.
 
 The set's videos are indexed into a library (a temporary one, or the one named) as `bench presence` does; then each
-person's videos are redacted with their reference (`indexer.redact.Redactor.redact`, the library's analysis read as
+person's videos are redacted with their reference (`actions.redact.Redactor.redact`, the library's analysis read as
 `redact --ref PHOTO --library` reads it), and each of their on-screen frames is judged one of two ways:
 
 - by the pixels, where the set gives the head's centre on that frame (`centres`: frames from the interval's first
@@ -227,8 +227,8 @@ def bench_leaks(set_csv: Path, root: Path | None = None, style: str = "blur", wo
 
 def _measure(people: list[LabelledPerson], paths: dict[str, Path], root: Path, library: Path, tmp: Path, work: Path,
              options, style: str, say: Report) -> list[PersonLeaks]:
-    # The one place this module reaches the redactor (indexer.redact), so a move of it is one line to follow.
-    from indexer.redact import Redactor, Whom
+    # The one place this module reaches the redactor (actions.redact), so a move of it is one line to follow.
+    from actions.redact import Redactor, Whom
 
     redactor = Redactor.open(library, options.model, options.settings)
     heads = {f: redactor.heads(p) for f, p in paths.items()}
