@@ -38,6 +38,7 @@ from actions.redact_frames import (
     HeadBoxes,
     HeadPath,
     PreviewSheet,
+    parse_style,
     preview_frames,
     write_hidden,
 )
@@ -73,7 +74,7 @@ from headsearch.store.library import Library
 from indexer.analysis import analyse_file
 from indexer.every_head import EveryFaceDetector, with_earlier_sightings
 from indexer.rejoin import join_groups, joined_why, with_joins
-from schemas.records import Box, FileResult, HeadTrack, MediaKind, VectorKind
+from schemas.records import Box, FileResult, HeadTrack, MediaKind, RedactStyle, VectorKind
 
 if TYPE_CHECKING:
     from actions.redact_verify import Verification
@@ -273,7 +274,7 @@ class Redactor:
                             lambda rows: self._verdict(rows, target))
 
     # ----- the whole run -------------------------------------------------------------------------
-    def redact(self, video: Path, whom: Whom, out: Path, style: str = "blur", margin: float = DEFAULT_MARGIN,
+    def redact(self, video: Path, whom: Whom, out: Path, style: RedactStyle | str = RedactStyle.BLUR, margin: float = DEFAULT_MARGIN,
                preview: Path | None = None, progress: FrameProgress | None = None, targets: Sequence[Target] | None = None,
                force: bool = True, allow_none: bool = True, verify: bool = False) -> RedactSummary:
         """Hide `whom`'s heads in every frame of `video`, written to `out` with its audit trail (and a contact sheet in
@@ -283,7 +284,8 @@ class Redactor:
         is written. `verify`: the output is looked at again when written (`verify`, the summary's `verified`)."""
         t0 = time.perf_counter()
         video, out = Path(video), Path(out)
-        check_paths(video, out, style, margin, force)
+        style = parse_style(style)
+        check_paths(video, out, margin, force)
         check_readable(video)
         targets = self.targets(whom) if targets is None else targets
         # Whatever nobody foresaw in a file is one line, its traceback in errors.log (the library's, else a private one).
@@ -317,7 +319,7 @@ class Redactor:
             self._every_face = EveryFaceDetector(self.settings, self.photos.detector)
         return self._every_face
 
-    def _write(self, heads: VideoHeads, chosen: list[Chosen], whom: Whom, out: Path, style: str, margin: float,
+    def _write(self, heads: VideoHeads, chosen: list[Chosen], whom: Whom, out: Path, style: RedactStyle, margin: float,
                preview: Path | None, progress: FrameProgress | None, t0: float, force: bool = True) -> RedactSummary:
         paths = head_paths(chosen, heads)
         audit = audit_path(out)
@@ -374,13 +376,14 @@ def _unconfirmed(why: str, track: SeenTrack) -> str:
     return why if track.doubt is None else f"{why}; unconfirmed, hidden all the same: {track.doubt}"
 
 
-def redact(video: Path, whom: Whom, out: Path, style: str = "blur", margin: float = DEFAULT_MARGIN, preview: Path | None = None,
+def redact(video: Path, whom: Whom, out: Path, style: RedactStyle | str = RedactStyle.BLUR, margin: float = DEFAULT_MARGIN, preview: Path | None = None,
            library: Path | None = None, model: str | None = None, progress: FrameProgress | None = None,
            settings: IndexSettings | None = None, force: bool = False, allow_none: bool = False, verify: bool = False) -> RedactSummary:
     """Hide `whom`'s heads in every frame of `video` into `out` (see `Redactor.redact`): the paths are checked and the video
     opened before the model loads; a library is opened where one is named or a person of one is asked for. Refused
     unless asked for: an output there already (`force`), a person to hide whom no track matches (`allow_none`)."""
-    check_paths(Path(video), Path(out), style, margin, force)
+    style = parse_style(style)
+    check_paths(Path(video), Path(out), margin, force)
     if whom.needs_library and library is None:
         raise HeadsearchError("a person of a library needs --library (or $HEADSEARCH_LIBRARY)")
     if whom.photos:

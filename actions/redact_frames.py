@@ -33,15 +33,24 @@ from actions.redact_heads import (  # noqa: F401 - where each head is, named her
     to_stored,
     to_upright,
 )
-from headsearch.basics.errors import MediaError, first_line
+from headsearch.basics.errors import HeadsearchError, MediaError, first_line
 from headsearch.basics.files import write_bytes_atomic
 from headsearch.basics.json_text import json_text
 from headsearch.basics.timeline import format_time
-from schemas.records import Box
+from schemas.records import Box, RedactStyle
 
 log = logging.getLogger(__name__)
 
-STYLES = ("blur", "pixelate", "box")
+
+STYLES = tuple(s.value for s in RedactStyle)
+
+
+def parse_style(text: object, name: str = "--style") -> RedactStyle:
+    """The style a user asked for, or one line saying what there is."""
+    try:
+        return RedactStyle(text)
+    except ValueError:
+        raise HeadsearchError(f"{name} {str(text)[:20]!r}: one of {', '.join(STYLES)}") from None
 BLUR_CELLS = 6  # blur: the head is averaged down to about this many cells across, then smoothed back (nothing of a face is left)
 PIXEL_CELLS = 8  # pixelate: this many blocks across the head
 PREVIEW_TILES = 12  # frames on the contact sheet (more when more tracks are hidden: one frame of each, up to PREVIEW_MAX)
@@ -409,7 +418,7 @@ def _copied_outputs(dst, inp, ivs, written: Written) -> dict[int, object]:
     return outs
 
 
-def write_hidden(source: Path, out: Path, boxes_of: Callable[[int, tuple[int, int]], HeadBoxes], style: str,
+def write_hidden(source: Path, out: Path, boxes_of: Callable[[int, tuple[int, int]], HeadBoxes], style: RedactStyle,
                  trail: AuditTrail | None = None, preview: PreviewSheet | None = None, progress: FrameProgress | None = None,
                  total: int | None = None) -> Written:
     """Decode `source` frame by frame, hide the heads `boxes_of(turns, stored size)` gives in each frame, encode it into
@@ -417,8 +426,6 @@ def write_hidden(source: Path, out: Path, boxes_of: Callable[[int, tuple[int, in
     boxes go to `trail`, the wanted frames to `preview`."""
     import av
 
-    if style not in STYLES:
-        raise ValueError(f"style {style!r}: one of {', '.join(STYLES)}")
     t0 = time.perf_counter()
     turns, rotation = first_frame_turns(source)
     written = Written()

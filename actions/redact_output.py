@@ -15,7 +15,7 @@ import os
 import re
 from pathlib import Path
 
-from actions.redact_frames import STYLES, AuditTrail
+from actions.redact_frames import AuditTrail
 from headsearch.basics.errors import HeadsearchError, MediaError, is_disk_full
 from headsearch.basics.files import process_alive
 from headsearch.basics.media import VIDEO_EXTENSIONS, file_stamp, media_kind
@@ -65,12 +65,10 @@ def remove_stale(out: Path) -> None:
                 p.unlink(missing_ok=True)
 
 
-def check_paths(video: Path, out: Path, style: str = "blur", margin: float = DEFAULT_MARGIN, force: bool = True) -> None:
+def check_paths(video: Path, out: Path, margin: float = DEFAULT_MARGIN, force: bool = True) -> None:
     """Refuse, in one line, what cannot be done: a missing video, an output that is the source (it is never
     overwritten), in a missing or unwritable folder, not named as a kind of video redact writes, or (unless `force`)
-    there already with or without its audit trail; an unknown style or a negative margin."""
-    if style not in STYLES:
-        raise HeadsearchError(f"--style {style}: one of {', '.join(STYLES)}")
+    there already with or without its audit trail; a margin out of range."""
     if not (0.0 <= margin <= 4.0):
         raise HeadsearchError(f"--margin {margin}: a share of the head box from 0 to 4 (0.2: a fifth of its size)")
     if not video.exists():

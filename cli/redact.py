@@ -8,6 +8,7 @@ import click
 from cli.options import EXIT_FACES_LEFT, FiniteFloat, library_path, model_option, progress_option, show_progress
 from headsearch.basics.errors import HeadsearchError
 from headsearch.basics.text import printable
+from schemas.records import RedactStyle
 
 
 @click.command("redact")
@@ -27,7 +28,7 @@ from headsearch.basics.text import printable
 @click.option("--allow-none", is_flag=True, help="With --person or --ref: when nobody in the video is that person, write it "
               "unchanged and exit 0 (without it: an error, and nothing is written).")
 @click.option("--force", is_flag=True, help="Replace an output (and its audit trail) that is there already.")
-@click.option("--style", type=click.Choice(["blur", "pixelate", "box"]), default="blur", show_default=True,
+@click.option("--style", type=click.Choice([s.value for s in RedactStyle]), default="blur", show_default=True,
               help="How a head is hidden: a strong blur, large blocks, or a black box.")
 @click.option("--margin", type=FiniteFloat(0.0, 4.0), default=0.2, show_default=True,
               help="Share of the head box added around it, half on each side (0.2: a fifth of its width and height).")

@@ -8,6 +8,15 @@ from enum import StrEnum
 import numpy as np
 
 
+class RedactStyle(StrEnum):
+    """How `redact` hides a head: read from the user once, where the request comes in (the CLI's --style, the web's
+    form, the redactor's entry: `actions.redact_frames.parse_style`), and passed down as it is."""
+
+    BLUR = "blur"
+    PIXELATE = "pixelate"
+    BOX = "box"
+
+
 class VectorKind(StrEnum):
     """What a stored vector encodes."""
 

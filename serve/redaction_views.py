@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from actions.redact_frames import STYLES as REDACT_STYLES
+from actions.redact_frames import parse_style
 from headsearch.basics.errors import HeadsearchError, NoHeadFound
 from headsearch.basics.media import media_kind
 from headsearch.compare.reference import Reference, ReferenceHead
@@ -95,8 +96,7 @@ class Redactions:
         bars to judge who is who); the video is then written, in the job's thread, into the app's cache folder."""
         from actions.redact import DEFAULT_MARGIN, OUTPUT_SUFFIXES, PREVIEW_SUFFIX, Whom, audit_path, check_paths, check_readable
 
-        if style not in REDACT_STYLES:
-            raise HeadsearchError(f"style {str(style)[:20]!r}: one of {', '.join(REDACT_STYLES)}")
+        style = parse_style(style, "style")
         if whom not in ("everyone", "person", "except"):
             raise HeadsearchError("whom must be everyone, person or except")
         if whom != "everyone" and choice.kind is None:
@@ -133,7 +133,7 @@ class Redactions:
 
         def run(job: RedactJob) -> dict:
             out = job.out
-            check_paths(source, out, style, margin)
+            check_paths(source, out, margin)
             still_indexed()  # it may have waited its turn
             job.before_writing = still_indexed  # and after the analysis, before a frame is written
             summary = redactor.redact(source, chosen, out, style, margin, out.parent, job, targets,

@@ -69,6 +69,21 @@ def _nothing_written(folder: Path, out: Path) -> None:
     assert not left, f"temporary files left: {left}"
 
 
+def test_a_style_is_read_once_where_it_comes_in(tmp_path):
+    """One style (issue 51): the CLI offers the styles there are, the redactor's entry refuses another in one line,
+    before anything is analysed or written, and what it passes down is the style itself."""
+    from actions.redact_frames import STYLES, parse_style
+    from schemas.records import RedactStyle
+
+    assert STYLES == ("blur", "pixelate", "box") and parse_style("box") is RedactStyle.BOX
+    clip = _clip(tmp_path / "clip.mp4")
+    said = run("redact", clip, "--everyone", "--style", "sepia", "--out", tmp_path / "out.mp4", ok=False)
+    assert said.exit_code == 2 and "blur" in said.output and not (tmp_path / "out.mp4").exists()
+    with pytest.raises(HeadsearchError, match=r"^--style 'sepia': one of blur, pixelate, box$"):
+        redact_video(clip, Whom(everyone=True), tmp_path / "out.mp4", style="sepia")
+    assert not (tmp_path / "out.mp4").exists()
+
+
 # ----- item 7 of issue 50: the output's kind and folder checked before the analysis ----------------------------------
 @pytest.mark.parametrize("suffix", [".webm", ".ts", ".avi", ".flv", ".mpg"])
 def test_a_kind_of_output_that_loses_the_frame_times_is_refused_up_front(tmp_path, suffix):
