@@ -122,6 +122,10 @@ def test_deface_on_a_presence_set_and_a_bad_set_are_one_line(tmp_path):
     missing.write_text(HEADER + "a,v.mp4,0,4,front,a.jpg,,,\n")
     said = run("bench", "redact", missing, ok=False)
     assert said.exit_code == 1 and "v.mp4: not found" in said.output and "Traceback" not in said.output
+    heads = tmp_path / "heads.csv"
+    heads.write_text("file,time,x1,y1,x2,y2,view\nv.mp4,1.0,0,0,9,9,face\n")
+    said = run("bench", "redact", heads, "-l", tmp_path / "library", ok=False)
+    assert said.exit_code == 2 and "--library is for a presence set only" in said.output and "Traceback" not in said.output
 
 
 # ----- the command on real media -----------------------------------------------------------------------
