@@ -54,10 +54,17 @@ def partial_path(out: Path) -> Path:
     return Path(out).with_name(f".{Path(out).stem}.redacting-{os.getpid()}{Path(out).suffix}")
 
 
+def write_check_path(out: Path) -> Path:
+    """The empty file that tries the output's folder before the analysis: named apart from the partial output, so a
+    partial output only ever means a video being written."""
+    return Path(out).with_name(f".{Path(out).stem}.write-check-{os.getpid()}")
+
+
 def remove_stale(out: Path) -> None:
-    """Partial outputs (and audit trails) of runs killed before they finished: their process is gone."""
+    """Partial outputs (and audit trails, and folder checks) of runs killed before they finished: their process is gone."""
     patterns = (re.compile(re.escape(f".{out.stem}.redacting-") + r"(\d+)" + re.escape(out.suffix) + "$"),
-                re.compile(re.escape(f".{audit_path(out).name}.") + r"(\d+)\.tmp$"))
+                re.compile(re.escape(f".{audit_path(out).name}.") + r"(\d+)\.tmp$"),
+                re.compile(re.escape(f".{out.stem}.write-check-") + r"(\d+)$"))
     with contextlib.suppress(OSError):
         for p in out.parent.iterdir():
             m = next((m for pattern in patterns if (m := pattern.match(p.name))), None)
@@ -97,13 +104,11 @@ def check_paths(video: Path, out: Path, margin: float = DEFAULT_MARGIN, force: b
 def check_writable(out: Path) -> None:
     """Refuse an output whose folder cannot be written, by writing there (permissions do not say it for root, nor for a
     read-only mount)."""
-    probe = partial_path(out)
+    probe = write_check_path(out)
     try:
-        with open(probe, "x"):
+        with open(probe, "w"):
             pass
         probe.unlink()
-    except FileExistsError:
-        pass  # this process's own partial file: the folder is writable
     except OSError as e:
         why = "the disk is full" if is_disk_full(e) else (e.strerror or str(e)).lower()
         raise HeadsearchError(f"--out {out}: cannot write in {out.parent} ({why})") from e
