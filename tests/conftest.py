@@ -293,6 +293,26 @@ def hamilton_alone(tmp_path_factory) -> Path:
     return library
 
 
+TALKING_HEAD_FRAMES = 40  # of video-retalking's 5.mp4 (a talking head, 524 x 524, 25 fps)
+
+
+@pytest.fixture(scope="session")
+def talking_head(tmp_path_factory) -> Path:
+    """The first 40 frames (1.6 s) of video-retalking's 5.mp4, a face in view on each, written once for the run: where a
+    test needs a real face looked at on every frame (`redact --verify`), and not the clip it is in, this takes seconds."""
+    from clips import read_frames, write_clip
+
+    source = RETALKING / "5.mp4"
+    if not source.is_file():
+        pytest.skip(f"real test media not found at {DATA}")
+    with built_once(tmp_path_factory, "talking-head") as (folder, to_build):
+        clip = folder / "talking_head.mp4"
+        if to_build:
+            write_clip(clip, read_frames(source, 0, TALKING_HEAD_FRAMES), fps=25)
+            (folder / ".built").touch()
+    return clip
+
+
 def copy_of_library(library: Path, to: Path) -> Path:
     """A library copied to `to` (a path that does not exist yet), to change without touching the shared one."""
     return Path(shutil.copytree(library, to))

@@ -1,6 +1,6 @@
 """One result for one redaction (issue 51): `redact --json` and the web app's redaction job answer the same dict
 (`RedactSummary.to_dict`) for the same run: a clip, indexed, redacted by the CLI and by the web app with the
-same choice (video-retalking's 5.mp4, a talking head of 122 frames: each run looks at every frame again). What may differ: the files each wrote (the CLI names its paths, the web app their names: `output`,
+same choice (`conftest.talking_head`, 40 frames of a talking head: each run looks at every frame again). What may differ: the files each wrote (the CLI names its paths, the web app their names: `output`,
 `audit`, `preview`, the summary's `line` that names the output, and the check's `output` and `sheet`, the web app
 naming no contact sheet its pages cannot open) and how long each took (`seconds`, `analysis_seconds`, the check's
 `seconds`, and the `line` that says them). Everything else is compared as it is."""
@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import RETALKING, finished_job, library_db, needs_data, run
+from conftest import finished_job, library_db, needs_data, run
 from starlette.testclient import TestClient
 
 from serve.app import create_app
@@ -19,17 +19,16 @@ from serve.guard import CSRF_HEADER
 
 pytestmark = [needs_data, pytest.mark.slow]
 
-CLIP = RETALKING / "5.mp4"
-WAIT_S = 300.0  # a redaction of the 5 s clip takes seconds; a loaded machine may take longer, never this long
+WAIT_S = 300.0  # a redaction of the 1.6 s clip takes seconds; a loaded machine may take longer, never this long
 RUN_OWN = {"output", "audit", "preview", "line", "seconds", "analysis_seconds"}  # the run's own files and times
 CHECK_OWN = {"output", "sheet", "line", "seconds"}
 
 
 @pytest.fixture(scope="module")
-def library(tmp_path_factory) -> Path:
+def library(tmp_path_factory, talking_head) -> Path:
     folder = tmp_path_factory.mktemp("redact-result")
     (folder / "clips").mkdir()
-    shutil.copyfile(CLIP, folder / "clips" / CLIP.name)
+    shutil.copyfile(talking_head, folder / "clips" / talking_head.name)
     run("index", folder / "clips", "--library", folder / "library", "--quiet")
     return folder / "library"
 

@@ -157,9 +157,9 @@ def test_forgetting_him_takes_his_joined_piece_too(bald_man, tmp_path):
         assert con.execute("select tracks from forgotten_people").fetchone()[0] == 1 + len(joined)
 
 
-def test_redact_ref_with_a_crop_of_his_face_hides_him_facing_the_camera_and_walking_away(tmp_path):
-    """`redact --ref` with a crop of his face at frame 13 (320 px square around his head: one head in it), on a fresh
-    analysis (no library): his front track is chosen by the photo, and his back, joined to it within the shot, is
+def test_redact_ref_with_a_crop_of_his_face_hides_him_facing_the_camera_and_walking_away(bald_man, tmp_path):
+    """`redact --ref` with a crop of his face at frame 13 (320 px square around his head: one head in it), on the
+    library's analysis (his person plays no part: a photo is judged against every track): his front track is chosen by the photo, and his back, joined to it within the shot, is
     hidden with it on every frame, judged from the output's pixels against his head boxes labelled by eye."""
     import cv2
 
@@ -169,7 +169,8 @@ def test_redact_ref_with_a_crop_of_his_face_hides_him_facing_the_camera_and_walk
     rgb = _frames(CROWD)[13][cy - 160:cy + 160, cx - 160:cx + 160]
     cv2.imwrite(str(crop), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
     out = tmp_path / "boxed.mp4"
-    said = json.loads(run("redact", CROWD, "--ref", crop, "--out", out, "--style", "box", "--json").stdout)
+    said = json.loads(run("redact", CROWD, "--ref", crop, "--library", bald_man["library"], "--out", out, "--style", "box",
+                          "--json").stdout)
     src, dst = _frames(CROWD), _frames(out)
     assert len(dst) == len(src) == 105
     for keys in (FRONT, BACK):

@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 import pytest
 from browser import launch, needs_chromium, screenshot
-from conftest import EXAMPLES, HAMILTON, RETALKING, finished_job, library_db, needs_data, run, serving
+from conftest import EXAMPLES, HAMILTON, RETALKING, TALKING_HEAD_FRAMES, finished_job, library_db, needs_data, run, serving
 from markupsafe import escape
 from starlette.testclient import TestClient
 
@@ -46,11 +46,11 @@ def library(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def talking_head(tmp_path_factory) -> Path:
-    """video-retalking's 5.mp4 (a talking head, 122 frames) in a library of its own: a job that looks at every frame
-    of its output again takes seconds on it."""
+def talking_head_library(tmp_path_factory, talking_head) -> Path:
+    """A short talking head (`conftest.talking_head`) in a library of its own: a job that looks at every frame of its
+    output again takes seconds on it."""
     folder = tmp_path_factory.mktemp("web-redact-job-short")
-    run("index", RETALKING / "5.mp4", "--library", folder / "library", "--quiet")
+    run("index", talking_head, "--library", folder / "library", "--quiet")
     return folder / "library"
 
 
@@ -161,8 +161,8 @@ def test_the_margin(client, library):
         assert r.status_code == 400 and r.json()["error"].startswith(words) and "\n" not in r.json()["error"], r.text
 
 
-def test_the_job_page_shows_the_check_the_sheet_and_a_player_before_the_file(talking_head, tmp_path):
-    client, library = _client(create_app(talking_head, cache_dir=tmp_path / "cache")), talking_head
+def test_the_job_page_shows_the_check_the_sheet_and_a_player_before_the_file(talking_head_library, tmp_path):
+    client, library = _client(create_app(talking_head_library, cache_dir=tmp_path / "cache")), talking_head_library
     vid = video_id(library)
     job = redacted(client, vid, whom="everyone", style="box")
     key = job["id"]
@@ -175,7 +175,7 @@ def test_the_job_page_shows_the_check_the_sheet_and_a_player_before_the_file(tal
     # Everyone's redaction is looked at again before the file is offered (redact --verify): its line, and each face it
     # still found with its frame; a job that leaves people in view on purpose says it was not looked at again.
     check = job["result"]["verify"]
-    assert check is not None and check["frames"] == 122 and "was not looked at again" not in page
+    assert check is not None and check["frames"] == TALKING_HEAD_FRAMES and "was not looked at again" not in page
     assert str(escape(check["line"])) in page and "/tmp" not in check["line"]  # as the page escapes it
     assert all(f'<td>{f["frame"]}</td>' in page for f in check["faces"])
     assert ("verified: no face found" in check["line"]) == (not check["faces"])
