@@ -80,9 +80,11 @@ unset PYTHONDONTWRITEBYTECODE
 # Habits first: lint and layering fail the run before the (slower) tests start.
 "$venv/bin/ruff" check --quiet .
 "$venv/bin/lint-imports" --no-cache >/dev/null || "$venv/bin/lint-imports" --no-cache
-# One test process per core, up to four (HEADSEARCH_TEST_WORKERS to choose; 0 runs them in this process), each test
-# file in one process so its module fixtures (the libraries it indexes) are built once.
-workers="${HEADSEARCH_TEST_WORKERS:-$(nproc)}"
+# One test process per core and one more, up to four (HEADSEARCH_TEST_WORKERS to choose; 0 runs them in this process),
+# each test file in one process so its module fixtures (the libraries it indexes) are built once. A test process often
+# waits (on a CLI it started, a server, a browser, a kill it times): on 2 cores two processes kept 1.66 cores busy and
+# the suite took 11:25, three took 10:45 (idle 2-core Intel Xeon, the same tests).
+workers="${HEADSEARCH_TEST_WORKERS:-$(( $(nproc) + 1 ))}"
 [ "$workers" -gt 4 ] && workers=4
 # The cores shared out among the test processes, as `index --workers` shares them among its workers: each process's
 # model sessions ($HEADSEARCH_THREADS), OpenMP and BLAS pools get its share, not every core (two processes with a
