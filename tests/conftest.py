@@ -157,6 +157,17 @@ def finished_job(client, page: str, wait_s: float = 300.0) -> dict:
         time.sleep(0.25)
 
 
+def posting_client(app):
+    """A test client of the web app that posts as the app's own pages do: from its own origin, with the CSRF token."""
+    from starlette.testclient import TestClient
+
+    from serve.guard import CSRF_HEADER
+
+    client = TestClient(app)
+    client.headers["origin"] = str(client.base_url).rstrip("/")
+    client.headers[CSRF_HEADER] = client.get("/api/csrf").json()["token"]
+    return client
+
 @contextlib.contextmanager
 def library_db(library: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     """The library's database, opened read-only and always closed."""

@@ -11,11 +11,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import finished_job, library_db, needs_data, run
+from conftest import finished_job, library_db, needs_data, posting_client, run
 from starlette.testclient import TestClient
 
 from serve.app import create_app
-from serve.guard import CSRF_HEADER
 
 pytestmark = [needs_data, pytest.mark.slow]
 
@@ -35,10 +34,7 @@ def library(tmp_path_factory, talking_head) -> Path:
 
 @pytest.fixture(scope="module")
 def client(library, tmp_path_factory) -> TestClient:
-    client = TestClient(create_app(library, cache_dir=tmp_path_factory.mktemp("cache")))
-    client.headers["origin"] = str(client.base_url).rstrip("/")  # as the app's own pages post (tests/test_serve.py)
-    client.headers[CSRF_HEADER] = client.get("/api/csrf").json()["token"]
-    return client
+    return posting_client(create_app(library, cache_dir=tmp_path_factory.mktemp("cache")))
 
 
 def the_video(library: Path) -> tuple[int, Path]:

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, HAMILTON, finished_job, needs_data, run
+from conftest import EXAMPLES, HAMILTON, finished_job, needs_data, posting_client, run
 from starlette.testclient import TestClient
 
 from serve.app import create_app
@@ -31,10 +31,7 @@ def library(hamilton_library, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(library, tmp_path_factory) -> TestClient:
-    client = TestClient(create_app(library, cache_dir=tmp_path_factory.mktemp("cache")))
-    client.headers["origin"] = str(client.base_url).rstrip("/")  # as the app's own pages post (tests/test_serve.py)
-    client.headers[CSRF_HEADER] = client.get("/api/csrf").json()["token"]
-    return client
+    return posting_client(create_app(library, cache_dir=tmp_path_factory.mktemp("cache")))
 
 
 def hamilton_choice(client: TestClient) -> str:

@@ -20,12 +20,11 @@ import cv2
 import numpy as np
 import pytest
 from browser import launch, needs_chromium, screenshot
-from conftest import EXAMPLES, HAMILTON, RETALKING, TALKING_HEAD_FRAMES, finished_job, library_db, needs_data, run, serving
+from conftest import EXAMPLES, HAMILTON, RETALKING, TALKING_HEAD_FRAMES, finished_job, library_db, needs_data, posting_client, run, serving
 from markupsafe import escape
 from starlette.testclient import TestClient
 
 from serve.app import create_app
-from serve.guard import CSRF_HEADER
 
 pytestmark = [needs_data, pytest.mark.slow]
 
@@ -59,16 +58,9 @@ def cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("cache")
 
 
-def _client(app) -> TestClient:
-    client = TestClient(app)
-    client.headers["origin"] = str(client.base_url).rstrip("/")  # as the app's own pages post (tests/test_serve.py)
-    client.headers[CSRF_HEADER] = client.get("/api/csrf").json()["token"]
-    return client
-
-
 @pytest.fixture(scope="module")
 def client(library, cache) -> TestClient:
-    return _client(create_app(library, cache_dir=cache))
+    return posting_client(create_app(library, cache_dir=cache))
 
 
 def video_id(library: Path) -> int:
@@ -162,7 +154,7 @@ def test_the_margin(client, library):
 
 
 def test_the_job_page_shows_the_check_the_sheet_and_a_player_before_the_file(talking_head_library, tmp_path):
-    client, library = _client(create_app(talking_head_library, cache_dir=tmp_path / "cache")), talking_head_library
+    client, library = posting_client(create_app(talking_head_library, cache_dir=tmp_path / "cache")), talking_head_library
     vid = video_id(library)
     job = redacted(client, vid, whom="everyone", style="box")
     key = job["id"]
