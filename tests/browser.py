@@ -35,12 +35,13 @@ def screenshot(target, name: str, tries: int = 3, **options) -> Path:
     path = ARTEFACTS / name
     if hasattr(target, "goto"):  # a page; a locator has no full_page
         options.setdefault("full_page", True)
-    for attempt in range(tries):
+    for attempt in range(tries - 1):
         try:
             target.screenshot(path=str(path), **options)
             return path
         except Error as error:
-            if "Unable to capture screenshot" not in str(error) or attempt == tries - 1:
+            if "Unable to capture screenshot" not in str(error):
                 raise
             time.sleep(1.0 + attempt)
+    target.screenshot(path=str(path), **options)  # the last try: its error is the test's
     return path

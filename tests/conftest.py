@@ -274,34 +274,31 @@ def built_once(tmp_path_factory, name: str) -> Iterator[tuple[Path, bool]]:
         yield folder, not (folder / ".built").exists()
 
 
-@pytest.fixture(scope="session")
-def hamilton_library(tmp_path_factory) -> Path:
-    """The hamilton clip and the video-retalking clips, indexed with the default model: once for the whole run (the
-    test processes share it). Tests read it; one that changes a library works on a copy (`shutil.copytree`)."""
-    if not HAMILTON.is_file():
+def _indexed_once(tmp_path_factory, name: str, *media: Path) -> Path:
+    """`media` indexed with the default model into a library once for the whole run (the test processes share it)."""
+    if not all(m.exists() for m in media):
         pytest.skip(f"real test media not found at {DATA}")
-    with built_once(tmp_path_factory, "hamilton-library") as (folder, to_build):
+    with built_once(tmp_path_factory, name) as (folder, to_build):
         library = folder / "library"
         if to_build:
             shutil.rmtree(library, ignore_errors=True)  # a build that failed in another process
-            run("index", HAMILTON, RETALKING, "--library", library, "--quiet")
+            run("index", *media, "--library", library, "--quiet")
             (folder / ".built").touch()
     return library
+
+
+@pytest.fixture(scope="session")
+def hamilton_library(tmp_path_factory) -> Path:
+    """The hamilton clip and the video-retalking clips, indexed with the default model: once for the whole run (the
+    test processes share it). Tests read it; one that changes a library works on a copy (`copy_of_library`)."""
+    return _indexed_once(tmp_path_factory, "hamilton-library", HAMILTON, RETALKING)
 
 
 @pytest.fixture(scope="session")
 def hamilton_alone(tmp_path_factory) -> Path:
     """The hamilton clip alone, indexed with the default model, once for the whole run (the test processes share it):
     tests take a copy (`copy_of_library`), for it is theirs to change."""
-    if not HAMILTON.is_file():
-        pytest.skip(f"real test media not found at {DATA}")
-    with built_once(tmp_path_factory, "hamilton-alone") as (folder, to_build):
-        library = folder / "library"
-        if to_build:
-            shutil.rmtree(library, ignore_errors=True)  # a build that failed in another process
-            run("index", HAMILTON, "--library", library, "--quiet")
-            (folder / ".built").touch()
-    return library
+    return _indexed_once(tmp_path_factory, "hamilton-alone", HAMILTON)
 
 
 TALKING_HEAD_FRAMES = 40  # of video-retalking's 5.mp4 (a talking head, 524 x 524, 25 fps)

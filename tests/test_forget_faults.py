@@ -38,7 +38,7 @@ def base(tmp_path_factory, hamilton_alone) -> tuple[Path, int]:
 
 
 def copy_of(base, folder: Path) -> Path:
-    return Path(shutil.copytree(base[0], folder))
+    return copy_of_library(base[0], folder)
 
 
 def frames_with_faces(video: Path) -> list[tuple[int, float]]:

@@ -49,7 +49,7 @@ def own_cache(tmp_path, monkeypatch) -> Path:
 
 
 def test_verify_on_the_hamilton_clip_finds_nothing_and_says_what_it_searched(base, tmp_path, own_cache):
-    library = Path(shutil.copytree(base[0], tmp_path / "lib"))
+    library = copy_of_library(base[0], tmp_path / "lib")
     cache = cache_of(library)
     cache.mkdir(parents=True)
     (cache / "preview.txt").write_text("a file of the app's cache\n")
@@ -66,7 +66,7 @@ def test_verify_on_the_hamilton_clip_finds_nothing_and_says_what_it_searched(bas
 
 
 def test_verify_finds_a_planted_vector_and_a_planted_picture_and_exits_non_zero(base, tmp_path, own_cache):
-    library = Path(shutil.copytree(base[0], tmp_path / "lib"))
+    library = copy_of_library(base[0], tmp_path / "lib")
     vector = one_vector(library, base[1])
     (library / "stray.bin").write_bytes(b"\x00" * 1001 + vector + b"\x01" * 77)  # a copy of one vector, as stored
     cache = cache_of(library)
@@ -89,6 +89,6 @@ def test_verify_finds_a_planted_vector_and_a_planted_picture_and_exits_non_zero(
     with library_db(library) as con:
         assert str(library / "stray.bin") in con.execute("select found from forget_checks").fetchone()[0]
     # without --verify the library folder alone is searched (the app's cache is not)
-    again = Path(shutil.copytree(base[0], tmp_path / "lib2"))
+    again = copy_of_library(base[0], tmp_path / "lib2")
     r = run("people", "forget", base[1], "--yes", "--library", again)
     assert r.stdout.strip().splitlines()[-1].endswith(": nothing found") and str(cache) not in r.stdout

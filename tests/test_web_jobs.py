@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, HAMILTON, finished_job, needs_data, posting_client, run
+from conftest import EXAMPLES, HAMILTON, copy_of_library, finished_job, needs_data, posting_client, run
 from starlette.testclient import TestClient
 
 from serve.app import create_app
@@ -24,9 +23,7 @@ MIRANDA = EXAMPLES / "lin-manuel-miranda.png"
 
 @pytest.fixture(scope="module")
 def library(hamilton_library, tmp_path_factory) -> Path:
-    lib = tmp_path_factory.mktemp("web-jobs") / "library"
-    shutil.copytree(hamilton_library, lib)
-    return lib
+    return copy_of_library(hamilton_library, tmp_path_factory.mktemp("web-jobs") / "library")
 
 
 @pytest.fixture(scope="module")
