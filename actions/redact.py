@@ -14,7 +14,7 @@ Where every head is hidden but those identified (--everyone, --all-except), a he
 patch blurred for nothing: a new analysis looks for small and faint faces too (`EveryFaceDetector`), and keeps the
 tracks its evidence rule drops (said in the audit trail). A library's analysis is read as it is.
 
-`Redactor` loads the model and detector once and serves many videos (the CLI, later the web app and bench); `redact` is
+`Redactor` loads the model and detector once and serves many videos (the CLI, the web app and bench); `redact` is
 the one-call form. Nothing is stored; the source is never written to: the output is written beside its name and renamed
 into place at the end, with its audit trail (`OUT.redactions.json`), so a run killed half way leaves no file under the
 output's name.

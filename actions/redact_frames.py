@@ -41,16 +41,7 @@ from schemas.records import Box, RedactStyle
 
 log = logging.getLogger(__name__)
 
-
 STYLES = tuple(s.value for s in RedactStyle)
-
-
-def parse_style(text: object, name: str = "--style") -> RedactStyle:
-    """The style a user asked for, or one line saying what there is."""
-    try:
-        return RedactStyle(text)
-    except ValueError:
-        raise HeadsearchError(f"{name} {str(text)[:20]!r}: one of {', '.join(STYLES)}") from None
 BLUR_CELLS = 6  # blur: the head is averaged down to about this many cells across, then smoothed back (nothing of a face is left)
 PIXEL_CELLS = 8  # pixelate: this many blocks across the head
 PREVIEW_TILES = 12  # frames on the contact sheet (more when more tracks are hidden: one frame of each, up to PREVIEW_MAX)
@@ -85,6 +76,14 @@ class FrameProgress(Protocol):
 
 
 # ----- how a head is hidden -------------------------------------------------------------------------
+def parse_style(text: object, name: str = "--style") -> RedactStyle:
+    """The style a user asked for, or one line saying what there is."""
+    try:
+        return RedactStyle(text)
+    except ValueError:
+        raise HeadsearchError(f"{name} {str(text)[:20]!r}: one of {', '.join(STYLES)}") from None
+
+
 def _blurred(region: np.ndarray) -> np.ndarray:
     """The region averaged down to about BLUR_CELLS cells across, then smoothed back to its size."""
     h, w = region.shape
@@ -117,7 +116,7 @@ def _planes(frame) -> list[tuple[np.ndarray, float, float, bool]]:
     return out
 
 
-def hide(frame, boxes: Sequence[tuple[int, int, int, int]], style: str):
+def hide(frame, boxes: Sequence[tuple[int, int, int, int]], style: RedactStyle):
     """Hide the boxes (frame pixels) of a planar frame in `style`, on each plane; returns the frame (writable: its
     buffers copied where the decoder still holds them)."""
     frame.make_writable()
