@@ -458,12 +458,23 @@ def library_heads(library: Library, video: Path, fingerprint: str) -> VideoHeads
             tracks.append(SeenTrack(tr.id, shot_of.get(tr.shot_id, 0), seen, kinds, tr.start_time, tr.end_time,
                                     keys=tuple(s.id for s in sightings[tr.id]), joined_to=tr.joined_to, join_cue=tr.join_cue,
                                     join_score=tr.join_score))
-    gaps = [b[0] - a[0] for t in tracks for a, b in zip(t.sightings, t.sightings[1:], strict=False) if b[0] > a[0]]
-    period = int(np.median(gaps)) if gaps else max(1, round((row.fps or 25.0) / IndexSettings.sample_fps))
+    samples, period = row.sampled_frames, 1
+    indexed = f"indexed {datetime.datetime.fromtimestamp(row.indexed_at).isoformat(timespec='seconds')}"
+    if samples is None:  # indexed before the library kept its samples (format 11): the sampling guessed, as it was
+        period = guessed_period(tracks, row.fps)
+        indexed += (f"; its sampling guessed from the gaps between sightings, one frame in {period}: indexed before the library "
+                    "recorded the frames it sampled (index it again to record them)")
     return VideoHeads(video, fingerprint, (row.width, row.height), row.frames_decoded, row.fps,
-                      {s.shot_index: (s.start_frame, s.end_frame) for s in shot_rows}, tracks, None, period,
-                      f"the library {library.root.resolve()} (indexed {datetime.datetime.fromtimestamp(row.indexed_at).isoformat(timespec='seconds')})",
-                      members)
+                      {s.shot_index: (s.start_frame, s.end_frame) for s in shot_rows}, tracks, samples, period,
+                      f"the library {library.root.resolve()} ({indexed})", members)
+
+
+def guessed_period(tracks: Sequence[SeenTrack], fps: float) -> int:
+    """Frames between samples, guessed from the gaps between a video's sightings (the median), else from the default
+    rate: for a video whose library did not record its samples. Wrong where sightings skip samples, a cut restarts the
+    sampling or the file was indexed at another rate (`--fps`)."""
+    gaps = [b[0] - a[0] for t in tracks for a, b in zip(t.sightings, t.sightings[1:], strict=False) if b[0] > a[0]]
+    return int(np.median(gaps)) if gaps else max(1, round((fps or 25.0) / IndexSettings.sample_fps))
 
 
 def head_paths(chosen: Sequence[Chosen], heads: VideoHeads) -> list[HeadPath]:
