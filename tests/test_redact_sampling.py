@@ -11,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import pytest
 from clips import write_clip
 from conftest import library_db, run
 from fake_detector import mark_face
@@ -70,13 +71,8 @@ def test_a_head_is_hidden_from_sample_to_sample_at_the_rate_the_library_was_inde
     assert _shown_unhidden(trail) == []
 
 
-def test_a_library_made_before_it_kept_its_samples_is_upgraded_and_its_sampling_guessed(tmp_path):
-    """A library of format 10 (its `samples` column dropped, its format set back) opens upgraded: the column there, empty
-    for the video indexed before; the redaction guesses as it did and its trail says so; a video indexed now records its
-    samples."""
-    clip = _passer_by(tmp_path / "passer-by.mp4")
-    library = tmp_path / "library"
-    run("index", clip, "--library", library, "--fps", "1", *FAKE)
+def _as_format_10(library: Path) -> None:
+    """The library as format 10 made it: no `samples` column, the format 10 in its database and manifest."""
     con = duckdb.connect(str(library / "library.duckdb"))
     try:
         con.execute("alter table videos drop column samples")
@@ -86,11 +82,25 @@ def test_a_library_made_before_it_kept_its_samples_is_upgraded_and_its_sampling_
     manifest = json.loads((library / "manifest.json").read_text())
     (library / "manifest.json").write_text(json.dumps({**manifest, "format": 10}))
 
+
+def _samples(library: Path) -> list[list[int] | None]:
+    with library_db(library) as con:
+        return [None if b is None else np.frombuffer(b, "<i4").tolist() for (b,) in con.execute("select samples from videos order by id").fetchall()]
+
+
+def test_a_library_made_before_it_kept_its_samples_is_upgraded_and_its_sampling_guessed(tmp_path):
+    """A library of format 10 (its `samples` column dropped, its format set back) opens upgraded: the column there, empty
+    for the video indexed before; the redaction guesses as it did and its trail says so; a video indexed now records its
+    samples."""
+    clip = _passer_by(tmp_path / "passer-by.mp4")
+    library = tmp_path / "library"
+    run("index", clip, "--library", library, "--fps", "1", *FAKE)
+    _as_format_10(library)
+
     trail = _everyone_hidden(clip, library, tmp_path / "out.mp4")
     assert FORMAT_VERSION == 11 and migrations.MIGRATIONS[10].from_version == 10
     assert json.loads((library / "manifest.json").read_text())["format"] == FORMAT_VERSION
-    with library_db(library) as con:
-        assert con.execute("select samples from videos").fetchall() == [(None,)]
+    assert _samples(library) == [None]
     assert "its sampling guessed from the gaps between sightings, one frame in 12" in trail["analysis"]
     assert [(t["first_frame"], t["last_frame"]) for t in trail["tracks"]] == [(14, 36)]  # the old guess, kept...
     assert _shown_unhidden(trail) == list(range(37, 46))  # ...and the face it leaves where it was wrong
@@ -101,3 +111,17 @@ def test_a_library_made_before_it_kept_its_samples_is_upgraded_and_its_sampling_
         rows = con.execute("select path, samples from videos order by id").fetchall()
     assert [(Path(p).name, None if b is None else np.frombuffer(b, "<i4").tolist()) for p, b in rows] == [
         ("passer-by.mp4", None), ("later.mp4", [0, 25, 50])]
+
+
+@pytest.mark.slow
+def test_reindex_records_the_samples_of_its_new_analysis(tmp_path):
+    """`reindex` analyses every file again: the new library keeps the frames that analysis sampled, those of a video
+    indexed before format 11 among them (at the rate the re-index runs at)."""
+    clip = _passer_by(tmp_path / "passer-by.mp4")
+    library = tmp_path / "library"
+    run("index", clip, "--library", library, "--fps", "1", *FAKE)
+    _as_format_10(library)
+    run("list", "--library", library)  # opened: upgraded, its video without samples
+    assert _samples(library) == [None]
+    run("reindex", "--library", library, "--model", "sface", "--fps", "2", "--delete-old")
+    assert _samples(library) == [[0, 13, 26, 39, 52, 65]]
