@@ -183,8 +183,8 @@ def analyse_file(path: Path, settings: IndexSettings, detector: FaceDetector, em
     """Decode, cut into shots, detect, track and embed one file.
 
     `stamp` is the file's version when the caller already has it, `probe` its look (`indexer.decode.probe_source`: its
-    header not checked again); `keep_crops` keeps every
-    sighting's head crop as JPEG in `Observation.crop_jpeg` (the dataset builder writes them);
+    header not checked again); `keep_crops` keeps every sighting's head crop as JPEG in `Observation.crop_jpeg` (the
+    dataset builder writes them);
     `sample_at` adds to a video's samples the frames at these presentation times (within half a
     frame period; `bench heads` scores the sightings there); `join_bars` are the bars of the joins within a shot
     (`indexer.rejoin`; None: no joins); `join_cues`, when given, receives every kept track's cues, every body described
