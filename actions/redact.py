@@ -50,7 +50,6 @@ from actions.redact_output import (
     check_readable,
     check_source_unchanged,
     clear_after_failure,
-    media_seconds,
     partial_path,
     put_in_place,
     remove_stale,
@@ -74,7 +73,7 @@ from headsearch.store.library import Library
 from indexer.analysis import analyse_file
 from indexer.every_head import EveryFaceDetector, with_earlier_sightings
 from indexer.rejoin import join_groups, joined_why, with_joins
-from schemas.records import Box, FileResult, HeadTrack, MediaKind, RedactStyle, VectorKind
+from schemas.records import Box, FileResult, HeadTrack, MediaKind, RedactStyle, SourceProbe, VectorKind
 
 if TYPE_CHECKING:
     from actions.redact_verify import Verification
@@ -188,13 +187,15 @@ class Redactor:
         return Target(reference.name, reference, person.id)
 
     # ----- the heads -----------------------------------------------------------------------------
-    def heads(self, video: Path, progress: FrameProgress | None = None, identify: bool = True, every_head: bool = False) -> VideoHeads:
+    def heads(self, video: Path, progress: FrameProgress | None = None, identify: bool = True, every_head: bool = False,
+              probe: SourceProbe | None = None) -> VideoHeads:
         """The video's heads: the library's analysis where it holds this video unchanged, else a new analysis (where no
         one is to be identified, `identify` False, each track embeds one sighting only). `every_head` (every head is
         hidden but those identified: --everyone, --all-except): a new analysis looks for small and faint faces too
         (`EveryFaceDetector`; the coarse pass for shots of large faces is off), keeps the tracks its evidence rule
         drops (`SeenTrack.doubt` says why) and, for --everyone, follows each track back to its shot's first sample
-        (`indexer.every_head`)."""
+        (`indexer.every_head`). `probe`: the video's look where the request entered (`check_readable`), passed to the
+        decoders."""
         stamp = file_stamp(video)
         # Hiding every head, a file whose analysis lost a forgotten person's tracks is analysed again (they still show in it).
         if self.library is not None and not (every_head and analysis_lost_heads(self.library, stamp.fingerprint)):
@@ -208,14 +209,14 @@ class Redactor:
         if every_head:
             # Enlarged throughout: the coarse pass for shots of large faces would look past the small ones.
             settings, detector = replace(settings, detect_coarse_side=0), self._every_face_detector()
-        result = analyse_file(video, settings, detector, self.photos.embedder, stamp=stamp, progress=progress)
+        result = analyse_file(video, settings, detector, self.photos.embedder, stamp=stamp, progress=progress, probe=probe)
         if result.kind != MediaKind.VIDEO:
             raise MediaError(f"{video}: a photo, not a video")
         heads = analysed_heads(video, result, unconfirmed=every_head)
         # Heads in view before any detector found them: each track followed back to its shot's first sample. Not where
         # some are spared (--all-except): a template followed back can settle on a spared face (the crowd's boy, frames
         # 40-48, under a track first found at frame 79), and nothing there says whose head it is.
-        return with_earlier_sightings(heads, self.settings) if every_head and not identify else heads
+        return with_earlier_sightings(heads, self.settings, probe) if every_head and not identify else heads
 
     def choose(self, heads: VideoHeads, whom: Whom, targets: Sequence[Target]) -> list[Chosen]:
         """The tracks whose heads are hidden, each with who it is and why (the scores it was judged by, with their bars);
@@ -276,30 +277,31 @@ class Redactor:
     # ----- the whole run -------------------------------------------------------------------------
     def redact(self, video: Path, whom: Whom, out: Path, style: RedactStyle | str = RedactStyle.BLUR, margin: float = DEFAULT_MARGIN,
                preview: Path | None = None, progress: FrameProgress | None = None, targets: Sequence[Target] | None = None,
-               force: bool = True, allow_none: bool = True, verify: bool = False) -> RedactSummary:
+               force: bool = True, allow_none: bool = True, verify: bool = False, probe: SourceProbe | None = None) -> RedactSummary:
         """Hide `whom`'s heads in every frame of `video`, written to `out` with its audit trail (and a contact sheet in
         the folder `preview`); `progress` (tqdm's interface) follows the analysis, then the writing. `targets`: `whom`'s
         people made already (`targets(whom)`), for many videos. Without `force` an output (or audit trail) there already
         is refused; without `allow_none` a person to hide whom no track matches is refused (`NobodyMatched`), and nothing
-        is written. `verify`: the output is looked at again when written (`verify`, the summary's `verified`)."""
+        is written. `verify`: the output is looked at again when written (`verify`, the summary's `verified`). `probe`: the
+        video's look taken where the request entered (`check_readable`), else taken here; the later steps read it."""
         t0 = time.perf_counter()
         video, out = Path(video), Path(out)
         style = parse_style(style)
         check_paths(video, out, margin, force)
-        check_readable(video)
+        probe = check_readable(video) if probe is None or Path(probe.path) != video else probe
         targets = self.targets(whom) if targets is None else targets
         # Whatever nobody foresaw in a file is one line, its traceback in errors.log (the library's, else a private one).
         with file_failures(video, self.library.root if self.library is not None else None):
             _describe(progress, "analysing")
             t1 = time.perf_counter()
-            heads = self.heads(video, progress, identify=not whom.everyone, every_head=whom.everyone or bool(whom.spare))
+            heads = self.heads(video, progress, identify=not whom.everyone, every_head=whom.everyone or bool(whom.spare), probe=probe)
             heads.seconds = time.perf_counter() - t1
             chosen = self.choose(heads, whom, targets)
             if not chosen and not allow_none and not whom.everyone and not whom.spare:
                 raise NobodyMatched(f"{video}: nobody in it is judged to be {targets[0].name} (at the model's calibrated bars); "
                                     f"nothing written to {out} (--allow-none writes it unchanged)")
             _describe(progress, "redacting")
-            summary = self._write(heads, chosen, whom, out, style, margin, preview, progress, t0, force)
+            summary = self._write(heads, chosen, whom, out, style, margin, preview, progress, t0, probe, force)
         if verify:
             summary.verified = self.verify(out, video, progress)
         return summary
@@ -320,7 +322,7 @@ class Redactor:
         return self._every_face
 
     def _write(self, heads: VideoHeads, chosen: list[Chosen], whom: Whom, out: Path, style: RedactStyle, margin: float,
-               preview: Path | None, progress: FrameProgress | None, t0: float, force: bool = True) -> RedactSummary:
+               preview: Path | None, progress: FrameProgress | None, t0: float, probe: SourceProbe, force: bool = True) -> RedactSummary:
         paths = head_paths(chosen, heads)
         audit = audit_path(out)
         sheet_path = Path(preview) / (out.name + PREVIEW_SUFFIX) if preview is not None else None
@@ -349,7 +351,7 @@ class Redactor:
         try:
             check_source_unchanged(heads.path, heads.fingerprint, out)  # a file moved over it during the analysis
             trail = AuditTrail(audit, head)
-            written = write_hidden(heads.path, tmp, boxes_of, style, trail, sheet, progress, heads.frames or None)
+            written = write_hidden(heads.path, tmp, boxes_of, style, trail, sheet, progress, heads.frames or None, probe)
             notes = [f"left out {s}" for s in written.left_out]
             if written.stopped_at is not None:
                 notes.append(f"{heads.path}: damaged: decoding stopped at frame {written.stopped_at}; the output ends there")
@@ -367,7 +369,7 @@ class Redactor:
             raise
         for note in notes:
             log.warning("%s", note)
-        seconds = media_seconds(heads.path) or (heads.frames / heads.fps if heads.fps else 0.0)
+        seconds = probe.duration or (heads.frames / heads.fps if heads.fps else 0.0)
         return RedactSummary(heads.path, out, audit, sheet_path, chosen, written, heads.source, time.perf_counter() - t0, heads.seconds,
                              seconds, notes)
 
@@ -388,9 +390,10 @@ def redact(video: Path, whom: Whom, out: Path, style: RedactStyle | str = Redact
         raise HeadsearchError("a person of a library needs --library (or $HEADSEARCH_LIBRARY)")
     if whom.photos:
         _reference_photos(whom.photos)
-    check_readable(Path(video))
+    probe = check_readable(Path(video))  # the one look at the video: the later steps read it
     redactor = Redactor.open(library, model, settings)
-    return redactor.redact(Path(video), whom, Path(out), style, margin, preview, progress, force=force, allow_none=allow_none, verify=verify)
+    return redactor.redact(Path(video), whom, Path(out), style, margin, preview, progress, force=force, allow_none=allow_none, verify=verify,
+                           probe=probe)
 
 
 class NobodyMatched(HeadsearchError):
@@ -458,12 +461,23 @@ def library_heads(library: Library, video: Path, fingerprint: str) -> VideoHeads
             tracks.append(SeenTrack(tr.id, shot_of.get(tr.shot_id, 0), seen, kinds, tr.start_time, tr.end_time,
                                     keys=tuple(s.id for s in sightings[tr.id]), joined_to=tr.joined_to, join_cue=tr.join_cue,
                                     join_score=tr.join_score))
-    gaps = [b[0] - a[0] for t in tracks for a, b in zip(t.sightings, t.sightings[1:], strict=False) if b[0] > a[0]]
-    period = int(np.median(gaps)) if gaps else max(1, round((row.fps or 25.0) / IndexSettings.sample_fps))
+    samples, period = row.sampled_frames, 1
+    indexed = f"indexed {datetime.datetime.fromtimestamp(row.indexed_at).isoformat(timespec='seconds')}"
+    if samples is None:  # indexed before the library kept its samples (format 11): the sampling guessed, as it was
+        period = guessed_period(tracks, row.fps)
+        indexed += (f"; its sampling guessed from the gaps between sightings, one frame in {period}: indexed before the library "
+                    "recorded the frames it sampled (index it again to record them)")
     return VideoHeads(video, fingerprint, (row.width, row.height), row.frames_decoded, row.fps,
-                      {s.shot_index: (s.start_frame, s.end_frame) for s in shot_rows}, tracks, None, period,
-                      f"the library {library.root.resolve()} (indexed {datetime.datetime.fromtimestamp(row.indexed_at).isoformat(timespec='seconds')})",
-                      members)
+                      {s.shot_index: (s.start_frame, s.end_frame) for s in shot_rows}, tracks, samples, period,
+                      f"the library {library.root.resolve()} ({indexed})", members)
+
+
+def guessed_period(tracks: Sequence[SeenTrack], fps: float) -> int:
+    """Frames between samples, guessed from the gaps between a video's sightings (the median), else from the default
+    rate: for a video whose library did not record its samples. Wrong where sightings skip samples, a cut restarts the
+    sampling or the file was indexed at another rate (`--fps`)."""
+    gaps = [b[0] - a[0] for t in tracks for a, b in zip(t.sightings, t.sightings[1:], strict=False) if b[0] > a[0]]
+    return int(np.median(gaps)) if gaps else max(1, round((fps or 25.0) / IndexSettings.sample_fps))
 
 
 def head_paths(chosen: Sequence[Chosen], heads: VideoHeads) -> list[HeadPath]:

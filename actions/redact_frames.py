@@ -37,7 +37,7 @@ from headsearch.basics.errors import HeadsearchError, MediaError, first_line
 from headsearch.basics.files import write_bytes_atomic
 from headsearch.basics.json_text import json_text
 from headsearch.basics.timeline import format_time
-from schemas.records import Box, RedactStyle
+from schemas.records import Box, RedactStyle, SourceProbe
 
 log = logging.getLogger(__name__)
 
@@ -419,14 +419,15 @@ def _copied_outputs(dst, inp, ivs, written: Written) -> dict[int, object]:
 
 def write_hidden(source: Path, out: Path, boxes_of: Callable[[int, tuple[int, int]], HeadBoxes], style: RedactStyle,
                  trail: AuditTrail | None = None, preview: PreviewSheet | None = None, progress: FrameProgress | None = None,
-                 total: int | None = None) -> Written:
+                 total: int | None = None, probe: SourceProbe | None = None) -> Written:
     """Decode `source` frame by frame, hide the heads `boxes_of(turns, stored size)` gives in each frame, encode it into
     `out` with its presentation time, and copy every other stream's packets (see the module's docstring); each frame's
-    boxes go to `trail`, the wanted frames to `preview`."""
+    boxes go to `trail`, the wanted frames to `preview`. `probe`: the source's look (its turns), else its first frame is
+    read for them."""
     import av
 
     t0 = time.perf_counter()
-    turns, rotation = first_frame_turns(source)
+    turns, rotation = (probe.turns, probe.rotation) if probe is not None else first_frame_turns(source)
     written = Written()
     if progress is not None:
         progress.reset(total=total)

@@ -20,9 +20,8 @@ from headsearch.basics.errors import HeadsearchError, MediaError, is_disk_full
 from headsearch.basics.files import process_alive
 from headsearch.basics.media import VIDEO_EXTENSIONS, file_stamp, media_kind
 from headsearch.basics.settings import MediaLimits
-from headsearch.basics.timeline import probe_video
-from indexer.decode import check_video_header
-from schemas.records import MediaKind
+from indexer.decode import probe_source
+from schemas.records import MediaKind, SourceProbe
 
 AUDIT_SUFFIX = ".redactions.json"  # the audit trail: OUT + this
 PREVIEW_SUFFIX = ".redactions.png"  # the contact sheet: DIR / (OUT's name + this)
@@ -114,24 +113,10 @@ def check_writable(out: Path) -> None:
         raise HeadsearchError(f"--out {out}: cannot write in {out.parent} ({why})") from e
 
 
-def check_readable(video: Path) -> None:
-    """Refuse, before any model loads, a video whose header is damaged or whose first frame PyAV (which writes the
-    output) cannot decode."""
-    check_video_header(video, MediaLimits.from_env())
-    if probe_video(video) is None:
-        raise MediaError(f"{video}: not a readable video")
-
-
-def media_seconds(path: Path) -> float | None:
-    """How long a file plays, as its container says (the first frame's start included: a stream starting at 0.852 s
-    plays 10.02 s, not its frames' 9.18 s); None when it does not say."""
-    import av
-
-    try:
-        with av.open(str(path)) as c:
-            return c.duration / 1_000_000 if c.duration else None
-    except (av.error.FFmpegError, OSError, ValueError):
-        return None
+def check_readable(video: Path) -> SourceProbe:
+    """Refuse, before any model loads, a video whose header is damaged or that PyAV (which writes the output) cannot
+    open; else its look (`SourceProbe`: one open of the file), which the later steps read instead of opening it again."""
+    return probe_source(video, MediaLimits.from_env())
 
 
 def check_source_unchanged(video: Path, fingerprint: str, out: Path) -> None:

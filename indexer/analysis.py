@@ -32,7 +32,17 @@ from indexer.prefetch import Prefetched
 from indexer.rejoin import DEFAULT_BARS, JoinBars, PieceCues, body_region, join_pieces, piece_cues
 from indexer.shots import ShotBoundaryDetector, hsv_histogram
 from indexer.tracker import HeadTracker
-from schemas.records import FileResult, FileStamp, HeadDetection, HeadSource, HeadTrack, MediaKind, Observation, Shot
+from schemas.records import (
+    FileResult,
+    FileStamp,
+    HeadDetection,
+    HeadSource,
+    HeadTrack,
+    MediaKind,
+    Observation,
+    Shot,
+    SourceProbe,
+)
 
 log = logging.getLogger(__name__)
 
@@ -169,11 +179,12 @@ def _quality(obs: Observation) -> float:
 def analyse_file(path: Path, settings: IndexSettings, detector: FaceDetector, embedder: Embedder, *,
                  stamp: FileStamp | None = None, keep_crops: bool = False, progress: FrameProgress | None = None,
                  sample_at: Sequence[float] = (), join_bars: JoinBars | None = DEFAULT_BARS,
-                 join_cues: list[PieceCues] | None = None) -> FileResult:
+                 join_cues: list[PieceCues] | None = None, probe: SourceProbe | None = None) -> FileResult:
     """Decode, cut into shots, detect, track and embed one file.
 
-    `stamp` is the file's version when the caller already has it; `keep_crops` keeps every
-    sighting's head crop as JPEG in `Observation.crop_jpeg` (the dataset builder writes them);
+    `stamp` is the file's version when the caller already has it, `probe` its look (`indexer.decode.probe_source`: its
+    header not checked again); `keep_crops` keeps every sighting's head crop as JPEG in `Observation.crop_jpeg` (the
+    dataset builder writes them);
     `sample_at` adds to a video's samples the frames at these presentation times (within half a
     frame period; `bench heads` scores the sightings there); `join_bars` are the bars of the joins within a shot
     (`indexer.rejoin`; None: no joins); `join_cues`, when given, receives every kept track's cues, every body described
@@ -185,7 +196,7 @@ def analyse_file(path: Path, settings: IndexSettings, detector: FaceDetector, em
     if media_kind(path) == MediaKind.IMAGE:
         result = _analyse_image(path, stamp, analysis)
     else:
-        result = _analyse_video(path, stamp, analysis, progress, sorted(sample_at))
+        result = _analyse_video(path, stamp, analysis, progress, sorted(sample_at), probe)
         _join_within_shots(result.tracks, analysis, join_bars, join_cues)
     result.stage_seconds = dict(analysis.clock.seconds)
     result.embedded = analysis.embedded
@@ -444,11 +455,11 @@ def _follow(events: Iterable, a: _Analysis, tracker: HeadTracker, evidence: Evid
 
 
 def _analyse_video(path: Path, stamp: FileStamp, a: _Analysis, progress: FrameProgress | None,
-                   sample_at: Sequence[float] = ()) -> FileResult:
+                   sample_at: Sequence[float] = (), probe: SourceProbe | None = None) -> FileResult:
     s = a.settings
     clock = a.clock
     t0 = time.perf_counter()
-    stream = VideoStream(path, s.decode_max_side)
+    stream = VideoStream(path, s.decode_max_side, probe=probe)
     info = stream.info
     if progress is not None:
         progress.reset(total=info.frame_count or None)

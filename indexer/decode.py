@@ -22,6 +22,7 @@ from headsearch.basics.errors import MediaError, first_line, unreadable
 from headsearch.basics.quiet import native_stderr_silenced
 from headsearch.basics.settings import MediaLimits
 from headsearch.basics.timeline import decord_offset
+from schemas.records import SourceProbe
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,48 @@ def check_video_header(path: Path, limits: MediaLimits) -> int:
     return st.st_size
 
 
+def probe_source(path: Path, limits: MediaLimits | None = None) -> SourceProbe:
+    """One look at a video file (`SourceProbe`), in one open: what `check_video_header` refuses is refused, and a file
+    PyAV cannot open ("not a readable video"); its first frame decoded for its turns and its presentation time (a first
+    frame that does not decode is left to the decoders, which say why)."""
+    import av
+
+    path = Path(path)
+    limits = limits or MediaLimits.from_env()
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise unreadable(path, e) from e
+    if not stat.S_ISREG(st.st_mode):
+        raise MediaError(f"{path}: not a regular file")
+    av.logging.set_level(None)  # no Python log callback: FFmpeg threads calling it deadlock with the GIL
+    try:
+        with native_stderr_silenced():
+            container = av.open(str(path))
+    except Exception as e:  # noqa: BLE001 - each backend raises its own types for unreadable media
+        raise MediaError(f"{path}: not a readable video", detail=first_line(e)) from e
+    try:
+        _check_streams(path, container, st.st_size, limits)
+        stream = container.streams.video[0]
+        width, height = stream.codec_context.width, stream.codec_context.height
+        first = float(stream.start_time * stream.time_base) if stream.start_time is not None and stream.time_base else 0.0
+        rotation = 0.0
+        try:
+            with native_stderr_silenced():
+                for frame in container.decode(stream):
+                    first = float(frame.time) if frame.time is not None else first
+                    width, height = frame.width, frame.height
+                    rotation = float(getattr(frame, "rotation", 0) or 0)
+                    break
+        except (av.error.FFmpegError, ValueError):
+            pass
+        return SourceProbe(str(path), st.st_size, int(width), int(height), int(round(rotation / 90.0)) % 4, rotation,
+                           float(stream.average_rate or stream.guessed_rate or 0.0), int(stream.frames or 0), first,
+                           container.duration / 1_000_000 if container.duration else None)
+    finally:
+        container.close()
+
+
 def _check_streams(path: Path, container, size: int, limits: MediaLimits) -> None:
     if not container.streams.video:
         kinds = sorted({s.type for s in container.streams})
@@ -176,13 +219,15 @@ class VideoStream:
     CPU decoders."""
 
     def __init__(self, path: Path, max_side: int = 1280, limits: MediaLimits | None = None,
-                 decoders: tuple[str, ...] | None = None, small_copies: bool = True):
+                 decoders: tuple[str, ...] | None = None, small_copies: bool = True, probe: SourceProbe | None = None):
         self.path = Path(path)
         self.max_side = max_side
         self.small_copies = small_copies  # PyAV: each frame's small copy made, its pixels converted when asked for
         self.limits = limits or MediaLimits.from_env()
         self.truncated_at: int | None = None  # set when decoding stopped early on a damaged stream
-        self._file_size = check_video_header(self.path, self.limits)
+        # `probe`: the file's header checked already where the request entered (`probe_source`), not read again here
+        same = probe is not None and Path(probe.path) == self.path
+        self._file_size = probe.size if same else check_video_header(self.path, self.limits)
         if decoders is None:
             decoders = ("pyav-cuda", "pyav", "decord") if hardware_decoding() else ("pyav", "decord")
         errors = []

@@ -32,7 +32,7 @@ from headsearch.basics.settings import IndexSettings
 from headsearch.detection.faces import FaceDetector
 from indexer.decode import VideoStream
 from indexer.tracker import find_head_region, head_template
-from schemas.records import Box, FaceDetection
+from schemas.records import Box, FaceDetection, SourceProbe
 
 Heads = TypeVar("Heads")  # `actions.redact_records.VideoHeads` (which imports this module: named, not imported)
 
@@ -87,8 +87,9 @@ def _windows(tracks: Sequence[TrackStart], samples: Sequence[int], fps: float, r
 
 
 def followed_back(path: Path, max_side: int, tracks: Sequence[TrackStart], samples: Sequence[int], fps: float,
-                  reach: BackReach = BackReach()) -> list[tuple[Sighting, ...]]:
-    """Each track's sightings with those found by following it back in time first (unchanged where none were)."""
+                  reach: BackReach = BackReach(), probe: SourceProbe | None = None) -> list[tuple[Sighting, ...]]:
+    """Each track's sightings with those found by following it back in time first (unchanged where none were); `probe`:
+    the file's look (its header not checked again)."""
     windows = _windows(tracks, samples, fps, reach)
     result = [tr.sightings for tr in tracks]
     if not windows:
@@ -106,7 +107,7 @@ def followed_back(path: Path, max_side: int, tracks: Sequence[TrackStart], sampl
         due.setdefault(tracks[n].sightings[0][0], []).append(n)
     greys: dict[int, np.ndarray] = {}
     last = max(due)
-    for frame in VideoStream(path, max_side, small_copies=False):  # no shots to find: no small copies
+    for frame in VideoStream(path, max_side, small_copies=False, probe=probe):  # no shots to find: no small copies
         if frame.index in needed:
             greys[frame.index] = cv2.cvtColor(frame.rgb, cv2.COLOR_RGB2GRAY)
         for n in due.get(frame.index, ()):
@@ -142,14 +143,15 @@ def _follow_back(track: TrackStart, window: Sequence[int], greys: dict[int, np.n
     return found[::-1]
 
 
-def with_earlier_sightings(heads: Heads, settings: IndexSettings) -> Heads:
+def with_earlier_sightings(heads: Heads, settings: IndexSettings, probe: SourceProbe | None = None) -> Heads:
     """A new analysis' heads (`actions.redact_records.VideoHeads`, its sampled frames known) with each track followed back in
-    time (see the module's docstring); the tracks' start times moved back with their first sightings."""
+    time (see the module's docstring); the tracks' start times moved back with their first sightings. `probe`: the file's
+    look (`indexer.decode.probe_source`)."""
     if heads.samples is None or not heads.tracks:
         return heads
     starts = [TrackStart(tr.sightings, heads.shots.get(tr.shot, (tr.sightings[0][0], 0))[0]) for tr in heads.tracks]
     reach = BackReach(settings.follow_min_score, settings.track_max_gap_s, settings.track_iou)
-    sightings = followed_back(heads.path, settings.decode_max_side, starts, heads.samples, heads.fps, reach)
+    sightings = followed_back(heads.path, settings.decode_max_side, starts, heads.samples, heads.fps, reach, probe)
     fps = heads.fps or 25.0
     tracks = [tr if seen == tr.sightings else replace(tr, sightings=seen, start=tr.start - (tr.sightings[0][0] - seen[0][0]) / fps)
               for tr, seen in zip(heads.tracks, sightings, strict=True)]

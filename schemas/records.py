@@ -192,6 +192,24 @@ class FileStamp:
     fingerprint: str
 
 
+@dataclass(frozen=True)
+class SourceProbe:
+    """One look at a video file, taken where a request enters (`indexer.decode.probe_source`) and passed down, so that
+    the later steps (the analysis' decoder, the pass that writes the output, the output's duration) read it instead of
+    opening the file again: its header checked, its first frame decoded."""
+
+    path: str
+    size: int  # bytes
+    width: int  # the stored frames' size (before turning upright)
+    height: int
+    turns: int  # quarter turns anticlockwise that show it upright, as its first frame's display matrix says
+    rotation: float  # ...in degrees, as the matrix says it (written again on the output)
+    fps: float  # the stream's average rate (0: not said)
+    frames: int  # as the container declares (0: not declared)
+    first_time: float  # the first frame's presentation time on the file's timeline
+    duration: float | None  # how long the file plays, as the container says (None: not said)
+
+
 @dataclass
 class FileResult:
     """One media file, decoded and analysed, not yet stored: what `Library.files.store` commits."""

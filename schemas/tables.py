@@ -52,6 +52,10 @@ videos = Table(
     # The file's own frame size (boxes are stored in decoded pixels, `width` x `height`); format 3.
     Column("source_width", Integer, nullable=True),
     Column("source_height", Integer, nullable=True),
+    # The frames the analysis sampled (format 11): their indexes in decoding order, little-endian int32, rising. Exact
+    # where no rate is: sampling restarts at every cut and follows presentation times (a variable rate too). NULL in
+    # rows indexed before format 11 (a redaction then guesses the sampling from the gaps between sightings).
+    Column("samples", LargeBinary, nullable=True),
 )
 
 shots = Table(

@@ -7,7 +7,7 @@ from pathlib import Path
 from headsearch.basics.errors import ModelMismatch
 from schemas.records import ModelInfo
 
-FORMAT_VERSION = 10  # the library format this release makes and reads (older ones are upgraded: `headsearch.store.migrations`)
+FORMAT_VERSION = 11  # the library format this release makes and reads (older ones are upgraded: `headsearch.store.migrations`)
 MANIFEST = "manifest.json"  # the format and the model; written last, so a folder with one is a complete library
 DATABASE = "library.duckdb"  # the source of truth, vectors included
 THUMBNAILS = "thumbnails"  # one JPEG per track, `thumbnails/<track id>.jpg`

@@ -141,6 +141,13 @@ def _joins_within_shots(conn: sa.Connection) -> None:
         conn.execute(sa.text(f"ALTER TABLE tracks ADD COLUMN IF NOT EXISTS {column} {kind}"))
 
 
+def _sampled_frames(conn: sa.Connection) -> None:
+    """Format 11: each video records the frames its analysis sampled. Videos indexed before have none (NULL): a redaction
+    guesses their sampling from the gaps between sightings, as it did, and says so; re-indexing a file (or `headsearch
+    reindex`) records them."""
+    conn.execute(sa.text("ALTER TABLE videos ADD COLUMN IF NOT EXISTS samples BLOB"))
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: Migration(1, "record the library format in the database", _record_format_in_database),
     2: Migration(2, "add the people tables", _add_people_tables),
@@ -151,6 +158,7 @@ MIGRATIONS: dict[int, Migration] = {
     7: Migration(7, "the record of persons forgotten", _forgotten_people),
     8: Migration(8, "the videos a forgetting touched, and what its search for leftovers found", _forget_marks),
     9: Migration(9, "tracks joined within their shot to an earlier track's person", _joins_within_shots),
+    10: Migration(10, "the frames each video's analysis sampled", _sampled_frames),
 }
 
 

@@ -8,6 +8,7 @@ its file's own pixels). Pages and the JSON API turn rows into dicts with `datacl
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +37,18 @@ class VideoRow:
     indexed_at: float
     source_width: int | None  # the file's own frame size (None in rows of format 1-3 not yet probed)
     source_height: int | None
+    samples: bytes | None = None  # the frames the analysis sampled (`sample_bytes`; None: indexed before format 11)
+
+    @property
+    def sampled_frames(self) -> list[int] | None:
+        """The indexes of the frames the analysis sampled, rising (None where the library did not record them)."""
+        return None if self.samples is None else np.frombuffer(self.samples, "<i4").tolist()
+
+
+def sample_bytes(frames: Sequence[int]) -> bytes | None:
+    """A video's sampled frames as the `videos.samples` column keeps them: little-endian int32, rising (None: none
+    known). Some 4 bytes a sample: 58 KB for two hours at two a second, beside the vectors of its tracks."""
+    return np.array(sorted(frames), "<i4").tobytes() if frames else None
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from headsearch.detection.pose import face_yaw
 from headsearch.store.database import GENERATION_SQL
 from headsearch.store.layout import THUMBNAILS
-from headsearch.store.rows import ShotRow, SightingRow, TrackRow, VectorRow, VideoRow
+from headsearch.store.rows import ShotRow, SightingRow, TrackRow, VectorRow, VideoRow, sample_bytes
 from schemas import tables as t
 from schemas.file_names import stored_path
 from schemas.records import FileResult, VectorKind
@@ -31,7 +31,8 @@ class FileRows:
         self.video = VideoRow(id=video_id, path=s.path, kind=str(result.kind), fingerprint=s.fingerprint, size=s.size, mtime=s.mtime,
                               duration=result.duration, fps=result.fps, width=result.width, height=result.height,
                               frames_decoded=result.frames_decoded, frames_sampled=result.frames_sampled, decoder=result.decoder,
-                              indexed_at=time.time(), source_width=width, source_height=height)
+                              indexed_at=time.time(), source_width=width, source_height=height,
+                              samples=sample_bytes([i for i, _ in result.samples]))
         shot_ids: dict[int, int] = {}
         self.shots: list[ShotRow] = []
         for sh in result.shots:
