@@ -24,11 +24,14 @@ def _open(source: Source, mode: str = "r", **kw):
 def write_clip(path: Path, frames: Iterable[np.ndarray], fps: float = 25, codec: str = "libx264",
                pix_fmt: str = "yuv420p", fmt: str | None = None, options: dict | None = None,
                container_options: dict | None = None, pts: list[int] | None = None, time_base: Fraction | None = None,
-               rotation: int | None = None, timecode: str | None = None, even: bool = False) -> Path:
+               rotation: int | None = None, timecode: str | None = None, even: bool = False, tone_s: float = 0.0,
+               sample_rate: int = 16000) -> Path:
     """A clip of `frames` (RGB arrays of one size, read lazily: a generator keeps one frame in memory) at `fps`.
     The frame size is the first frame's; `even` crops every frame to even sides (yuv420p needs them). Without `pts`
     the encoder numbers the frames 0, 1, 2... at 1/fps; with it (and `time_base`), frame i is presented at
-    pts[i] * time_base. `timecode` writes a start timecode (a tmcd track in MP4); `rotation` a display matrix."""
+    pts[i] * time_base. `timecode` writes a start timecode (a tmcd track in MP4); `rotation` a display matrix;
+    `tone_s` seconds of a 440 Hz tone beside the frames, mono AAC at `sample_rate` (its first packet, the encoder's
+    priming, lies before time 0)."""
     import av
 
     frames = iter(frames)
@@ -46,14 +49,25 @@ def write_clip(path: Path, frames: Iterable[np.ndarray], fps: float = 25, codec:
             stream.set_display_rotation(rotation)
         if timecode is not None:
             stream.metadata["timecode"] = timecode
+        sound = out.add_stream("aac", rate=sample_rate) if tone_s else None
+        if sound is not None:
+            sound.layout = "mono"
         for i, rgb in enumerate(itertools.chain([first], frames)):
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb[:h, :w]), format="rgb24")
             if pts is not None:
                 frame.pts, frame.time_base = pts[i], time_base
             for packet in stream.encode(frame):
                 out.mux(packet)
-        for packet in stream.encode(None):
-            out.mux(packet)
+        if sound is not None:
+            samples = (0.2 * np.sin(2 * np.pi * 440 * np.arange(int(sample_rate * tone_s)) / sample_rate)).astype(np.float32)
+            for i in range(0, len(samples), 1024):
+                chunk = av.AudioFrame.from_ndarray(samples[None, i:i + 1024], format="fltp", layout="mono")
+                chunk.sample_rate, chunk.pts = sample_rate, i
+                for packet in sound.encode(chunk):
+                    out.mux(packet)
+        for s in (stream, sound) if sound is not None else (stream,):
+            for packet in s.encode(None):
+                out.mux(packet)
     return Path(path)
 
 

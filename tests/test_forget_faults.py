@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pytest
+from clips import timed_frames
 from conftest import EXAMPLES, HAMILTON, copy_of_library, library_db, needs_data, run
 from starlette.testclient import TestClient
 
@@ -43,18 +44,15 @@ def copy_of(base, folder: Path) -> Path:
 
 def frames_with_faces(video: Path) -> list[tuple[int, float]]:
     """(frame number, best score) of each sampled frame of `video` where RetinaFace finds a face."""
-    import av
-
     from headsearch.detection.faces import FaceDetector
 
     judge = FaceDetector(0.5)
     found = []
-    with av.open(str(video)) as c:
-        for n, frame in enumerate(c.decode(video=0)):
-            if n % SAMPLE_EVERY == 0:
-                faces = judge.detect(frame.to_ndarray(format="rgb24"))
-                if faces:
-                    found.append((n, round(max(f.score for f in faces), 2)))
+    for n, (_, rgb) in enumerate(timed_frames(video)):
+        if n % SAMPLE_EVERY == 0:
+            faces = judge.detect(rgb)
+            if faces:
+                found.append((n, round(max(f.score for f in faces), 2)))
     return found
 
 

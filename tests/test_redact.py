@@ -15,6 +15,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from clips import read_frames
 from conftest import DATA, EXAMPLES, HAMILTON, copy_of_library, needs_data, run
 from fake_detector import FacesInRegions
 from hostile_media import write_video
@@ -35,15 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def frames_rgb(path: Path, count: int | None = None) -> list[np.ndarray]:
     """The video's frames (the first `count` of them), RGB."""
-    import av
-
-    frames = []
-    with av.open(str(path)) as c:
-        for f in c.decode(video=0):
-            if count is not None and len(frames) == count:
-                break
-            frames.append(f.to_ndarray(format="rgb24"))
-    return frames
+    return read_frames(path, 0, count)
 
 
 def probe(path: Path) -> dict:
@@ -205,32 +198,11 @@ def test_a_person_of_the_library_from_its_analysis(tmp_path, redacted, hamilton_
 
 # ----- generated media ---------------------------------------------------------------------------------
 def _clip(path: Path, n: int = 37, fps: int = 25, audio: bool = True, rotation: int | None = None) -> Path:
-    """A small video (moving colour bars, no one in it), with a second of a tone as AAC audio."""
-    import av
-
+    """A small video (moving colour bars, no one in it), with a tone as AAC audio as long as it (`audio`)."""
     rng = np.random.default_rng(1)
     frames = [np.roll(np.repeat(np.linspace(0, 255, 96, dtype=np.uint8)[None, :, None], 64, axis=0).repeat(3, axis=2), 3 * i, axis=1)
               + rng.integers(0, 20, (64, 96, 3), dtype=np.uint8) for i in range(n)]
-    if not audio:
-        write_video(path, frames, fps=fps, rotation=rotation)
-        return path
-    with av.open(str(path), "w") as out:
-        video = out.add_stream("libx264", rate=fps)
-        video.width, video.height, video.pix_fmt = 96, 64, "yuv420p"
-        sound = out.add_stream("aac", rate=16000)
-        sound.layout = "mono"
-        for rgb in frames:
-            for packet in video.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
-                out.mux(packet)
-        samples = (0.2 * np.sin(2 * np.pi * 440 * np.arange(16000 * n // fps) / 16000)).astype(np.float32)
-        for i in range(0, len(samples), 1024):
-            frame = av.AudioFrame.from_ndarray(samples[None, i:i + 1024], format="fltp", layout="mono")
-            frame.sample_rate, frame.pts = 16000, i
-            for packet in sound.encode(frame):
-                out.mux(packet)
-        for stream in (video, sound):
-            for packet in stream.encode(None):
-                out.mux(packet)
+    write_video(path, frames, fps=fps, rotation=rotation, tone_s=n / fps if audio else 0.0)
     return path
 
 

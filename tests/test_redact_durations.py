@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clips import write_clip
 from conftest import DATA, needs_data, run
 from fake_detector import mark_face
 
@@ -21,30 +22,17 @@ RATE = 25
 def _clip_with_sound(path: Path, frames: int = 30, sound_s: float = 1.5, sample_rate: int = 16000) -> Path:
     """A clip of moving bars with a marked face (the fake detector's), and `sound_s` of a tone encoded as AAC: its first
     packet, the encoder's priming, lies before time 0."""
-    import av
-
     w, h = 160, 120
     rng = np.random.default_rng(3)
-    with av.open(str(path), "w") as container:
-        video = container.add_stream("libx264", rate=RATE, options={"qp": "0"})
-        video.width, video.height, video.pix_fmt = w, h, "yuv444p"
-        sound = container.add_stream("aac", rate=sample_rate)
-        for i in range(frames):
-            rgb = np.roll(np.repeat(np.linspace(0, 200, w, dtype=np.uint8)[None, :, None], h, axis=0).repeat(3, axis=2), 3 * i, axis=1)
-            rgb = (rgb + rng.integers(0, 21, (h, w, 3), dtype=np.uint8)).astype(np.uint8)
-            mark_face(rgb, (10 + i, 20, 54 + i, 74))
-            for packet in video.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
-                container.mux(packet)
-        samples = (0.2 * np.sin(2 * np.pi * 440 * np.arange(int(sample_rate * sound_s)) / sample_rate)).astype(np.float32)
-        for i in range(0, len(samples), 1024):
-            frame = av.AudioFrame.from_ndarray(samples[None, i:i + 1024], format="fltp", layout="mono")
-            frame.sample_rate, frame.pts = sample_rate, i
-            for packet in sound.encode(frame):
-                container.mux(packet)
-        for stream in (video, sound):
-            for packet in stream.encode(None):
-                container.mux(packet)
-    return path
+
+    def frame(i: int) -> np.ndarray:
+        rgb = np.roll(np.repeat(np.linspace(0, 200, w, dtype=np.uint8)[None, :, None], h, axis=0).repeat(3, axis=2), 3 * i, axis=1)
+        rgb = (rgb + rng.integers(0, 21, (h, w, 3), dtype=np.uint8)).astype(np.uint8)
+        mark_face(rgb, (10 + i, 20, 54 + i, 74))
+        return rgb
+
+    return write_clip(path, (frame(i) for i in range(frames)), fps=RATE, pix_fmt="yuv444p", options={"qp": "0"},
+                      tone_s=sound_s, sample_rate=sample_rate)
 
 
 def _timeline(path: Path) -> tuple[float, list[float], list[float]]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from clips import timed_frames, write_clip
 from conftest import DATA, EXAMPLES, FACES, HAMILTON, needs_data, run
 from fake_detector import mark_face
 
@@ -28,33 +29,18 @@ def _clip(path: Path, n: int = 20, faces: int = 1, size: tuple[int, int] = (160,
     """A small video of moving bars with `faces` marked faces (the fake detector's) walking right, encoded without loss
     (the marks stay the fake detector's colour); `audio_s`: seconds of a tone beside it (longer than the video: the file
     then plays as long as its sound, as the hamilton clip's 10.02 s hold 9.18 s of frames)."""
-    import av
-
     rng = np.random.default_rng(seed)
     w, h = size
-    with av.open(str(path), "w") as container:
-        video = container.add_stream("libx264", rate=25, options={"qp": "0"})
-        video.width, video.height, video.pix_fmt = w, h, "yuv444p"
-        sound = container.add_stream("aac", rate=16000) if audio_s else None
-        for i in range(n):
-            rgb = np.roll(np.repeat(np.linspace(0, 200, w, dtype=np.uint8)[None, :, None], h, axis=0).repeat(3, axis=2), 3 * i, axis=1)
-            rgb = (rgb + rng.integers(0, noise + 1, (h, w, 3), dtype=np.uint8)).astype(np.uint8)
-            for k in range(faces):
-                x = 4 + i + 70 * k
-                mark_face(rgb, (x, 20, x + 44, 74))
-            for packet in video.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
-                container.mux(packet)
-        if sound is not None:
-            samples = (0.2 * np.sin(2 * np.pi * 440 * np.arange(int(16000 * audio_s)) / 16000)).astype(np.float32)
-            for i in range(0, len(samples), 1024):
-                frame = av.AudioFrame.from_ndarray(samples[None, i:i + 1024], format="fltp", layout="mono")
-                frame.sample_rate, frame.pts = 16000, i
-                for packet in sound.encode(frame):
-                    container.mux(packet)
-        for stream in (video, sound):
-            for packet in (stream.encode(None) if stream is not None else []):
-                container.mux(packet)
-    return path
+
+    def frame(i: int) -> np.ndarray:
+        rgb = np.roll(np.repeat(np.linspace(0, 200, w, dtype=np.uint8)[None, :, None], h, axis=0).repeat(3, axis=2), 3 * i, axis=1)
+        rgb = (rgb + rng.integers(0, noise + 1, (h, w, 3), dtype=np.uint8)).astype(np.uint8)
+        for k in range(faces):
+            x = 4 + i + 70 * k
+            mark_face(rgb, (x, 20, x + 44, 74))
+        return rgb
+
+    return write_clip(path, (frame(i) for i in range(n)), fps=25, pix_fmt="yuv444p", options={"qp": "0"}, tone_s=audio_s)
 
 
 def _one_line(result) -> str:
@@ -280,11 +266,7 @@ def test_a_reference_that_matches_nobody_is_an_error_unless_allowed(hamilton_lib
 
 def _back_of_head(path: Path) -> Path:
     """Alex's back of the head at 8.026 s of the hamilton clip, as bench/sets/heads.csv boxes it (0, 124, 210, 360)."""
-    import av
-
-    with av.open(str(HAMILTON)) as c:
-        frame = next(f for f in c.decode(video=0) if f.time >= 8.02)
-    rgb = frame.to_ndarray(format="rgb24")[124:360, 0:210]
+    rgb = next(rgb for t, rgb in timed_frames(HAMILTON) if t >= 8.02)[124:360, 0:210]
     cv2.imwrite(str(path), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
     return path
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from clips import read_frames
+from clips import read_frames, write_clip
 from conftest import DATA, EXAMPLES, TALKING_HEAD_FRAMES, needs_data, run
 from fake_detector import mark_face
 
@@ -23,26 +23,9 @@ CROWD = DATA / "facenet-pytorch" / "examples" / "video.mp4"
 FAKE = ("--model", "fake-pixels")
 
 
-def _frames(path: Path) -> list[np.ndarray]:
-    import av
-
-    with av.open(str(path)) as c:
-        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
-
-
 def _encode(path: Path, frames: list[np.ndarray], fps: int = 25) -> Path:
     """Frames encoded without loss (a marked face keeps the fake detector's colour)."""
-    import av
-
-    h, w = frames[0].shape[:2]
-    with av.open(str(path), "w") as c:
-        s = c.add_stream("libx264", rate=fps, options={"qp": "0"})
-        s.width, s.height, s.pix_fmt = w, h, "yuv444p"
-        for rgb in frames:
-            for p in s.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")):
-                c.mux(p)
-        for p in s.encode(None):
-            c.mux(p)
+    return write_clip(path, frames, fps=fps, pix_fmt="yuv444p", options={"qp": "0"})
     return path
 
 
@@ -53,8 +36,8 @@ def _every_face() -> EveryFaceDetector:
 
 def _put_back(source: Path, redacted: Path, frame: int, dst: Path) -> Path:
     """The redacted video with one frame of the source put back in its place, unredacted."""
-    frames = _frames(redacted)
-    frames[frame] = _frames(source)[frame]
+    frames = read_frames(redacted)
+    frames[frame] = read_frames(source)[frame]
     return _encode(dst, frames)
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
+from clips import read_frames
 from conftest import DATA, library_db, needs_data, run
 
 from schemas.records import JOIN_WORDS, Box
@@ -22,13 +22,6 @@ CROWD = DATA / "facenet-pytorch" / "examples" / "video.mp4"
 # with these boxes drawn): facing the camera at 0-26, his back at 91-104. Between them boxes are interpolated.
 FRONT = {0: Box(437, 570, 531, 664), 13: Box(463, 610, 535, 681), 26: Box(483, 646, 550, 714)}
 BACK = {91: Box(634, 636, 711, 711), 104: Box(646, 645, 723, 721)}
-
-
-def _frames(path) -> list[np.ndarray]:
-    import av
-
-    with av.open(str(path)) as c:
-        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
 
 
 def _at(keys: dict[int, Box], frame: int) -> Box:
@@ -52,7 +45,7 @@ def _centre(box: Box, share: float = 0.5) -> tuple[slice, slice]:
 def hidden_on_every_frame(out: Path, tracks) -> None:
     """His head (the labelled boxes, facing the camera and walking away) is boxed black in `out` on every frame of both
     pieces, judged from the pixels: the middle of the box, where the source is lit, is black in the output."""
-    src, dst = _frames(CROWD), _frames(out)
+    src, dst = read_frames(CROWD), read_frames(out)
     assert len(dst) == len(src) == 105
     for keys in (FRONT, BACK):
         for i in range(min(keys), max(keys) + 1):
@@ -72,7 +65,7 @@ def bald_man(tmp_path_factory) -> dict:
     import cv2
 
     box = FRONT[0]
-    first = _frames(CROWD)[0]
+    first = read_frames(CROWD)[0]
     cx, cy = (int(v) for v in box.center)
     cv2.imwrite(str(crop), cv2.cvtColor(first[cy - 120:cy + 120, cx - 120:cx + 120], cv2.COLOR_RGB2BGR))
     hits = json.loads(run("query", crop, "--library", library, "-k", "40", "--show-weak", "--no-pictures", "--json").stdout)
@@ -172,7 +165,7 @@ def test_redact_ref_with_a_crop_of_his_face_hides_him_facing_the_camera_and_walk
     cx, cy = (int(v) for v in FRONT[13].center)
     crop = tmp_path / "face13.png"
     # 320 px around his 72 px head: tighter crops give RetinaFace no face (under 200 px) or score under the bars (240 px)
-    rgb = _frames(CROWD)[13][cy - 160:cy + 160, cx - 160:cx + 160]
+    rgb = read_frames(CROWD)[13][cy - 160:cy + 160, cx - 160:cx + 160]
     cv2.imwrite(str(crop), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
     out = tmp_path / "boxed.mp4"
     said = json.loads(run("redact", CROWD, "--ref", crop, "--library", bald_man["library"], "--out", out, "--style", "box",
