@@ -58,6 +58,7 @@ from actions.redact_output import (
 from actions.redact_output import OUTPUT_SUFFIXES as OUTPUT_SUFFIXES  # the web app names the kinds of output from here
 from actions.redact_records import Chosen, RedactSummary, SeenTrack, VideoHeads, track_frames
 from actions.redact_whom import Span, Verdict, judged_spans, sighting_faces, verdict, whom_spans
+from actions.requests import RedactRequest
 from actions.session import AnalysisSession
 from headsearch.basics.errors import HeadsearchError, MediaError
 from headsearch.basics.failures import file_failures
@@ -376,21 +377,23 @@ def _unconfirmed(why: str, track: SeenTrack) -> str:
     return why if track.doubt is None else f"{why}; unconfirmed, hidden all the same: {track.doubt}"
 
 
-def redact(video: Path, whom: Whom, out: Path, style: RedactStyle | str = RedactStyle.BLUR, margin: float = DEFAULT_MARGIN, preview: Path | None = None,
-           library: Path | None = None, model: str | None = None, progress: FrameProgress | None = None,
-           settings: IndexSettings | None = None, force: bool = False, allow_none: bool = False, verify: bool = False) -> RedactSummary:
-    """Hide `whom`'s heads in every frame of `video` into `out` (see `Redactor.redact`): the paths are checked and the video
-    opened before the model loads; a library is opened where one is named or a person of one is asked for. Refused
-    unless asked for: an output there already (`force`), a person to hide whom no track matches (`allow_none`)."""
-    style = parse_style(style)
-    check_paths(Path(video), Path(out), margin, force)
-    if whom.needs_library and library is None:
-        raise HeadsearchError("a person of a library needs --library (or $HEADSEARCH_LIBRARY)")
-    if whom.photos:
-        _reference_photos(whom.photos)
-    check_readable(Path(video))
-    redactor = Redactor.open(library, model, settings)
-    return redactor.redact(Path(video), whom, Path(out), style, margin, preview, progress, force=force, allow_none=allow_none, verify=verify)
+def redact(request: RedactRequest, progress: FrameProgress | None = None, redactor: Redactor | None = None,
+           targets: Sequence[Target] | None = None) -> RedactSummary:
+    """Hide the request's people's heads in every frame of its video into its output (`Redactor.redact`): the paths are
+    checked and the video opened before the model loads; a library is opened where one is named or a person of one is
+    asked for. `redactor`: one open already (the web app's, bench's), with `targets`, whom's people made already."""
+    video, out = Path(request.video), Path(request.out)
+    if redactor is None:
+        parse_style(request.style)
+        check_paths(video, out, request.margin, request.force)
+        if request.whom.needs_library and request.library is None:
+            raise HeadsearchError("a person of a library needs --library (or $HEADSEARCH_LIBRARY)")
+        if request.whom.photos:
+            _reference_photos(request.whom.photos)
+        check_readable(video)
+        redactor = Redactor.open(request.library, request.model, request.settings)
+    return redactor.redact(video, request.whom, out, request.style, request.margin, request.preview, progress, targets,
+                           force=request.force, allow_none=request.allow_none, verify=request.verify)
 
 
 class NobodyMatched(HeadsearchError):
