@@ -1,7 +1,7 @@
 """`headsearch redact`: a video written again with chosen people's heads hidden in every frame (the whole head: hair
 and the back of it, not only the face), with an audit trail of every box and a contact sheet to check.
 
-Whom (`Whom`): one person (a person of a library, by name or id, or reference photos of one person), everyone but some
+Whom (`Whom`, in `actions.requests` with the request record): one person (a person of a library, by name or id, or reference photos of one person), everyone but some
 people, or everyone. The heads come from the library's analysis where the video is indexed there and unchanged (the
 same content fingerprint), else from analysing it as `index` does (shots, heads found by their faces or by person
 keypoints, tracked through profiles and turned-away frames). A track is that person when the one scorer of a track
@@ -58,7 +58,7 @@ from actions.redact_output import (
 from actions.redact_output import OUTPUT_SUFFIXES as OUTPUT_SUFFIXES  # the web app names the kinds of output from here
 from actions.redact_records import Chosen, RedactSummary, SeenTrack, VideoHeads, track_frames
 from actions.redact_whom import Span, Verdict, judged_spans, sighting_faces, verdict, whom_spans
-from actions.requests import RedactRequest
+from actions.requests import RedactRequest, Whom, is_photo
 from actions.session import AnalysisSession
 from headsearch.basics.errors import HeadsearchError, MediaError
 from headsearch.basics.failures import file_failures
@@ -84,44 +84,6 @@ log = logging.getLogger(__name__)
 
 AUDIT_FORMAT = "headsearch-redactions/1"
 ONE_PER_TRACK_S = 1e9  # `embed_every_s` where nobody is identified (--everyone): a track embeds one sighting
-
-
-@dataclass(frozen=True)
-class Whom:
-    """Whose heads are hidden: one person (`person`: a person of the library, by name or id; or `photos`: reference
-    photos of one person), everyone but some people (`spare`: each a person of the library or a photo of one), or
-    `everyone`."""
-
-    person: str | None = None
-    photos: tuple[Path, ...] = ()
-    spare: tuple[str, ...] = ()
-    everyone: bool = False
-    whole_image: bool = False  # each photo is the head crop (the back of a head too), as `query --whole-image` takes it
-
-    def __post_init__(self) -> None:
-        chosen = sum((self.person is not None, bool(self.photos), bool(self.spare), self.everyone))
-        if chosen != 1:
-            raise HeadsearchError("say whom to redact: a person (--person NAME or --ref PHOTO), everyone but some people "
-                                  "(--all-except NAME|PHOTO), or --everyone" if chosen == 0 else
-                                  "--person, --ref, --all-except and --everyone exclude each other: give one")
-
-    @property
-    def needs_library(self) -> bool:
-        return self.person is not None or any(not _is_photo(s) for s in self.spare)
-
-    def to_dict(self) -> dict:
-        if self.everyone:
-            return {"everyone": True}
-        if self.spare:
-            return {"all_except": list(self.spare)}
-        if self.person is not None:
-            return {"person": self.person}
-        return {"photos": [str(p) for p in self.photos], **({"whole_image": True} if self.whole_image else {})}
-
-
-def _is_photo(value: str | Path) -> bool:
-    """An --all-except value names a photo (a file there, or a photo's name) rather than a person of the library."""
-    return Path(value).is_file() or media_kind(value) == MediaKind.IMAGE
 
 
 @dataclass(frozen=True)
@@ -169,7 +131,7 @@ class Redactor:
             return [self._photo_target(whom.photos, whom.whole_image)]
         if whom.person is not None:
             return [self._person_target(whom.person)]
-        return [self._photo_target([Path(s)], whom.whole_image) if _is_photo(s) else self._person_target(s) for s in whom.spare]
+        return [self._photo_target([Path(s)], whom.whole_image) if is_photo(s) else self._person_target(s) for s in whom.spare]
 
     def _photo_target(self, photos: Sequence[Path], whole_image: bool = False) -> Target:
         reference = self.session.photo_reference(

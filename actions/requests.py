@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from actions.redact_output import DEFAULT_MARGIN
+from headsearch.basics.errors import HeadsearchError
+from headsearch.basics.media import media_kind
 from headsearch.basics.settings import IndexSettings
-from schemas.records import RedactStyle
+from schemas.records import MediaKind, RedactStyle
 
 if TYPE_CHECKING:
-    from actions.redact import Whom
     from headsearch.compare.spec import CompareSpec
 
 
@@ -54,6 +55,44 @@ class CompareRequest:
     ref_head: int | None = None  # in reference photos of several heads, this one (1, 2, ...; 0: the largest)
     whole_image: bool = False  # reference photos are head crops
     spec: CompareSpec | None = None
+
+
+@dataclass(frozen=True)
+class Whom:
+    """Whose heads are hidden: one person (`person`: a person of the library, by name or id; or `photos`: reference
+    photos of one person), everyone but some people (`spare`: each a person of the library or a photo of one), or
+    `everyone`."""
+
+    person: str | None = None
+    photos: tuple[Path, ...] = ()
+    spare: tuple[str, ...] = ()
+    everyone: bool = False
+    whole_image: bool = False  # each photo is the head crop (the back of a head too), as `query --whole-image` takes it
+
+    def __post_init__(self) -> None:
+        chosen = sum((self.person is not None, bool(self.photos), bool(self.spare), self.everyone))
+        if chosen != 1:
+            raise HeadsearchError("say whom to redact: a person (--person NAME or --ref PHOTO), everyone but some people "
+                                  "(--all-except NAME|PHOTO), or --everyone" if chosen == 0 else
+                                  "--person, --ref, --all-except and --everyone exclude each other: give one")
+
+    @property
+    def needs_library(self) -> bool:
+        return self.person is not None or any(not is_photo(s) for s in self.spare)
+
+    def to_dict(self) -> dict:
+        if self.everyone:
+            return {"everyone": True}
+        if self.spare:
+            return {"all_except": list(self.spare)}
+        if self.person is not None:
+            return {"person": self.person}
+        return {"photos": [str(p) for p in self.photos], **({"whole_image": True} if self.whole_image else {})}
+
+
+def is_photo(value: str | Path) -> bool:
+    """An --all-except value names a photo (a file there, or a photo's name) rather than a person of the library."""
+    return Path(value).is_file() or media_kind(value) == MediaKind.IMAGE
 
 
 @dataclass(frozen=True)
