@@ -1,7 +1,7 @@
 """`headsearch redact`: a video written again with chosen people's heads hidden in every frame (the whole head: hair
 and the back of it, not only the face), with an audit trail of every box and a contact sheet to check.
 
-Whom (`Whom`, in `actions.requests` with the request record): one person (a person of a library, by name or id, or reference photos of one person), everyone but some
+Whom (`Whom`): one person (a person of a library, by name or id, or reference photos of one person), everyone but some
 people, or everyone. The heads come from the library's analysis where the video is indexed there and unchanged (the
 same content fingerprint), else from analysing it as `index` does (shots, heads found by their faces or by person
 keypoints, tracked through profiles and turned-away frames). A track is that person when the one scorer of a track
@@ -15,8 +15,8 @@ patch blurred for nothing: a new analysis looks for small and faint faces too (`
 tracks its evidence rule drops (said in the audit trail). A library's analysis is read as it is.
 
 `Redactor` loads the model and detector once and serves many videos (the CLI, the web app and bench); `redact` is
-the one-call form. Nothing is stored; the source is never written to: the output is written beside its name and renamed
-into place at the end, with its audit trail (`OUT.redactions.json`), so a run killed half way leaves no file under the
+the one action, given a request (`actions.requests.RedactRequest`, with its `Whom`). Nothing is stored; the source is
+never written to: the output is written beside its name and renamed into place at the end, with its audit trail (`OUT.redactions.json`), so a run killed half way leaves no file under the
 output's name.
 """
 from __future__ import annotations
