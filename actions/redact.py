@@ -16,8 +16,8 @@ tracks its evidence rule drops (said in the audit trail). A library's analysis i
 
 `Redactor` loads the model and detector once and serves many videos (the CLI, the web app and bench); `redact` is
 the one action, given a request (`actions.requests.RedactRequest`, with its `Whom`). Nothing is stored; the source is
-never written to: the output is written beside its name and renamed into place at the end, with its audit trail (`OUT.redactions.json`), so a run killed half way leaves no file under the
-output's name.
+never written to: the output is written beside its name and renamed into place at the end, with its audit trail
+(`OUT.redactions.json`), so a run killed half way leaves no file under the output's name.
 """
 from __future__ import annotations
 
