@@ -72,12 +72,15 @@ Exit status:
 
 @click.command("compare", cls=CompareCommand, epilog=EPILOG)
 @click.argument("videos", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--ref", "refs", multiple=True, expose_value=False, metavar="PHOTO", help="A reference photo, or a folder of photos, of the person "
-              "(repeatable: several photos of one person make one template).")
-@click.option("--ref-video", "ref_videos", multiple=True, expose_value=False, metavar="CLIP", help="A reference clip: its main person (repeatable).")
-@click.option("--person", "persons", multiple=True, expose_value=False, metavar="NAME", help="A person of the library (name or id; see `headsearch people`).")
-@click.option("--name", "names", multiple=True, expose_value=False, help="Name of the reference person; with several, each --name names the "
-              "--ref/--ref-video/--person after it, one person each (every track goes to the best of them, or to nobody).")
+# Their values are read in command-line order (`CompareCommand`), not as click passes them: not given to the function.
+@click.option("--ref", "refs", multiple=True, expose_value=False, metavar="PHOTO",
+              help="A reference photo, or a folder of photos, of the person (repeatable: several photos of one person make one template).")
+@click.option("--ref-video", "ref_videos", multiple=True, expose_value=False, metavar="CLIP",
+              help="A reference clip: its main person (repeatable).")
+@click.option("--person", "persons", multiple=True, expose_value=False, metavar="NAME",
+              help="A person of the library (name or id; see `headsearch people`).")
+@click.option("--name", "names", multiple=True, expose_value=False, help="Name of the reference person; with several, each --name "
+              "names the --ref/--ref-video/--person after it, one person each (every track goes to the best of them, or to nobody).")
 @click.option("--cast", "cast_refs", type=click.Path(path_type=Path), default=None, metavar="REFS",
               help="A cast: a folder of folders (one per character, named by it, its photos inside) or a CSV of name,photo. Every "
                    "track goes to one character or to nobody; per character and shot: tier, score and the gap since last seen.")
