@@ -2,6 +2,11 @@
 every sampled sighting embedded (not one a second), then scored against the reference people by the core
 (`headsearch.compare.timeline`). Nothing is stored. A reference clip gives its main person (`main_track`), as
 `bench accuracy` takes a one-person video's labelled track.
+
+The actions: `compare(request)` and `cast(request)` (a `CompareRequest`, `actions.requests`) give a `CompareResult` or a
+`CastResult`, whose `to_json()` is what `compare --json` (`--cast --json`) prints, an entry per video, and the web app's
+compare (cast) job answers its video's entry. The CLI and the web app open the comparison first (`open_comparison`: the
+model, the bars and the references, refused in one line before any video is read), then run it (`CompareSession`).
 """
 from __future__ import annotations
 
