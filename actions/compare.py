@@ -2,6 +2,11 @@
 every sampled sighting embedded (not one a second), then scored against the reference people by the core
 (`headsearch.compare.timeline`). Nothing is stored. A reference clip gives its main person (`main_track`), as
 `bench accuracy` takes a one-person video's labelled track.
+
+The actions: `compare(request)` and `cast(request)` (a `CompareRequest`, `actions.requests`) give a `CompareResult` or a
+`CastResult`, whose `to_json()` is what `compare --json` (`--cast --json`) prints, an entry per video, and the web app's
+compare (cast) job answers its video's entry. The CLI and the web app open the comparison first (`open_comparison`: the
+model, the bars and the references, refused in one line before any video is read), then run it (`CompareSession`).
 """
 from __future__ import annotations
 
@@ -12,13 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
+from actions.requests import CompareRequest, ReferenceSpec
 from actions.session import AnalysisSession
 from headsearch.basics.errors import HeadsearchError, MediaError
 from headsearch.basics.failures import file_failures
 from headsearch.basics.media import media_kind
 from headsearch.basics.settings import IndexSettings
 from headsearch.basics.timeline import probe_timing
-from headsearch.compare.cast import CastVideo, cast_heads
+from headsearch.compare.cast import CastRun, CastVideo, cast_heads
 from headsearch.compare.reference import Reference, ReferenceHead, track_heads
 from headsearch.compare.spec import CompareSpec
 from headsearch.compare.timeline import CompareSettings, Comparison, compare_analysis
@@ -83,11 +89,6 @@ class Comparer:
         """What decides this comparer's verdicts (`headsearch.compare.spec`)."""
         return CompareSpec.of(self.embedder.describe(), self.thresholds, self.settings, self.compare)
 
-    def entry(self, comparison: Comparison, frames: bool = True) -> dict:
-        """One comparison as `compare --json` prints it and the web app's compare job answers it: with the digest of the
-        spec that decided it (`frames`: with its frames)."""
-        return {**comparison.to_dict(frames=frames), "spec": self.spec.digest}
-
     def analyse(self, path: Path, progress: FrameProgress | None = None, sample_at: Sequence[float] = ()) -> FileResult:
         path = Path(path)
         if not path.is_file():
@@ -150,32 +151,19 @@ class Comparer:
             yield VideoCompared(Path(path), comparisons, None, time.perf_counter() - t0)
 
 
-@dataclass
-class ReferenceSpec:
-    """One reference person as the user gave it: photos (files or folders), clips (their main person) and persons of a
-    library, all of one person, under one name (default: the first source's)."""
-
-    name: str | None = None
-    photos: list[Path] = field(default_factory=list)
-    videos: list[Path] = field(default_factory=list)
-    persons: list[str] = field(default_factory=list)
-
-    @property
-    def empty(self) -> bool:
-        return not (self.photos or self.videos or self.persons)
-
-
 def build_reference(spec: ReferenceSpec, comparer: Comparer, head: int | None = None, whole_image: bool = False,
                     progress: FrameProgress | None = None) -> Reference:
-    """One reference from all its sources: their heads averaged into one template."""
+    """One reference from all its sources: their heads averaged into one template. Photos with `labels` (uploads) are
+    taken as they are and named by them."""
     session = comparer.session
     heads: list[ReferenceHead] = []
     sources: list[str] = []
     name = spec.name
     if spec.photos:
-        heads += session.photo_heads(spec.photos, head, whole_image)
-        sources += [str(p) for p in spec.photos]
-        name = name or Path(spec.photos[0]).stem
+        labels = list(spec.labels) or None
+        heads += session.photo_heads(spec.photos, head, whole_image, labels=labels)
+        sources += labels or [str(p) for p in spec.photos]
+        name = name or Path((labels or spec.photos)[0]).stem
     for video in spec.videos:
         found, said = comparer.video_heads(Path(video), progress)
         heads += found
@@ -192,12 +180,12 @@ def build_reference(spec: ReferenceSpec, comparer: Comparer, head: int | None = 
 
 
 class CompareSession:
-    """The model, thresholds and references of one `compare` run (`open_comparison`), run over videos."""
+    """The model, thresholds and references of one comparison or cast (`open_comparison`), run over videos: what the
+    CLI, the web app's jobs and `compare()`/`cast()` share."""
 
-    def __init__(self, comparer: Comparer, references: list[Reference], progress: bool = False, error_log: Path | None = None):
+    def __init__(self, comparer: Comparer, references: list[Reference], error_log: Path | None = None):
         self.comparer = comparer
         self.references = references
-        self.progress = progress
         self.error_log = error_log
 
     @property
@@ -205,20 +193,36 @@ class CompareSession:
         """What decides this run's verdicts (`headsearch.compare.spec`)."""
         return self.comparer.spec
 
-    def run(self, paths: Sequence[Path], cast: bool = False) -> Iterator[VideoCompared]:
+    def run(self, paths: Sequence[Path], cast: bool = False, progress: FrameProgress | None = None,
+            on_start: Callable[[Path], None] | None = None) -> Iterator[VideoCompared]:
         """Each video compared in turn (folders: the videos under them, recursively, in name order); `cast`: in cast mode."""
-        from tqdm import tqdm
+        yield from self.comparer.compare_videos(video_paths(paths), self.references, progress, self.error_log, on_start, cast)
 
-        paths = video_paths(paths)
+    def compare(self, paths: Sequence[Path], progress: FrameProgress | None = None, on_start: Callable[[Path], None] | None = None,
+                on_video: Callable[[VideoCompared], None] | None = None) -> CompareResult:
+        """The videos compared with the references (`on_video`: told each video's outcome as it is done)."""
+        result = CompareResult(self.spec)
+        for item in self.run(paths, False, progress, on_start):
+            if on_video is not None:
+                on_video(item)
+            if item.error:
+                result.failed.append((str(item.path), item.error))
+            else:
+                result.comparisons += item.comparisons
+        return result
 
-        bar = tqdm(desc="frames", unit="frame", disable=not self.progress, leave=False)
-        try:
-            def started(path: Path) -> None:
-                bar.set_description(Path(path).name[:40])
-
-            yield from self.comparer.compare_videos(paths, self.references, bar, self.error_log, started, cast)
-        finally:
-            bar.close()
+    def cast(self, paths: Sequence[Path], progress: FrameProgress | None = None, on_start: Callable[[Path], None] | None = None,
+             on_video: Callable[[VideoCompared], None] | None = None) -> CastResult:
+        """The videos in cast mode: every track to one of the references (the characters) or to nobody."""
+        casts, failed = [], []
+        for item in self.run(paths, True, progress, on_start):
+            if on_video is not None:
+                on_video(item)
+            if item.error:
+                failed.append((str(item.path), item.error))
+            elif item.cast is not None:
+                casts.append(item.cast)
+        return CastResult(self.spec, CastRun([r.name for r in self.references], casts), failed)
 
 
 def video_paths(paths: Sequence[Path]) -> list[Path]:
@@ -235,32 +239,109 @@ def video_paths(paths: Sequence[Path]) -> list[Path]:
     return list(dict.fromkeys(out))
 
 
-def open_comparison(specs: Sequence[ReferenceSpec], model: str | None = None, library: Path | None = None, fps: float | None = None,
-                    every_frame: bool = False, compare: CompareSettings | None = None, ref_head: int | None = None,
-                    whole_image: bool = False, progress: bool = False, settings: IndexSettings | None = None,
-                    spec: CompareSpec | None = None) -> CompareSession:
-    """Load the model (a library's own, where a library is named: its persons and its thresholds are then used), its
-    thresholds, and make the references; HeadsearchError with one line when any of it cannot be done. A `spec` decides
-    the model, the bars, the sample rate and every setting (`fps`, `every_frame`, `compare` and `settings` are then
-    not taken), and refuses weights other than its own."""
-    from tqdm import tqdm
-
+def open_comparison(request: CompareRequest, session: AnalysisSession | None = None,
+                    progress: FrameProgress | None = None) -> CompareSession:
+    """The request's model (a library's own, where a library is named: its persons and its thresholds are then used),
+    its thresholds and its references made (`progress` follows a reference clip's analysis); HeadsearchError with one
+    line when any of it cannot be done. `session`: an analysis session open already (the web app's), used instead of
+    opening the request's library and model. A spec decides the model, the bars, the sample rate and every setting
+    (the request's are then not taken), and refuses weights other than its own."""
+    spec = request.spec
+    settings, model, fps, every_frame = None, request.model, request.fps, request.every_frame
+    compare = CompareSettings(min_segment_s=request.min_segment, chunk_frames=request.chunk_frames, chunk_overlap=request.chunk_overlap)
     if spec is not None:
         settings, compare, model, fps, every_frame = spec.index_settings(), spec.compare_settings(), model or spec.model["source"], None, False
-    session = AnalysisSession.open(library, model, settings)
+    session = session or AnalysisSession.open(request.library, model, settings)
     bars = None
     if spec is not None:
         spec.check(session.embedder.describe())
         bars = spec.thresholds_for(session.embedder.describe())
     comparer = Comparer.of(session, fps, every_frame, compare, bars)
-    references = []
-    bar = tqdm(desc="reference", unit="frame", disable=not progress, leave=False)
-    try:
-        for one in specs:
-            references.append(build_reference(one, comparer, ref_head, whole_image, bar))
-    finally:
-        bar.close()
+    references = [build_reference(one, comparer, request.ref_head, request.whole_image, progress) for one in request.references]
     names = [r.name for r in references]
     if len(set(names)) != len(names):
         raise HeadsearchError(f"two references are named {next(n for n in names if names.count(n) > 1)!r}: give each its own --name")
-    return CompareSession(comparer, references, progress, session.library_root)
+    return CompareSession(comparer, references, session.library_root)
+
+
+def compare(request: CompareRequest, progress: FrameProgress | None = None) -> CompareResult:
+    """The request's videos compared with its references (`headsearch compare`): each video's comparisons, or its one
+    line; HeadsearchError with one line when the model, the bars or a reference cannot be had."""
+    return open_comparison(request, progress=progress).compare(request.videos, progress)
+
+
+def cast(request: CompareRequest, progress: FrameProgress | None = None) -> CastResult:
+    """The request's videos in cast mode (`compare --cast`): its references are the characters."""
+    return open_comparison(request, progress=progress).cast(request.videos, progress)
+
+
+@dataclass
+class CompareResult:
+    """A comparison's outcome: each video's comparison with each reference, the videos that could not be compared
+    (with their one line), and the spec that decided the verdicts."""
+
+    spec: CompareSpec
+    comparisons: list[Comparison] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (video, why)
+
+    def entry(self, comparison: Comparison, frames: bool = True) -> dict:
+        """One comparison as `compare --json` prints it and the web's compare job answers it."""
+        return {**comparison.to_dict(frames=frames), "spec": self.spec.digest}
+
+    def to_json(self, frames: bool = True) -> list[dict]:
+        """What `compare --json` prints: an entry per video and reference, then one per video not compared."""
+        return [self.entry(c, frames) for c in self.comparisons] + [{"video": v, "error": e} for v, e in self.failed]
+
+    def gate_lines(self, fail_under: float | None, fail_under_look: float | None = None) -> list[str]:
+        """A line for each comparison whose same-person (same-look) share of its head frames is under the gate."""
+        from headsearch.basics.text import printable
+
+        lines = []
+        for c in self.comparisons:
+            for bar, share, what, flag in ((fail_under, c.same_person_share, "same person", "--fail-under"),
+                                           (fail_under_look, c.same_look_share, "same look", "--fail-under-look")):
+                if bar is not None and share < bar:
+                    lines.append(f"gate: {printable(c.video)} vs {printable(c.reference.name)}: {what} on {100 * share:.1f}% of its "
+                                 f"head frames, under {flag} {100 * bar:g}%")
+        return lines
+
+    def write_report(self, folder: Path) -> Path:
+        """An HTML page per comparison (and for several, index.html and leaderboard.csv); the page to open first."""
+        from headsearch.compare.report import write_report
+
+        return write_report(folder, self.comparisons, self.failed)
+
+
+@dataclass
+class CastResult:
+    """A cast's outcome: every video's heads with their characters (`CastRun`), the videos that could not be cast, and
+    the spec that decided it."""
+
+    spec: CompareSpec
+    run: CastRun
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (video, why)
+
+    def to_json(self, frames: bool = True) -> list[dict]:
+        """What `compare --cast --json` prints: an entry per video (the web's cast job answers its video's), then one per
+        video not cast."""
+        return ([{**entry, "spec": self.spec.digest} for entry in self.run.to_json(frames=frames)]
+                + [{"video": v, "error": e} for v, e in self.failed])
+
+    def gate_lines(self, fail_under: float | None, fail_under_look: float | None = None) -> list[str]:
+        """A line for each character whose same-person (same-look) share over the run is under the gate."""
+        from headsearch.compare.cast import gate_lines
+
+        return gate_lines(self.run, fail_under, fail_under_look)
+
+    def write_report(self, folder: Path) -> Path:
+        """cast.csv and cast.html in `folder`; the page."""
+        from headsearch.basics.files import write_bytes_atomic
+        from headsearch.compare.cast import cast_page
+
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(folder / "cast.csv", self.run.csv_text().encode())
+            write_bytes_atomic(folder / "cast.html", cast_page(self.run).encode())
+        except OSError as e:
+            raise HeadsearchError(f"{folder}: cannot write the cast report ({e.strerror or e})") from e
+        return folder / "cast.html"

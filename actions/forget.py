@@ -1,4 +1,5 @@
-"""`headsearch people forget` as one action for the CLI and the web app: a person forgotten for good
+"""`headsearch people forget` as one action for the CLI and the web app (`forget`, given a `ForgetRequest`): a person
+forgotten for good
 (`headsearch.people.forgetting.forget`: the library written again without them), then every file of the library folder,
 and of the folders named with it (the web app's cache), searched for what is left of them. Its result (`Forgetting`)
 is what `people forget --json` prints and the web app's forget answers (`to_dict()`)."""
@@ -8,7 +9,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from headsearch.people.forgetting import forget, likely_line, likely_theirs
+from actions.requests import ForgetRequest
+from headsearch.people.forgetting import forget as forget_for_good
+from headsearch.people.forgetting import likely_line, likely_theirs, person_to_forget
 from headsearch.people.listing import Person
 from headsearch.store.leftovers import Check
 from headsearch.store.library import Library
@@ -43,7 +46,15 @@ def forget_person(library: Library, person: Person, keep_name: bool = False, als
     likely = likely_theirs(library, person) if likely is None else likely
     if kept is not None:
         kept()
-    row, check = forget(library, person, keep_name=keep_name, also=also)
+    row, check = forget_for_good(library, person, keep_name=keep_name, also=also)
     if kept is not None:
         kept()  # and what was kept while it ran
     return Forgetting(person, row, check, tuple(likely))
+
+
+def forget(request: ForgetRequest, library: Library, likely: list[int] | None = None, kept: Callable[[], None] | None = None,
+           person: Person | None = None) -> Forgetting:
+    """The request's person forgotten for good in `library` (`forget_person`); PersonNotFound when nobody is that person.
+    `person`: the request's person found already (`person_to_forget`: the CLI shows them before it asks)."""
+    found = person if person is not None else person_to_forget(library, request.person)
+    return forget_person(library, found, keep_name=request.keep_name, also=tuple(request.also), likely=likely, kept=kept)

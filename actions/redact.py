@@ -15,9 +15,9 @@ patch blurred for nothing: a new analysis looks for small and faint faces too (`
 tracks its evidence rule drops (said in the audit trail). A library's analysis is read as it is.
 
 `Redactor` loads the model and detector once and serves many videos (the CLI, the web app and bench); `redact` is
-the one-call form. Nothing is stored; the source is never written to: the output is written beside its name and renamed
-into place at the end, with its audit trail (`OUT.redactions.json`), so a run killed half way leaves no file under the
-output's name.
+the one action, given a request (`actions.requests.RedactRequest`, with its `Whom`). Nothing is stored; the source is
+never written to: the output is written beside its name and renamed into place at the end, with its audit trail
+(`OUT.redactions.json`), so a run killed half way leaves no file under the output's name.
 """
 from __future__ import annotations
 
@@ -57,6 +57,7 @@ from actions.redact_output import (
 from actions.redact_output import OUTPUT_SUFFIXES as OUTPUT_SUFFIXES  # the web app names the kinds of output from here
 from actions.redact_records import Chosen, RedactSummary, SeenTrack, VideoHeads, track_frames
 from actions.redact_whom import Span, Verdict, judged_spans, sighting_faces, verdict, whom_spans
+from actions.requests import RedactRequest, Whom, is_photo
 from actions.session import AnalysisSession
 from headsearch.basics.errors import HeadsearchError, MediaError
 from headsearch.basics.failures import file_failures
@@ -82,44 +83,6 @@ log = logging.getLogger(__name__)
 
 AUDIT_FORMAT = "headsearch-redactions/1"
 ONE_PER_TRACK_S = 1e9  # `embed_every_s` where nobody is identified (--everyone): a track embeds one sighting
-
-
-@dataclass(frozen=True)
-class Whom:
-    """Whose heads are hidden: one person (`person`: a person of the library, by name or id; or `photos`: reference
-    photos of one person), everyone but some people (`spare`: each a person of the library or a photo of one), or
-    `everyone`."""
-
-    person: str | None = None
-    photos: tuple[Path, ...] = ()
-    spare: tuple[str, ...] = ()
-    everyone: bool = False
-    whole_image: bool = False  # each photo is the head crop (the back of a head too), as `query --whole-image` takes it
-
-    def __post_init__(self) -> None:
-        chosen = sum((self.person is not None, bool(self.photos), bool(self.spare), self.everyone))
-        if chosen != 1:
-            raise HeadsearchError("say whom to redact: a person (--person NAME or --ref PHOTO), everyone but some people "
-                                  "(--all-except NAME|PHOTO), or --everyone" if chosen == 0 else
-                                  "--person, --ref, --all-except and --everyone exclude each other: give one")
-
-    @property
-    def needs_library(self) -> bool:
-        return self.person is not None or any(not _is_photo(s) for s in self.spare)
-
-    def to_dict(self) -> dict:
-        if self.everyone:
-            return {"everyone": True}
-        if self.spare:
-            return {"all_except": list(self.spare)}
-        if self.person is not None:
-            return {"person": self.person}
-        return {"photos": [str(p) for p in self.photos], **({"whole_image": True} if self.whole_image else {})}
-
-
-def _is_photo(value: str | Path) -> bool:
-    """An --all-except value names a photo (a file there, or a photo's name) rather than a person of the library."""
-    return Path(value).is_file() or media_kind(value) == MediaKind.IMAGE
 
 
 @dataclass(frozen=True)
@@ -167,7 +130,7 @@ class Redactor:
             return [self._photo_target(whom.photos, whom.whole_image)]
         if whom.person is not None:
             return [self._person_target(whom.person)]
-        return [self._photo_target([Path(s)], whom.whole_image) if _is_photo(s) else self._person_target(s) for s in whom.spare]
+        return [self._photo_target([Path(s)], whom.whole_image) if is_photo(s) else self._person_target(s) for s in whom.spare]
 
     def _photo_target(self, photos: Sequence[Path], whole_image: bool = False) -> Target:
         reference = self.session.photo_reference(
@@ -378,22 +341,24 @@ def _unconfirmed(why: str, track: SeenTrack) -> str:
     return why if track.doubt is None else f"{why}; unconfirmed, hidden all the same: {track.doubt}"
 
 
-def redact(video: Path, whom: Whom, out: Path, style: RedactStyle | str = RedactStyle.BLUR, margin: float = DEFAULT_MARGIN, preview: Path | None = None,
-           library: Path | None = None, model: str | None = None, progress: FrameProgress | None = None,
-           settings: IndexSettings | None = None, force: bool = False, allow_none: bool = False, verify: bool = False) -> RedactSummary:
-    """Hide `whom`'s heads in every frame of `video` into `out` (see `Redactor.redact`): the paths are checked and the video
-    opened before the model loads; a library is opened where one is named or a person of one is asked for. Refused
-    unless asked for: an output there already (`force`), a person to hide whom no track matches (`allow_none`)."""
-    style = parse_style(style)
-    check_paths(Path(video), Path(out), margin, force)
-    if whom.needs_library and library is None:
-        raise HeadsearchError("a person of a library needs --library (or $HEADSEARCH_LIBRARY)")
-    if whom.photos:
-        _reference_photos(whom.photos)
-    probe = check_readable(Path(video))  # the one look at the video: the later steps read it
-    redactor = Redactor.open(library, model, settings)
-    return redactor.redact(Path(video), whom, Path(out), style, margin, preview, progress, force=force, allow_none=allow_none, verify=verify,
-                           probe=probe)
+def redact(request: RedactRequest, progress: FrameProgress | None = None, redactor: Redactor | None = None,
+           targets: Sequence[Target] | None = None, probe: SourceProbe | None = None) -> RedactSummary:
+    """Hide the request's people's heads in every frame of its video into its output (`Redactor.redact`): the paths are
+    checked and the video opened before the model loads; a library is opened where one is named or a person of one is
+    asked for. `redactor`: one open already (the web app's, bench's), with `targets`, whom's people made already;
+    `probe`: the video's one look (`check_readable`) where the caller took it already, else taken here."""
+    video, out = Path(request.video), Path(request.out)
+    if redactor is None:
+        parse_style(request.style)
+        check_paths(video, out, request.margin, request.force)
+        if request.whom.needs_library and request.library is None:
+            raise HeadsearchError("a person of a library needs --library (or $HEADSEARCH_LIBRARY)")
+        if request.whom.photos:
+            _reference_photos(request.whom.photos)
+        probe = check_readable(video) if probe is None else probe  # the one look at the video: the later steps read it
+        redactor = Redactor.open(request.library, request.model, request.settings)
+    return redactor.redact(video, request.whom, out, request.style, request.margin, request.preview, progress, targets,
+                           force=request.force, allow_none=request.allow_none, verify=request.verify, probe=probe)
 
 
 class NobodyMatched(HeadsearchError):

@@ -18,35 +18,28 @@ ORDERED = ("--ref", "--ref-video", "--person", "--name")  # options whose order 
 
 
 class CompareCommand(click.Command):
-    """Keeps the order of --name, --ref, --ref-video and --person on the command line, which groups references."""
+    """Keeps the order of --name, --ref, --ref-video and --person on the command line, which groups references.
+
+    Click gathers each repeated option's values on their own, so the order between options is lost by the time the
+    command runs; its parser records it (one entry per occurrence), so the command line is read once more by click's
+    own parser for that order, rather than scanned by hand."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        ordered: list[tuple[str, str]] = []
-        cut = args.index("--") if "--" in args else len(args)
-        i = 0
-        while i < cut:
-            a = args[i]
-            if a in ORDERED and i + 1 < cut:
-                ordered.append((a, args[i + 1]))
-                i += 2
-                continue
-            opt, eq, value = a.partition("=")
-            if eq and opt in ORDERED:
-                ordered.append((opt, value))
-            i += 1
-        ctx.meta["references"] = ordered
+        opts, _, order = self.make_parser(ctx).parse_args(args=list(args))
+        values = {p.name: list(opts.get(p.name) or ()) for p in self.params if isinstance(p, click.Option) and p.opts[0] in ORDERED}
+        ctx.meta["references"] = [(p.opts[0], values[p.name].pop(0)) for p in order if p.name in values]
         return super().parse_args(ctx, args)
 
 
 def reference_specs(ordered: list[tuple[str, str]]):
     """The references as grouped on the command line: without --name, or with one, every --ref, --ref-video and
     --person is one person; with several, each --name names the references after it, up to the next."""
-    from actions.compare import ReferenceSpec
+    from actions.requests import ReferenceSpec
 
     names = [v for opt, v in ordered if opt == "--name"]
     sources = [(opt, v) for opt, v in ordered if opt != "--name"]
     if len(names) <= 1:
-        groups = [ReferenceSpec(names[0] if names else None)]
+        groups: list[tuple[str | None, dict[str, list]]] = [(names[0] if names else None, {})]
         entries = sources
     else:
         if ordered and ordered[0][0] != "--name":
@@ -54,16 +47,17 @@ def reference_specs(ordered: list[tuple[str, str]]):
         groups, entries = [], ordered
     for opt, value in entries:
         if opt == "--name":
-            groups.append(ReferenceSpec(value))
+            groups.append((value, {}))
             continue
-        g = groups[-1]
-        {"--ref": g.photos, "--ref-video": g.videos, "--person": g.persons}[opt].append(Path(value) if opt != "--person" else value)
-    empty = [g.name for g in groups if g.empty]
-    if empty and (len(groups) > 1 or sources):
+        groups[-1][1].setdefault(opt, []).append(Path(value) if opt != "--person" else value)
+    specs = [ReferenceSpec(name, tuple(got.get("--ref", ())), tuple(got.get("--ref-video", ())), tuple(got.get("--person", ())))
+             for name, got in groups]
+    empty = [g.name for g in specs if g.empty]
+    if empty and (len(specs) > 1 or sources):
         raise click.UsageError(f"--name {empty[0]} names no reference (give --ref, --ref-video or --person after it)")
     if not sources:
         raise click.UsageError("give a reference: --ref PHOTO (or a folder of photos), --ref-video CLIP or --person NAME")
-    return groups
+    return specs
 
 
 EPILOG = f"""\b
@@ -78,12 +72,15 @@ Exit status:
 
 @click.command("compare", cls=CompareCommand, epilog=EPILOG)
 @click.argument("videos", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--ref", "refs", multiple=True, metavar="PHOTO", help="A reference photo, or a folder of photos, of the person "
-              "(repeatable: several photos of one person make one template).")
-@click.option("--ref-video", "ref_videos", multiple=True, metavar="CLIP", help="A reference clip: its main person (repeatable).")
-@click.option("--person", "persons", multiple=True, metavar="NAME", help="A person of the library (name or id; see `headsearch people`).")
-@click.option("--name", "names", multiple=True, help="Name of the reference person; with several, each --name names the "
-              "--ref/--ref-video/--person after it, one person each (every track goes to the best of them, or to nobody).")
+# Their values are read in command-line order (`CompareCommand`), not as click passes them: not given to the function.
+@click.option("--ref", "refs", multiple=True, expose_value=False, metavar="PHOTO",
+              help="A reference photo, or a folder of photos, of the person (repeatable: several photos of one person make one template).")
+@click.option("--ref-video", "ref_videos", multiple=True, expose_value=False, metavar="CLIP",
+              help="A reference clip: its main person (repeatable).")
+@click.option("--person", "persons", multiple=True, expose_value=False, metavar="NAME",
+              help="A person of the library (name or id; see `headsearch people`).")
+@click.option("--name", "names", multiple=True, expose_value=False, help="Name of the reference person; with several, each --name "
+              "names the --ref/--ref-video/--person after it, one person each (every track goes to the best of them, or to nobody).")
 @click.option("--cast", "cast_refs", type=click.Path(path_type=Path), default=None, metavar="REFS",
               help="A cast: a folder of folders (one per character, named by it, its photos inside) or a CSV of name,photo. Every "
                    "track goes to one character or to nobody; per character and shot: tier, score and the gap since last seen.")
@@ -119,8 +116,7 @@ Exit status:
                    "reference's look (hair, glasses, hat).")
 @progress_option
 @click.pass_context
-def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, persons, names, cast_refs: Path | None, ref_head: int | None,
-            whole_image: bool,
+def compare(ctx: click.Context, videos: tuple[Path, ...], cast_refs: Path | None, ref_head: int | None, whole_image: bool,
             library: Path | None, model: str | None, fps: float | None, every_frame: bool, min_segment: float,
             chunk_frames: int | None, chunk_overlap: int, spec_file: Path | None, write_spec: Path | None, as_json: bool,
             no_frames: bool, report_dir: Path | None, fail_under: float | None, fail_under_look: float | None,
@@ -131,21 +127,15 @@ def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, pers
     frames) and scored against the reference: same_look, other_look (same person, another look), other_person, or
     no_head. Runs of one tier are segments; a fall in tier is a drift event. Nothing is stored.
     """
-    from actions.compare import open_comparison
-    from headsearch.compare.timeline import CompareSettings
+    from actions.requests import CompareRequest
 
     _check_usage(ctx, bool(videos), fps, every_frame, chunk_frames, chunk_overlap, write_spec, cast_refs)
     spec = _spec(ctx, spec_file)
-    specs = _cast_specs(cast_refs) if cast_refs is not None else reference_specs(ctx.meta.get("references", []))
+    references = _cast_specs(cast_refs) if cast_refs is not None else reference_specs(ctx.meta.get("references", []))
+    request = CompareRequest(tuple(Path(v) for v in videos), tuple(references), library, model, fps, every_frame, min_segment,
+                             chunk_frames, chunk_overlap, ref_head, whole_image, spec)
     show = show_progress(progress)
-    try:
-        session = open_comparison(specs, model=model, library=library if (library is not None or persons) else None,
-                                  fps=fps, every_frame=every_frame, ref_head=ref_head,
-                                  compare=CompareSettings(min_segment_s=min_segment, chunk_frames=chunk_frames, chunk_overlap=chunk_overlap),
-                                  whole_image=whole_image, progress=show, spec=spec)
-    except HeadsearchError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(EXIT_NOTHING)
+    session = _open(request, show)
     in_force = session.spec
     if write_spec is not None:
         in_force.write(write_spec)
@@ -153,10 +143,55 @@ def compare(ctx: click.Context, videos: tuple[Path, ...], refs, ref_videos, pers
         if not videos:
             return
     if cast_refs is not None:
-        sys.exit(_cast(session, [Path(v) for v in videos], in_force.digest, as_json, no_frames, report_dir, fail_under, fail_under_look))
-    done, failed = _run(session, [Path(v) for v in videos], as_json)
-    _say_compared(done, failed, session.comparer.entry, as_json, no_frames, report_dir)
-    sys.exit(_exit_status(done, failed, fail_under, fail_under_look))
+        sys.exit(_cast(session, request, show, as_json, no_frames, report_dir, fail_under, fail_under_look))
+    result = _follow(show, lambda bar, started: session.compare(request.videos, bar, started, lambda item: _said(item, as_json)))
+    _say_compared(result, as_json, no_frames, report_dir)
+    sys.exit(_exit_status(result, fail_under, fail_under_look))
+
+
+def _open(request, show: bool):
+    """The comparison opened (the model, its bars, the references made), a reference clip's analysis followed on a
+    progress bar; nothing compared (exit EXIT_NOTHING) when any of it cannot be done."""
+    from tqdm import tqdm
+
+    from actions.compare import open_comparison
+
+    try:
+        bar = tqdm(desc="reference", unit="frame", disable=not show, leave=False)
+        try:
+            return open_comparison(request, progress=bar)
+        finally:
+            bar.close()
+    except HeadsearchError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_NOTHING)
+
+
+def _follow(show: bool, work):
+    """`work(bar, started)` with a progress bar of frames named after the video being done."""
+    from tqdm import tqdm
+
+    bar = tqdm(desc="frames", unit="frame", disable=not show, leave=False)
+
+    def started(path: Path) -> None:
+        bar.set_description(Path(path).name[:40])
+
+    try:
+        return work(bar, started)
+    finally:
+        bar.close()
+
+
+def _said(item, as_json: bool, cast: bool = False) -> None:
+    """A video's outcome as it is done: its one line when it failed; its comparisons as text (unless JSON is asked)."""
+    from headsearch.compare.report import text_lines
+
+    if item.error:
+        click.echo(f"error: {item.error}", err=True)
+    elif not as_json and not cast:
+        for c in item.comparisons:
+            for line in text_lines(c):
+                click.echo(line)
 
 
 def _check_usage(ctx: click.Context, videos: bool, fps: float | None, every_frame: bool, chunk_frames: int | None, chunk_overlap: int,
@@ -173,67 +208,49 @@ def _check_usage(ctx: click.Context, videos: bool, fps: float | None, every_fram
         raise click.UsageError("--cast names the characters: leave out --ref, --ref-video, --person and --name")
 
 
-def _say_compared(done: list, failed: list[tuple[str, str]], entry, as_json: bool, no_frames: bool, report_dir: Path | None) -> None:
+def _say_compared(result, as_json: bool, no_frames: bool, report_dir: Path | None) -> None:
     """The comparisons as JSON, or (the text was said as each was done) a table of several; the report."""
-    from headsearch.compare.report import table_lines, write_report
+    from headsearch.compare.report import table_lines
 
     if as_json:
-        out = [entry(c, frames=not no_frames) for c in done] + [{"video": v, "error": e} for v, e in failed]
-        click.echo(json_text(out))
-    elif len(done) > 1:
+        click.echo(json_text(result.to_json(frames=not no_frames)))
+    elif len(result.comparisons) > 1:
         click.echo("")
-        for line in table_lines(done):
+        for line in table_lines(result.comparisons):
             click.echo(line)
-    if report_dir is not None and done:
-        click.echo(f"report: {write_report(report_dir, done, failed)}", err=True)
+    if report_dir is not None and result.comparisons:
+        click.echo(f"report: {result.write_report(report_dir)}", err=True)
 
 
 def _cast_specs(path: Path):
     """The characters of a cast as references, one each."""
-    from actions.compare import ReferenceSpec
+    from actions.requests import ReferenceSpec
     from headsearch.compare.cast import read_cast
 
     try:
-        return [ReferenceSpec(c.name, list(c.photos)) for c in read_cast(path)]
+        return [ReferenceSpec(c.name, tuple(c.photos)) for c in read_cast(path)]
     except HeadsearchError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_NOTHING)
 
 
-def _cast(session, videos: list[Path], digest: str, as_json: bool, no_frames: bool, report_dir: Path | None,
-          fail_under: float | None, fail_under_look: float | None) -> int:
+def _cast(session, request, show: bool, as_json: bool, no_frames: bool, report_dir: Path | None, fail_under: float | None,
+          fail_under_look: float | None) -> int:
     """Cast mode: each video in turn, then the cast's summary (text or JSON), its report, its gates; the exit status."""
-    from headsearch.basics.files import write_bytes_atomic
-    from headsearch.compare.cast import CastRun, cast_page, gate_lines
-
-    casts, failed = [], []
-    for item in session.run(videos, cast=True):
-        if item.error:
-            click.echo(f"error: {item.error}", err=True)
-            failed.append((str(item.path), item.error))
-        else:
-            casts.append(item.cast)
-    run = CastRun([r.name for r in session.references], casts)
+    result = _follow(show, lambda bar, started: session.cast(request.videos, bar, started, lambda item: _said(item, as_json, cast=True)))
     if as_json:
-        click.echo(json_text([{**entry, "spec": digest} for entry in run.to_json(frames=not no_frames)]
-                             + [{"video": v, "error": e} for v, e in failed]))
+        click.echo(json_text(result.to_json(frames=not no_frames)))
     else:
-        for line in run.text_lines():
+        for line in result.run.text_lines():
             click.echo(printable(line))
-    if report_dir is not None and casts:
-        try:
-            report_dir.mkdir(parents=True, exist_ok=True)
-            write_bytes_atomic(report_dir / "cast.csv", run.csv_text().encode())
-            write_bytes_atomic(report_dir / "cast.html", cast_page(run).encode())
-        except OSError as e:
-            raise HeadsearchError(f"{report_dir}: cannot write the cast report ({e.strerror or e})") from e
-        click.echo(f"report: {report_dir / 'cast.html'}", err=True)
-    if not casts:
+    if report_dir is not None and result.run.videos:
+        click.echo(f"report: {result.write_report(report_dir)}", err=True)
+    if not result.run.videos:
         return EXIT_NOTHING
-    gates = gate_lines(run, fail_under, fail_under_look)
+    gates = result.gate_lines(fail_under, fail_under_look)
     for line in gates:
         click.echo(printable(line), err=True)
-    return EXIT_GATE if gates else EXIT_SOME_FAILED if failed else 0
+    return EXIT_GATE if gates else EXIT_SOME_FAILED if result.failed else 0
 
 
 SPEC_DECIDES = ("model", "fps", "every_frame", "min_segment", "chunk_frames", "chunk_overlap")
@@ -256,36 +273,11 @@ def _spec(ctx: click.Context, path: Path | None):
         sys.exit(EXIT_NOTHING)
 
 
-def _run(session, videos: list[Path], as_json: bool) -> tuple[list, list[tuple[str, str]]]:
-    """Each video compared, its text shown as it is done (unless JSON is asked); the comparisons and the failures."""
-    from headsearch.compare.report import text_lines
-
-    done, failed = [], []
-    for item in session.run(videos):
-        if item.error:
-            click.echo(f"error: {item.error}", err=True)
-            failed.append((str(item.path), item.error))
-            continue
-        done += item.comparisons
-        if not as_json:
-            for c in item.comparisons:
-                for line in text_lines(c):
-                    click.echo(line)
-    return done, failed
-
-
-def _exit_status(done: list, failed: list, fail_under: float | None, fail_under_look: float | None = None) -> int:
+def _exit_status(result, fail_under: float | None, fail_under_look: float | None = None) -> int:
     """The gate's line for each video under --fail-under or --fail-under-look, and the exit status (the command's epilog)."""
-    if not done:
+    if not result.comparisons:
         return EXIT_NOTHING
-    below = False
-    for c in done:
-        for bar, share, what, flag in ((fail_under, c.same_person_share, "same person", "--fail-under"),
-                                       (fail_under_look, c.same_look_share, "same look", "--fail-under-look")):
-            if bar is not None and share < bar:
-                below = True
-                click.echo(f"gate: {printable(c.video)} vs {printable(c.reference.name)}: {what} on {100 * share:.1f}% of its head "
-                           f"frames, under {flag} {100 * bar:g}%", err=True)
-    if below:
-        return EXIT_GATE
-    return EXIT_SOME_FAILED if failed else 0
+    gates = result.gate_lines(fail_under, fail_under_look)
+    for line in gates:
+        click.echo(line, err=True)
+    return EXIT_GATE if gates else EXIT_SOME_FAILED if result.failed else 0

@@ -385,7 +385,8 @@ def forget_command(ctx: click.Context, person: str, yes: bool, keep_name: bool, 
     back says so. The videos themselves are not changed: indexing one again finds them again, as someone new."""
     import sys
 
-    from actions.forget import forget_person
+    from actions.forget import forget
+    from actions.requests import ForgetRequest
     from headsearch.basics.errors import HeadsearchError
     from headsearch.basics.json_text import json_text
     from headsearch.people.forgetting import likely_line, likely_theirs, person_to_forget
@@ -408,7 +409,7 @@ def forget_command(ctx: click.Context, person: str, yes: bool, keep_name: bool, 
         from serve.media import cache_folder
 
         also = (cache_folder(lib.root, lib.manifest.get("created_at", "")),)
-    done = forget_person(lib, found, keep_name=keep_name, also=also, likely=waiting)
+    done = forget(ForgetRequest(found.id, keep_name, also), lib, likely=waiting, person=found)
     check = done.check
     if as_json:
         click.echo(json_text(done.to_dict()))

@@ -69,6 +69,7 @@ def redact(video: Path, out: Path, person: str | None, refs: tuple[Path, ...], w
 
     from actions.redact import Whom
     from actions.redact import redact as run_redact
+    from actions.requests import RedactRequest
     from cli.main import _interrupted
     from headsearch.basics.json_text import json_text
 
@@ -80,8 +81,9 @@ def redact(video: Path, out: Path, person: str | None, refs: tuple[Path, ...], w
         library = library_path(None)
     bar = tqdm(desc="redact", unit="frame", disable=not show_progress(progress), leave=False)
     try:
-        summary = run_redact(video, whom, out, style, margin, preview, library, model, bar, force=force, allow_none=allow_none,
-                             verify=verify)
+        request = RedactRequest(video, out, whom, style, margin, preview, library, model, force=force, allow_none=allow_none,
+                                verify=verify)
+        summary = run_redact(request, bar)
     except KeyboardInterrupt:
         bar.close()
         _interrupted(f"interrupted: nothing was written to {printable(str(out))}; run the same command again")

@@ -66,28 +66,36 @@ class Comparing:
         compare` does, or, `cast`, the library's named people as the cast (`compare --cast`), as a job. What can be
         refused is refused now, in one line (neither or both of a video and a clip, no photo, no head in it, no bars, no
         named people, a file changed since it was indexed); an uploaded clip is kept in the job's folder until it ends."""
-        from actions.compare import Comparer
-        from actions.session import AnalysisSession
+        from actions.compare import Comparer, open_comparison
+        from actions.requests import CompareRequest, ReferenceSpec
+        from actions.session import LARGEST, AnalysisSession
 
         if (video_id is None) == (clip is None):
             raise HeadsearchError("pick a video of the library or upload a clip (one of them)")
         if photo is None and not cast:
             raise HeadsearchError("give a reference photo, or take the library's named people as the cast")
-        comparer = Comparer.of(AnalysisSession(self.service.photos, self.library))  # the library's bars; refused in one line without them
+        session = AnalysisSession(self.service.photos, self.library)
+        Comparer.of(session)  # the library's bars; refused in one line without them
         if video_id is not None:
             video = self.video_row(video_id)
             self.open_indexed(video).close()  # only the version indexed
             source, name = Path(video.path), Path(video.path).name
         else:
             source, name = Path(str(clip)), clip_name or "clip"
+        # The request `compare` (`--cast`) makes of its options, made of the form: the photo's largest head, named as
+        # the user named it; the cast, the library's named people (each named by the library).
         if cast:
             named = [p for p in list_people(self.library, with_looks=False) if p.name]
             if not named:
                 raise HeadsearchError("no named people in this library to make the cast: name people first (the People page, or "
                                       "`headsearch people name ID NAME`)")
-            work = self._cast_run(comparer, [p.id for p in named])
+            request = CompareRequest(references=tuple(ReferenceSpec(persons=(p.id,)) for p in named), library=self.library.root)
+            work = self._cast_run(lambda: open_comparison(request, session))  # the references made when its turn comes
         else:
-            work = self._compare_run(comparer, self._reference(comparer.session, photo, photo_name))
+            request = CompareRequest(references=(ReferenceSpec(photos=(Path(str(photo)),), labels=(photo_name,)),),
+                                     library=self.library.root, ref_head=LARGEST)
+            prepared = open_comparison(request, session)  # the photo read now: the upload goes with the request
+            work = self._compare_run(prepared)
 
         def make(key: str, folder: Path) -> CompareJob:
             if clip is not None:  # the upload is a temporary file gone with the request: the job keeps its own, before it runs
@@ -111,19 +119,15 @@ class Comparing:
         return self.jobs.start(make, run)
 
     @staticmethod
-    def _reference(session, photo: Path | None, photo_name: str):
-        """The reference of an uploaded photo: its largest head (read now: the upload goes with the request)."""
-        from actions.session import LARGEST
-
-        return session.photo_reference([photo], number=LARGEST, labels=[photo_name])
-
-    @staticmethod
-    def _compare_run(comparer, reference) -> Callable[[Path, Job], tuple[dict, dict]]:
+    def _compare_run(prepared) -> Callable[[Path, Job], tuple[dict, dict]]:
         """The work of a comparison: (the page's data, the entry of `compare --json`)."""
         from headsearch.compare.report import frame_picture, page_data, plot_svg
 
+        reference = prepared.references[0]
+
         def work(path: Path, job: Job) -> tuple[dict, dict]:
-            c = comparer.compare_video(path, [reference], job)[0]
+            result = _one_video(prepared.compare([path], job))
+            c = result.comparisons[0]
             video_id = getattr(job, "video_id", None)
             link = (lambda t: watch_url(video_id, t, t + 2.0)) if video_id is not None else None
             data = page_data(c)
@@ -133,26 +137,34 @@ class Comparing:
             page = {**data, "video": c.video, "plot": plot_svg(c, link),
                     "reference_picture": None if reference.picture is None else data_url(reference.picture),
                     "drift_links": [link(d.time) if link else None for d in c.drifts]}
-            return page, comparer.entry(c)  # what `compare --json` prints
+            return page, result.to_json()[0]  # what `compare --json` prints
 
         return work
 
-    def _cast_run(self, comparer, person_ids: list[int]) -> Callable[[Path, Job], tuple[dict, dict]]:
-        """The work of a cast: the named people as references, then one video cast (`compare --cast`)."""
+    @staticmethod
+    def _cast_run(prepare) -> Callable[[Path, Job], tuple[dict, dict]]:
+        """The work of a cast: the named people as references (`prepare`), then one video cast (`compare --cast`)."""
         from headsearch.basics.timeline import format_time
-        from headsearch.compare.cast import CastRun, gap_plot_svg
+        from headsearch.compare.cast import gap_plot_svg
 
         def work(path: Path, job: Job) -> tuple[dict, dict]:
-            references = [comparer.session.person_reference(pid) for pid in person_ids]
-            run = CastRun([r.name for r in references], [comparer.cast_video(path, references, job)])
+            result = _one_video(prepare().cast([path], job))
+            run = result.run
             video_id = getattr(job, "video_id", None)
             apps = [{**a.to_dict(), "start_text": format_time(a.start), "end_text": format_time(a.end),
                      "link": None if video_id is None else watch_url(video_id, a.start, a.end)} for a in run.appearances()]
             page = {"characters": run.summaries(), "appearances": apps, "plot": gap_plot_svg(run),
                     "nobody": sum(h.character is None and h.tier != "no_head" for h in run.videos[0].heads)}
-            return page, {**run.to_json()[0], "video": str(path), "spec": comparer.spec.digest}  # `compare --cast --json`'s entry
+            return page, {**result.to_json()[0], "video": str(path)}  # `compare --cast --json`'s entry
 
         return work
+
+
+def _one_video(result):
+    """The result of a job's one video; its one line raised when it could not be compared."""
+    if result.failed:
+        raise HeadsearchError(result.failed[0][1])
+    return result
 
 
 def _keep(upload: Path, kept: Path) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from actions.forget import forget_person
+from actions.forget import forget
+from actions.requests import ForgetRequest
 from headsearch.people.forgetting import likely_line, likely_theirs, person_to_forget
 from headsearch.store.library import Library
 
@@ -28,7 +29,8 @@ def forget_everywhere(site: Site, person_id: int, confirm: str, not_confirmed: t
     person = person_to_forget(site.library, person_id)
     if " ".join(str(confirm).split()).casefold() != person.label().casefold():
         raise not_confirmed(f"type {person.label()!r} to forget this person: nothing was forgotten")
-    return forget_person(site.library, person, also=(site.cache.folder,), kept=site.forget_kept).to_dict()  # as `people forget --json`
+    request = ForgetRequest(person.id, also=(site.cache.folder,))  # the app's cache is searched too, as `people forget --verify`'s
+    return forget(request, site.library, kept=site.forget_kept, person=person).to_dict()  # as `people forget --json`
 
 
 def likely_note(site: Site, person) -> str | None:

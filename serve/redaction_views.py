@@ -94,7 +94,8 @@ class Redactions:
         one `choice` names) or "except" (hide everyone but them). What can be refused is refused now, in one line (no
         such video, person or track, a photo, a file changed since it was indexed, a photo with no head or several, no
         bars to judge who is who); the video is then written, in the job's thread, into the app's cache folder."""
-        from actions.redact import DEFAULT_MARGIN, OUTPUT_SUFFIXES, PREVIEW_SUFFIX, Whom, audit_path, check_paths, check_readable
+        from actions.redact import DEFAULT_MARGIN, OUTPUT_SUFFIXES, PREVIEW_SUFFIX, Whom, audit_path, check_paths, check_readable, redact
+        from actions.requests import RedactRequest
 
         style = parse_style(style, "style")
         if whom not in ("everyone", "person", "except"):
@@ -109,7 +110,7 @@ class Redactions:
             raise HeadsearchError(f"{Path(video.path).name} is a photo: only videos are redacted")
         self.open_indexed(video).close()  # only the version indexed
         source = Path(video.path)
-        check_readable(source)
+        probe = check_readable(source)  # its one look, passed to the job (which checks it is still the file indexed)
         redactor = self.redactor()
         targets, said = ([], "") if whom == "everyone" else self._target(redactor, choice)
         chosen = (Whom(everyone=True) if whom == "everyone" else Whom(spare=(said,)) if whom == "except" else
@@ -136,8 +137,12 @@ class Redactions:
             check_paths(source, out, margin)
             still_indexed()  # it may have waited its turn
             job.before_writing = still_indexed  # and after the analysis, before a frame is written
-            summary = redactor.redact(source, chosen, out, style, margin, out.parent, job, targets,
-                                      verify=verify and whom == "everyone")  # the check tells nobody apart: everyone's only
+            # The request `redact` makes of its options, made of the form: written into the job's own folder (`force`:
+            # as the redactor always wrote there; `allow_none`: nobody matched writes it unchanged, as before), and
+            # checked only when everyone is hidden (the check tells nobody apart).
+            request = RedactRequest(source, out, chosen, style, margin, out.parent, self.library.root, force=True, allow_none=True,
+                                    verify=verify and whom == "everyone")
+            summary = redact(request, job, redactor, targets, probe)
             still_indexed()  # and once all is written: a file replaced meanwhile fails the job (its folder goes)
             # Its files by their names, and the check's contact sheet not at all: the page links the job's files.
             served = {out: out.name, job.audit: job.audit.name, job.sheet: job.sheet.name}

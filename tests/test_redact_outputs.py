@@ -19,6 +19,7 @@ from fake_detector import mark_face
 
 from actions.redact import Redactor, Whom
 from actions.redact import redact as redact_video
+from actions.requests import RedactRequest
 from headsearch.basics.errors import HeadsearchError
 
 FAKE = ("--model", "fake-pixels")
@@ -66,7 +67,7 @@ def test_a_style_is_read_once_where_it_comes_in(tmp_path):
     said = run("redact", clip, "--everyone", "--style", "sepia", "--out", tmp_path / "out.mp4", ok=False)
     assert said.exit_code == 2 and "blur" in said.output and not (tmp_path / "out.mp4").exists()
     with pytest.raises(HeadsearchError, match=r"^--style 'sepia': one of blur, pixelate, box$"):
-        redact_video(clip, Whom(everyone=True), tmp_path / "out.mp4", style="sepia")
+        redact_video(RedactRequest(clip, tmp_path / "out.mp4", Whom(everyone=True), style="sepia"))
     assert not (tmp_path / "out.mp4").exists()
 
 
@@ -112,7 +113,7 @@ def test_a_read_only_output_folder_is_refused_before_the_analysis(tmp_path):
             def update(self, n: int = 1) -> None: ...
 
         with pytest.raises(HeadsearchError, match=r"cannot write in .*read-only file system") as e:
-            redact_video(source, Whom(everyone=True), folder / "out.mp4", model="fake-pixels", progress=Watch())
+            redact_video(RedactRequest(source, folder / "out.mp4", Whom(everyone=True), model="fake-pixels"), Watch())
         assert seen == [] and len(str(e.value).splitlines()) == 1  # refused before "analysing"
         line = _one_line(run("redact", source, "--everyone", "--out", folder / "out.mp4", *FAKE, ok=False))
         assert line.startswith(f"error: --out {folder / 'out.mp4'}: cannot write in") and not list(folder.iterdir())
@@ -167,7 +168,7 @@ def test_a_source_replaced_during_the_analysis_is_refused_and_nothing_written(tm
     out = tmp_path / "out.mp4"
     swap = _ReplacedAtFrame(source, other)
     with pytest.raises(HeadsearchError, match="changed while it was being redacted") as e:
-        redact_video(source, Whom(everyone=True), out, model="fake-pixels", progress=swap)
+        redact_video(RedactRequest(source, out, Whom(everyone=True), model="fake-pixels"), swap)
     assert not other.exists()  # the move happened during the run
     assert str(e.value) == f"{source}: changed while it was being redacted (not the content analysed); nothing written to {out}; run again"
     _nothing_written(tmp_path, out)

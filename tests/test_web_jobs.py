@@ -56,7 +56,7 @@ def test_a_comparison_is_a_job_polled_to_the_entry_compare_json_gives(client, li
     got = job["result"]
     assert got["video"] == cli["video"] and got["verdict"] == cli["verdict"]
     assert got["segments"] == cli["segments"] and got["frames"] == cli["frames"] and got["summary"] == cli["summary"]
-    # The same dict (`Comparer.entry`), but for how each named the photo it was given (the CLI its path, the web its name).
+    # The same dict (`CompareResult.entry`), but for how each named the photo it was given (the CLI its path, the web its name).
     assert {k: v for k, v in got.items() if k != "reference"} == {k: v for k, v in cli.items() if k != "reference"}
     assert {**got["reference"], "sources": None} == {**cli["reference"], "sources": None}
     # The page: the job's progress page first, then the result page (the Compare page with the comparison).
