@@ -19,9 +19,10 @@ HEAD_RAISE_PER_FACE_HEIGHT = 0.18
 HEAD_BACK_PER_YAW = 0.45
 
 # A photo smaller than the detector's `min_side` is enlarged to it (3-4 times for a head cut out of footage, 120-160 px),
-# and a face of 30-40 px blurs past what RetinaFace finds there: the crowd's bald man at frame 13 of facenet-pytorch's
-# video.mp4 (a 30 x 40 px face) scored 0.07-0.39 in crops of 100-200 px so enlarged, and 0.46-0.95 in the same crops
-# at their own size. Where the usual look finds no face, a photo is looked at again this much enlarged (in this order).
+# and a face of 30-40 px blurs past what RetinaFace finds there: the crowd's bald man in facenet-pytorch's video.mp4 (a
+# 30 x 40 px face) scored 0.07-0.39 in crops of 120-200 px at frame 13 so enlarged, 0.46-0.95 in the same crops at
+# their own size; at frame 0 no crop under 220 px gave a face. Where the usual look finds none, a photo is looked at
+# again this much enlarged, in this order (at frame 0 a face is then found from 110 px crops).
 PHOTO_RELOOK_ZOOMS = (1.0, 2.0)
 
 
