@@ -1,5 +1,6 @@
-"""How far a hidden track reaches past its last sighting: on to the next sampled frame of its shot, where the analysis
-looked and did not find the head (it turned away or is walking out, and may still show there), never past the shot."""
+"""How far a hidden track reaches past its last sighting: a person's own tracks (--ref, --person) on to the next sampled
+frame of its shot, where the analysis looked and did not find the head (it turned away or is walking out, and may still
+show there); where every head is hidden, to the frame before it; never past the shot."""
 from __future__ import annotations
 
 import json
@@ -13,11 +14,16 @@ from actions.redact_heads import covered_frames
 SAMPLES = [0, 13, 26, 39, 52]
 
 
-def test_a_track_covers_the_sampled_frame_after_its_last_sighting_within_its_shot():
-    assert covered_frames([26], (0, 104), SAMPLES) == (14, 39)
-    assert covered_frames([13, 26], (0, 30), SAMPLES) == (1, 30)  # the shot ends before the next sample
-    assert covered_frames([52], (0, 60), SAMPLES) == (40, 60)  # no sample after it: to the shot's end
-    assert covered_frames([10], (5, 40), None, period=13) == (5, 23)  # samples not known: one every `period` frames
+def test_a_persons_track_covers_the_sampled_frame_after_its_last_sighting_within_its_shot():
+    assert covered_frames([26], (0, 104), SAMPLES, to_next_sample=True) == (14, 39)
+    assert covered_frames([13, 26], (0, 30), SAMPLES, to_next_sample=True) == (1, 30)  # the shot ends before the next sample
+    assert covered_frames([52], (0, 60), SAMPLES, to_next_sample=True) == (40, 60)  # no sample after it: to the shot's end
+    assert covered_frames([10], (5, 40), None, period=13, to_next_sample=True) == (5, 23)  # one sample every `period` frames
+
+
+def test_where_every_head_is_hidden_a_track_stops_before_the_next_sample():
+    assert covered_frames([26], (0, 104), SAMPLES) == (14, 38)
+    assert covered_frames([10], (5, 40), None, period=13) == (5, 22)
 
 
 # The scarf woman of the crowd clip (facenet-pytorch's video.mp4, 1920 x 1080) walks right across the foreground: her
