@@ -26,6 +26,7 @@ a second table (`person` in the JSON; a labelled person no library person holds 
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -311,23 +312,35 @@ def _leaks(person: LabelledPerson, people: list[LabelledPerson], whom, result: P
 
 def library_person(person: LabelledPerson, sightings: dict[str, dict[object, list[Sighting]]],
                    members: dict[str, dict[object, int]]) -> int | None:
-    """The library's person (id) whose tracks hold most of a labelled person's on-screen frames: a frame counts for the
-    person of a track sighted on it whose box holds the labelled centre there (`Interval.centre_at`, in the labelled
-    span), or, in an interval without centres, of any track sighted on it. None where no person's track holds any."""
-    held: dict[int, int] = {}
+    """The library's person (id) whose tracks hold most of a labelled person's sighted on-screen frames: a frame counts
+    for the person of the track sighted on it whose box holds the labelled centre there (`Interval.centre_at`, in the
+    labelled span), the one whose box's centre is nearest it where several do (heads overlap in a crowd), or, in an
+    interval without centres, of every track sighted on it. Tracks in no person count together: None where they hold
+    the most (their frames are nobody's in the library), or where no track holds any."""
+    held: dict[int | None, int] = {}
     for iv in person.intervals:
-        span = pixel_span(iv)
-        for key, seen in sightings.get(iv.file, {}).items():
-            pid = members.get(iv.file, {}).get(key)
-            if pid is None:
+        span, tracks = pixel_span(iv), sightings.get(iv.file, {})
+        at: dict[int, list[tuple[object, tuple[float, float, float, float]]]] = {}
+        for key, seen in tracks.items():
+            for f, box in seen:
+                if iv.first <= f <= iv.last:
+                    at.setdefault(f, []).append((key, box))
+        for f, boxes in at.items():
+            centre = iv.centre_at(f) if f in span else None
+            if centre is None:
+                if not iv.centres:
+                    for key, _ in boxes:
+                        pid = members.get(iv.file, {}).get(key)
+                        held[pid] = held.get(pid, 0) + 1
                 continue
-            for f, (x1, y1, x2, y2) in seen:
-                if not iv.first <= f <= iv.last:
-                    continue
-                centre = iv.centre_at(f) if f in span else None
-                if (centre is None and not iv.centres) or (centre is not None and x1 <= centre[0] <= x2 and y1 <= centre[1] <= y2):
-                    held[pid] = held.get(pid, 0) + 1
-    return min(held, key=lambda pid: (-held[pid], pid)) if held else None
+            holding = [(math.dist(centre, ((x1 + x2) / 2, (y1 + y2) / 2)), key) for key, (x1, y1, x2, y2) in boxes
+                       if x1 <= centre[0] <= x2 and y1 <= centre[1] <= y2]
+            if holding:
+                pid = members.get(iv.file, {}).get(min(holding, key=lambda h: h[0])[1])
+                held[pid] = held.get(pid, 0) + 1
+    if not held:
+        return None
+    return max(held, key=lambda pid: (held[pid], pid is None, -(pid or 0)))  # a tie with nobody: nobody
 
 
 def _pixel_boxes(intervals: Sequence[Interval], sightings: dict[object, list[Sighting]]) -> dict[int, Box]:

@@ -26,8 +26,16 @@ def test_the_person_whose_tracks_hold_the_labelled_centres_is_theirs():
     }}
     members = {CROWD: {1: 7, 2: 8, 3: 9, 4: 8}}
     assert library_person(amy, sightings, members) == 7  # 2 of her frames, against person 8's 1 and person 9's none
-    assert library_person(amy, sightings, {CROWD: {2: 8, 3: 9}}) == 8  # track 1 in no person
-    assert library_person(amy, sightings, {CROWD: {3: 9}}) is None
+    assert library_person(amy, sightings, {CROWD: {2: 8, 3: 9}}) is None  # track 1, in no person, holds the most
+    assert library_person(_person(Interval(CROWD, 20, 20, "front", ((20, 250.0, 50.0),))), sightings, {CROWD: {2: 8}}) == 8
+
+
+def test_where_two_heads_hold_her_centre_the_nearest_box_is_hers():
+    amy = _person(Interval(CROWD, 0, 10, "front", ((0, 100.0, 100.0), (10, 100.0, 100.0))))
+    sightings = {CROWD: {1: [(0, (60, 60, 180, 180)), (10, (60, 60, 180, 180))],  # a head behind hers, its box over hers
+                         2: [(0, (70, 70, 130, 130)), (10, (70, 70, 130, 130))]}}  # hers
+    assert library_person(amy, sightings, {CROWD: {1: 5, 2: 6}}) == 6
+    assert library_person(amy, sightings, {CROWD: {1: 5}}) is None  # hers is in no person: not the one behind
 
 
 def test_an_interval_without_centres_counts_every_sighting_in_it():
