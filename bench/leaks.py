@@ -18,10 +18,11 @@ person's videos are redacted with their reference (`actions.redact.Redactor.reda
 
 A person's leak rate is their leaked frames over their on-screen frames; by view; pooled over the set.
 
-Where the library has people (`headsearch people -l LIB` made them; the bench makes none), each person is also redacted
-with `redact --person` for the library's person that holds their labelled frames (`library_person`: most of their
-on-screen frames sighted in that person's tracks, on the labelled centre where there is one), judged the same way, in
-a second table (`person` in the JSON; a labelled person no library person holds is not measured, and said so).
+Where the library has people (`index` groups new tracks into people, so a library the bench made has them), each person
+is also redacted with `redact --person` for the library's person that holds their labelled frames (`library_person`:
+most of their sighted on-screen frames in that person's tracks, on the labelled centre where there is one), judged the
+same way, in a second table (`person` in the JSON; a labelled person whose frames are held by tracks in no person is not
+measured, and said so).
 """
 from __future__ import annotations
 
@@ -194,7 +195,7 @@ class LeakRun:
                        "frames not hidden, judged from the output's pixels where the head's centre is labelled, else the "
                        "audit trail", self.people, self.pooled())
         if self.by_person is None:
-            lines.append("`redact --person`: not measured (the library has no people: `headsearch people -l LIB` makes them)")
+            lines.append("`redact --person`: not measured (the library has no people)")
         else:
             lines += _table("leaks of `redact --person` (the library's person that holds each one's labelled frames), judged "
                             "the same way", self.by_person, self.pooled(self.by_person))

@@ -1,9 +1,15 @@
 """`bench redact` on a presence set under `redact --person` beside `--ref`: the library's person that holds a labelled
 person's frames (by their labelled centres, or any sighting where an interval has none), and the second table and its
-JSON, or a line saying it was not measured where the library has no people."""
+JSON, or a line saying it was not measured where the library has no people. Slow tier: the command on the hamilton
+clip's library (its people made by `index`), against the audit trail `redact --person` writes itself."""
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
+
+import pytest
+from conftest import DATA, needs_data, run
 
 from bench.leaks import LeakRun, PersonLeaks, judge_file, library_person, trail_boxes
 from bench.presence import Interval, LabelledPerson, Reference
@@ -66,3 +72,27 @@ def test_the_person_leaks_are_a_second_table_and_their_own_json():
     assert "leaks of `redact --person`" in text and "a leaked: v.mp4 frames 50-99" in text and "--person not measured" in text
     alone = LeakRun(Path("set.csv"), "blur", by_ref)
     assert alone.to_dict()["person"] is None and "`redact --person`: not measured" in alone.text()
+
+
+@pytest.mark.slow
+@needs_data
+def test_bench_redact_measures_redact_person_on_a_library_with_people(tmp_path, hamilton_library):
+    """Miranda in the hamilton clip (front, frames 0-19 and 82-210, no centres), on a library whose people `index` made:
+    `--person` is measured beside `--ref`, for the person whose tracks are sighted on his frames, and its leaks are his
+    frames without a box in the trail `redact --person` writes for that person."""
+    library = tmp_path / "library"
+    shutil.copytree(hamilton_library, library)
+    clip, photo = "face_recognition/examples/short_hamilton_clip.mp4", "face_recognition/examples/lin-manuel-miranda.png"
+    spans = [(0, 19), (82, 210)]
+    presence = tmp_path / "presence.csv"
+    presence.write_text("person,file,first_frame,last_frame,view,reference,ref_time,ref_box,centres\n"
+                        + "".join(f"lin,{clip},{a},{b},front,{photo if n == 0 else ''},,,\n" for n, (a, b) in enumerate(spans)))
+    said = json.loads(run("bench", "redact", presence, "--root", DATA, "-l", library, "--json", "-q").stdout)
+    lin = said["person"]["per_person"][0]
+    assert lin["measured"] and lin["reference"].startswith("person "), lin
+    out = tmp_path / "lin.mp4"
+    written = json.loads(run("redact", DATA / clip, "--person", lin["reference"].split()[1], "-l", library, "--out", out,
+                             "--json").stdout)
+    boxed = {f["frame"] for f in json.loads(Path(written["audit"]).read_text())["frames"] if f["boxes"]}
+    on = [f for a, b in spans for f in range(a, b + 1)]
+    assert lin["on_screen"]["front"] == len(on) and lin["leaked"]["front"] == sum(f not in boxed for f in on)
