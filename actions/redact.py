@@ -211,7 +211,9 @@ class Redactor:
         target = targets[0]
         found = {tr.key: why for tr in heads.tracks for is_same, why in [self._judged(tr, target, heads)] if is_same}
         chosen = with_joins(found, joins)
-        return [Chosen(tr, target.name, found.get(tr.key) or joined_why(tr.join_cue, tr.key, joins, found, tr.join_score))
+        # The person's own tracks reach the sampled frame after their last sighting (`actions.redact_heads`).
+        return [Chosen(tr, target.name, found.get(tr.key) or joined_why(tr.join_cue, tr.key, joins, found, tr.join_score),
+                       track_frames(tr, heads, to_next_sample=True))
                 for tr in heads.tracks if tr.key in chosen]
 
     def _judged(self, track: SeenTrack, target: Target, heads: VideoHeads) -> tuple[bool, str]:

@@ -124,8 +124,9 @@ class RedactSummary:
                 "verify": verified.to_dict(shown) if verified is not None else None}
 
 
-def track_frames(track: SeenTrack, heads: VideoHeads) -> tuple[int, int]:
-    """The frames (first, last) a track's head is on screen: its sightings' span, out to the samples around it in its shot."""
+def track_frames(track: SeenTrack, heads: VideoHeads, to_next_sample: bool = False) -> tuple[int, int]:
+    """The frames (first, last) a track's head is on screen: its sightings' span, out to the samples around it in its shot
+    (`to_next_sample`: through the sampled frame after its last sighting, `covered_frames`)."""
     frames = [f for f, _ in track.sightings]
     shot = heads.shots.get(track.shot, (frames[0], frames[-1]))
-    return covered_frames(frames, shot, heads.samples, heads.period)
+    return covered_frames(frames, shot, heads.samples, heads.period, to_next_sample)

@@ -1,5 +1,6 @@
 """Leaks on the presence set (`headsearch bench redact bench/sets/presence.csv`): for each person, the frames where
-their head is on screen (the set's intervals, facing any way) and not hidden by `redact --ref THEIR_REFERENCE`.
+their head is on screen (the set's intervals, facing any way) and not hidden by `redact --ref THEIR_REFERENCE` (and by
+`redact --person`, where the library has people).
 
 The set's videos are indexed into a library (a temporary one, or the one named) as `bench presence` does; then each
 person's videos are redacted with their reference (`actions.redact.Redactor.redact`, the library's analysis read as
@@ -16,10 +17,17 @@ person's videos are redacted with their reference (`actions.redact.Redactor.reda
   holds it.
 
 A person's leak rate is their leaked frames over their on-screen frames; by view; pooled over the set.
+
+Where the library has people (`index` groups new tracks into people, so a library the bench made has them), each person
+is also redacted with `redact --person` for the library's person that holds their labelled frames (`library_person`:
+most of their sighted on-screen frames in that person's tracks, on the labelled centre where there is one), judged the
+same way, in a second table (`person` in the JSON; a labelled person whose frames are held by tracks in no person is not
+measured, and said so).
 """
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -126,6 +134,7 @@ class PersonLeaks:
     by_pixels: int = 0  # frames judged from the output's pixels (the rest from the audit trail)
     leaked_runs: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # file -> leaked frames as runs
     notes: list[str] = field(default_factory=list)
+    measured: bool = True  # False: `--person` where no person of the library holds their frames
 
     def add(self, file: str, verdicts: dict[int, tuple[str, FrameVerdict]]) -> None:
         for view, v in verdicts.values():
@@ -144,57 +153,75 @@ class PersonLeaks:
         return {"person": self.name, "reference": self.reference, "on_screen": dict(self.on), "leaked": dict(self.leaked),
                 "leak_rate": {v: _rounded(self.rate((v,))) for v in VIEWS} | {"all": _rounded(self.rate())},
                 "judged_by_pixels": self.by_pixels, "judged_by_trail": sum(self.on.values()) - self.by_pixels,
-                "over_bar": (self.rate() or 0.0) > BAR, "leaked_runs": self.leaked_runs, "notes": self.notes}
+                "over_bar": (self.rate() or 0.0) > BAR, "leaked_runs": self.leaked_runs, "notes": self.notes,
+                "measured": self.measured}
 
 
 @dataclass
 class LeakRun:
     set_csv: Path
     style: str
-    people: list[PersonLeaks]
+    people: list[PersonLeaks]  # under `redact --ref THEIR_REFERENCE`
     index_seconds: float = 0.0
     measure_seconds: float = 0.0
     library: str | None = None
+    by_person: list[PersonLeaks] | None = None  # under `redact --person` (None: the library has no people)
 
-    def pooled(self) -> PersonLeaks:
+    def pooled(self, people: Sequence[PersonLeaks] | None = None) -> PersonLeaks:
         total = PersonLeaks("pooled", "")
-        for p in self.people:
+        for p in self.people if people is None else people:
             for v in VIEWS:
                 total.on[v] += p.on[v]
                 total.leaked[v] += p.leaked[v]
             total.by_pixels += p.by_pixels
         return total
 
+    def _counts(self, people: Sequence[PersonLeaks]) -> dict:
+        pooled = self.pooled(people).to_dict()
+        return {"pooled": {k: pooled[k] for k in ("on_screen", "leaked", "leak_rate", "judged_by_pixels", "judged_by_trail")},
+                "over_bar": [p.name for p in people if (p.rate() or 0.0) > BAR],
+                "per_person": [p.to_dict() for p in people]}
+
     def to_dict(self) -> dict:
-        pooled = self.pooled().to_dict()
+        by_person = None
+        if self.by_person is not None:
+            by_person = self._counts(self.by_person) | {"not_measured": [p.name for p in self.by_person if not p.measured]}
         return {"set": str(self.set_csv), "kind": "presence", "style": self.style, "bar": BAR, "library": self.library,
                 "index_seconds": round(self.index_seconds, 1), "measure_seconds": round(self.measure_seconds, 1),
-                "pooled": {k: pooled[k] for k in ("on_screen", "leaked", "leak_rate", "judged_by_pixels", "judged_by_trail")},
-                "over_bar": [p.name for p in self.people if (p.rate() or 0.0) > BAR],
-                "per_person": [p.to_dict() for p in self.people]}
+                **self._counts(self.people), "person": by_person}
 
     def text(self) -> str:
-        def pct(x: float | None) -> str:
-            return "n/a" if x is None else f"{100 * x:.1f}%"
-
-        def row(p: PersonLeaks) -> str:
-            views = "".join(f"{(f'{p.leaked[v]}/{p.on[v]}' if p.on[v] else '-'):>12}" for v in VIEWS)
-            total = sum(p.on.values())
-            return (f"{p.name:<26}{total:>8}{sum(p.leaked.values()):>8}{pct(p.rate()):>8}{views}"
-                    f"{p.by_pixels:>8}{'  over 2%' if (p.rate() or 0.0) > BAR else ''}")
-
-        lines = [f"leaks of `redact --ref` on {self.set_csv} ({len(self.people)} people, style {self.style}): on-screen frames "
-                 "not hidden, judged from the output's pixels where the head's centre is labelled, else the audit trail",
-                 f"{'person':<26}{'on':>8}{'leaked':>8}{'rate':>8}" + "".join(f"{v + ' leaked':>12}" for v in VIEWS) + f"{'pixels':>8}"]
-        lines += [row(p) for p in self.people]
-        lines.append(row(self.pooled()))
-        for p in self.people:
-            where = "; ".join(f"{file} frames " + ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans[:6])
-                              + (" ..." if len(spans) > 6 else "") for file, spans in p.leaked_runs.items())
-            if where:
-                lines.append(f"  {p.name} leaked: {where}")
-            lines += [f"  {p.name}: {n}" for n in p.notes]
+        lines = _table(f"leaks of `redact --ref` on {self.set_csv} ({len(self.people)} people, style {self.style}): on-screen "
+                       "frames not hidden, judged from the output's pixels where the head's centre is labelled, else the "
+                       "audit trail", self.people, self.pooled())
+        if self.by_person is None:
+            lines.append("`redact --person`: not measured (the library has no people)")
+        else:
+            lines += _table("leaks of `redact --person` (the library's person that holds each one's labelled frames), judged "
+                            "the same way", self.by_person, self.pooled(self.by_person))
         return "\n".join(lines)
+
+
+def _table(title: str, people: Sequence[PersonLeaks], pooled: PersonLeaks) -> list[str]:
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None else f"{100 * x:.1f}%"
+
+    def row(p: PersonLeaks) -> str:
+        views = "".join(f"{(f'{p.leaked[v]}/{p.on[v]}' if p.on[v] else '-'):>12}" for v in VIEWS)
+        total = sum(p.on.values())
+        return (f"{p.name:<26}{total:>8}{sum(p.leaked.values()):>8}{pct(p.rate()):>8}{views}"
+                f"{p.by_pixels:>8}{'  over 2%' if (p.rate() or 0.0) > BAR else ''}")
+
+    lines = [title, f"{'person':<26}{'on':>8}{'leaked':>8}{'rate':>8}" + "".join(f"{v + ' leaked':>12}" for v in VIEWS) + f"{'pixels':>8}"]
+    lines += [row(p) for p in people]
+    lines.append(row(pooled))
+    for p in people:
+        where = "; ".join(f"{file} frames " + ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans[:6])
+                          + (" ..." if len(spans) > 6 else "") for file, spans in p.leaked_runs.items())
+        if where:
+            lines.append(f"  {p.name} leaked: {where}")
+        lines += [f"  {p.name}: {n}" for n in p.notes]
+    return lines
 
 
 # ----- the run ---------------------------------------------------------------------------------------------------
@@ -221,50 +248,100 @@ def bench_leaks(set_csv: Path, root: Path | None = None, style: str = "blur", wo
         say(f"indexing {len(files)} videos into {lib}")
         _index(lib, list(paths.values()), options)
         t1 = time.perf_counter()
-        results = _measure(people, paths, root, lib, Path(tmp), work, options, style, say)
-        return LeakRun(set_csv, style, results, t1 - t0, time.perf_counter() - t1, str(library) if library else None)
+        by_ref, by_person = _measure(people, paths, root, lib, Path(tmp), work, options, style, say)
+        return LeakRun(set_csv, style, by_ref, t1 - t0, time.perf_counter() - t1, str(library) if library else None, by_person)
 
 
 def _measure(people: list[LabelledPerson], paths: dict[str, Path], root: Path, library: Path, tmp: Path, work: Path,
-             options, style: str, say: Report) -> list[PersonLeaks]:
+             options, style: str, say: Report) -> tuple[list[PersonLeaks], list[PersonLeaks] | None]:
+    """Each person's leaks under `redact --ref THEIR_REFERENCE`, and under `redact --person` (the library's person that
+    holds their labelled frames, `library_person`) where the library has people (None where it has none)."""
     # The one place this module reaches the redactor (actions.redact), so a move of it is one line to follow.
     from actions.redact import Redactor, Whom
 
     redactor = Redactor.open(library, options.model, options.settings)
     heads = {f: redactor.heads(p) for f, p in paths.items()}
     sightings = {f: _sightings(h, paths[f]) for f, h in heads.items()}
-    out = []
+    has_people = any(h.members for h in heads.values())
+    by_ref, by_person = [], [] if has_people else None
     for person in people:
         say(f"{person.name}: {person.reference.describe()}")
-        result = PersonLeaks(person.name, person.reference.describe())
         photo = reference_photo(person.reference, root, tmp, person.name)
-        whom = Whom(photos=(photo,))
-        try:
-            targets = redactor.targets(whom)
-        except (NoHeadFound, HeadsearchError) as e:
-            targets = None
-            result.notes.append(f"redact --ref refuses the reference, nothing hidden: {e}")
-        for file in person.files:
-            intervals = [iv for iv in person.intervals if iv.file == file]
-            rivals = [iv for p in people if p is not person for iv in p.intervals if iv.file == file]
-            drawn: dict[int, list[tuple[object, Box]]] = {}
-            theirs: set = set()
-            pixels: dict[int, bool | None] = {}
-            if targets is not None:
-                output = work / f"{person.name.replace('/', '_')}-{Path(file).stem}.mp4"
-                summary = redactor.redact(paths[file], whom, output, style, targets=targets, force=True, allow_none=True)
-                drawn = trail_boxes(json.loads(summary.audit.read_text(encoding="utf-8")))
-                theirs = {c.track.key for c in summary.chosen
-                          if not someone_else(intervals, sightings[file].get(c.track.key, []), rivals)}
-                if len(theirs) < len(summary.chosen):
-                    result.notes.append(f"{file}: {len(summary.chosen) - len(theirs)} of the {len(summary.chosen)} tracks "
-                                        "chosen are someone else's (by the labelled centres): their boxes not counted")
-                boxes = _pixel_boxes(intervals, sightings[file])
-                if boxes:
-                    pixels = judge_pixels(paths[file], output, boxes)
-            result.add(file, judge_file(intervals, drawn, theirs, pixels))
-        out.append(result)
-    return out
+        by_ref.append(_leaks(person, people, Whom(photos=(photo,)), PersonLeaks(person.name, person.reference.describe()),
+                             redactor, paths, heads, sightings, work, style, "redact --ref"))
+        if by_person is None:
+            continue
+        held = library_person(person, sightings, {f: h.members for f, h in heads.items()})
+        if held is None:
+            by_person.append(PersonLeaks(person.name, "", notes=["no person of the library holds their labelled frames: "
+                                                               "--person not measured"], measured=False))
+            continue
+        by_person.append(_leaks(person, people, Whom(person=str(held)), PersonLeaks(person.name, f"person {held}"),
+                                redactor, paths, heads, sightings, work, style, "redact --person"))
+    return by_ref, by_person
+
+
+def _leaks(person: LabelledPerson, people: list[LabelledPerson], whom, result: PersonLeaks, redactor, paths: dict[str, Path],
+           heads: dict, sightings: dict[str, dict[object, list[Sighting]]], work: Path, style: str, how: str) -> PersonLeaks:
+    """One person's videos redacted for `whom` (`how`: the command, in notes) and each on-screen frame judged."""
+    try:
+        targets = redactor.targets(whom)
+    except (NoHeadFound, HeadsearchError) as e:
+        targets = None
+        result.notes.append(f"{how} refuses the reference, nothing hidden: {e}")
+    for file in person.files:
+        intervals = [iv for iv in person.intervals if iv.file == file]
+        rivals = [iv for p in people if p is not person for iv in p.intervals if iv.file == file]
+        drawn: dict[int, list[tuple[object, Box]]] = {}
+        theirs: set = set()
+        pixels: dict[int, bool | None] = {}
+        if targets is not None:
+            output = work / f"{person.name.replace('/', '_')}-{Path(file).stem}{'-person' if whom.person else ''}.mp4"
+            summary = redactor.redact(paths[file], whom, output, style, targets=targets, force=True, allow_none=True)
+            drawn = trail_boxes(json.loads(summary.audit.read_text(encoding="utf-8")))
+            theirs = {c.track.key for c in summary.chosen
+                      if not someone_else(intervals, sightings[file].get(c.track.key, []), rivals)}
+            if len(theirs) < len(summary.chosen):
+                result.notes.append(f"{file}: {len(summary.chosen) - len(theirs)} of the {len(summary.chosen)} tracks "
+                                    "chosen are someone else's (by the labelled centres): their boxes not counted")
+            boxes = _pixel_boxes(intervals, sightings[file])
+            if boxes:
+                pixels = judge_pixels(paths[file], output, boxes)
+        result.add(file, judge_file(intervals, drawn, theirs, pixels))
+    return result
+
+
+def library_person(person: LabelledPerson, sightings: dict[str, dict[object, list[Sighting]]],
+                   members: dict[str, dict[object, int]]) -> int | None:
+    """The library's person (id) whose tracks hold most of a labelled person's sighted on-screen frames: a frame counts
+    for the person of the track sighted on it whose box holds the labelled centre there (`Interval.centre_at`, in the
+    labelled span), the one whose box's centre is nearest it where several do (heads overlap in a crowd), or, in an
+    interval without centres, of every track sighted on it. Tracks in no person count together: None where they hold
+    the most (their frames are nobody's in the library), or where no track holds any."""
+    held: dict[int | None, int] = {}
+    for iv in person.intervals:
+        span, tracks = pixel_span(iv), sightings.get(iv.file, {})
+        at: dict[int, list[tuple[object, tuple[float, float, float, float]]]] = {}
+        for key, seen in tracks.items():
+            for f, box in seen:
+                if iv.first <= f <= iv.last:
+                    at.setdefault(f, []).append((key, box))
+        for f, boxes in at.items():
+            centre = iv.centre_at(f) if f in span else None
+            if centre is None:
+                if not iv.centres:
+                    for key, _ in boxes:
+                        pid = members.get(iv.file, {}).get(key)
+                        held[pid] = held.get(pid, 0) + 1
+                continue
+            holding = [(math.dist(centre, ((x1 + x2) / 2, (y1 + y2) / 2)), key) for key, (x1, y1, x2, y2) in boxes
+                       if x1 <= centre[0] <= x2 and y1 <= centre[1] <= y2]
+            if holding:
+                pid = members.get(iv.file, {}).get(min(holding, key=lambda h: h[0])[1])
+                held[pid] = held.get(pid, 0) + 1
+    if not held:
+        return None
+    return max(held, key=lambda pid: (held[pid], pid is None, -(pid or 0)))  # a tie with nobody: nobody
 
 
 def _pixel_boxes(intervals: Sequence[Interval], sightings: dict[object, list[Sighting]]) -> dict[int, Box]:

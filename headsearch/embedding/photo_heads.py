@@ -17,7 +17,7 @@ from headsearch.basics.errors import HeadsearchError, NoHeadFound
 from headsearch.basics.images import decode_image_rgb, read_image_rgb
 from headsearch.basics.settings import IndexSettings
 from headsearch.detection.crops import HeadCrop, crop_head, whole_image_crop
-from headsearch.detection.faces import FaceDetector, detect_heads
+from headsearch.detection.faces import FaceDetector, detect_photo_heads
 from headsearch.models.base import Embedder
 from headsearch.models.registry import load_embedder
 from headsearch.store.layout import check_model, existing_model  # not the store's database code: it loads meanwhile
@@ -69,7 +69,7 @@ def photo_heads(rgb: np.ndarray, name: Path | str, detector: FaceDetector, embed
         side = min(h, w)
         box = Box((w - side) / 2, (h - side) / 2, (w + side) / 2, (h + side) / 2)
         return [QueryHead(1, box, face is not None, whole_image_crop(rgb, face, crop_px), (w, h))]
-    heads = detect_heads(detector, rgb)
+    heads = detect_photo_heads(detector, rgb)
     if not heads:
         raise NoHeadFound(f"{name}: no head found (if the photo is already a head crop, e.g. the back of a head, use --whole-image)")
     found = len(heads)
