@@ -252,7 +252,8 @@ def test_speed_cold_query_beside_a_bare_import():
     out = json.loads(speed("--only", "query", "--video", clip, "--photo", photo, "--repeat", "2", "--json", "-q").stdout)
     assert set(out) == {"cold_query"}
     record = out["cold_query"]
-    assert len(record["runs"]) == 2 and all(r["bare_s"] > 0 and r["query_s"] > r["bare_s"] for r in record["runs"])
+    # Both times measured, in no order: under load a bare import has taken longer than a whole query (0.9-1.3 s each).
+    assert len(record["runs"]) == 2 and all(r["bare_s"] > 0 and r["query_s"] > 0 for r in record["runs"])
     assert record["query_median_s"] == pytest.approx(sum(r["query_s"] for r in record["runs"]) / 2)
     assert record["ratio"] == pytest.approx(record["query_median_s"] / record["bare_median_s"])
     assert list(record["stages"]) == ["start", "imports", "library", "database", "index", "models", "photo", "search", "pictures"]
