@@ -117,8 +117,7 @@ def test_the_library_pages_and_their_json_twins(client, media):
     (b_start, _), = [ranges[0] for label, ranges in tracks.items() if label != "Ada"]
     assert 2.4 <= b_start <= 2.7  # B from 2.4 s (the sample after)
     assert [p["label"] for p in video["redact"]["people"]][:1] == ["Ada"] and video["redact"]["styles"] == ["blur", "pixelate", "box"]
-    assert "<h1>stage.mp4" in html or "stage.mp4</h1>" in html or "stage.mp4" in html.split("</h1>")[0]
-    assert "Ada" in html
+    assert "<h1>stage.mp4</h1>" in html and f'<a href="/people/{media["ada"]}">Ada</a>' in html
 
     html, people = both(client, "/people")
     (ada,) = [p for p in people["people"] if p["listed"]]
@@ -133,7 +132,9 @@ def test_the_library_pages_and_their_json_twins(client, media):
     assert sorted(m["name"] for m in moments) == ["solo.mp4", "stage.mp4"]  # one moment a video, A's two tracks
     assert {m["name"]: m["start"] for m in moments} == {"stage.mp4": 0.0, "solo.mp4": pytest.approx(1.04, abs=0.1)}
     assert sorted(v["name"] for v in person["redact"]["videos"]) == ["solo.mp4", "stage.mp4"]
-    assert [e["href"] for e in person["exports"]][:1] == [f"/people/{ada['id']}/export.otio"] or person["exports"]
+    assert f"/people/{ada['id']}/export.csv" in [e["href"] for e in person["exports"]]
+    on_screen = {Path(t["video"]).name: t["seconds"] for t in person["screen_time"]}  # A's tracks: 0-2.06 s, 1.04-4 s
+    assert on_screen == {"stage.mp4": pytest.approx(2.06, abs=0.1), "solo.mp4": pytest.approx(2.96, abs=0.1)}
     assert "<h1>Ada" in html and html.count('class="card"') == 2 and "Forget Ada" in html
 
     export = client.get(f"/people/{ada['id']}/export.csv")
@@ -144,7 +145,7 @@ def test_the_library_pages_and_their_json_twins(client, media):
     html, inbox = both(client, "/inbox")
     (waiting,) = inbox["tracks"]  # B: one track, too few to be listed
     assert waiting["name"] == "stage.mp4" and waiting["start"] == b_start and waiting["reason"] == "alone"
-    assert "stage.mp4" in html and f'/tracks/{waiting["track_id"]}' in html
+    assert "Inbox · 1 track" in html and "stage.mp4" in html and waiting["why"] in html
 
     html, track = both(client, f"/tracks/{waiting['track_id']}")
     assert track["track"]["id"] == waiting["track_id"] and track["sightings"] and track["person"]["label"] != "Ada"
@@ -172,8 +173,8 @@ def test_a_search_by_an_uploaded_photo(client, media):
     assert api.status_code == 200, api.text
     cli = query_json(lib, media["photo"], "-k", "3", "--show-weak")
     assert api.json() == cli
-    assert [(Path(h["video"]).name, h["confident"]) for h in cli] == [("solo.mp4", True), ("stage.mp4", True), ("stage.mp4", False)] or \
-        [(Path(h["video"]).name, h["confident"]) for h in cli] == [("stage.mp4", True), ("solo.mp4", True), ("stage.mp4", False)]
+    assert [h["confident"] for h in cli] == [True, True, False]  # A's two tracks above the bar, then B's below it
+    assert sorted(Path(h["video"]).name for h in cli[:2]) == ["solo.mp4", "stage.mp4"] and Path(cli[2]["video"]).name == "stage.mp4"
     page = client.post("/", files=photo_upload(media["photo"]), data={"k": "3", "csrf": client.headers[CSRF_HEADER]})
     assert page.status_code == 200, page.text[:300]
     assert page.text.count('class="card"') == 2 and "last: a.png" in page.text  # B, below the bar, is left out
@@ -206,7 +207,7 @@ def test_bad_input_gets_one_line_and_its_status(client, media, tmp_path):
     unsure = posting_client(create_app(bare, cache_dir=tmp_path / "cache"))
     refused(unsure.post("/api/compare", files=photo_upload(media["photo"]), data={"video_id": str(ids["stage.mp4"])}), 400,
             "no thresholds for fake-pixels")
-    assert not (tmp_path / "cache" / "jobs").exists() or not any((tmp_path / "cache" / "jobs").rglob("*.part"))
+    assert not (tmp_path / "cache" / "jobs").exists()  # no job was started
 
 
 def test_a_comparison_is_a_job_polled_to_the_entry_compare_json_gives(client, media):
