@@ -159,10 +159,14 @@ def test_the_library_pages_and_their_json_twins(client, media):
 
 
 def test_the_watch_page_plays_the_file_indexed(client, media):
+    """A moment's card on the person page links the watch page, which plays the file as indexed from the moment's start."""
     solo = video_ids(client)["solo.mp4"]
-    html, watch = both(client, f"/watch/{solo}?start=1.04&end=3&track=3")
-    assert watch["video"]["name"] == "solo.mp4" and watch["src"] == f"/media/{solo}" and watch["fragment"] == "#t=1.040,3.000"
-    assert watch["direct"] is True and f'src="/media/{solo}' in html
+    (moment,) = [m for m in client.get(f"/api/people/{media['ada']}").json()["moments"] if m["name"] == "solo.mp4"]
+    assert moment["watch"] == f"/watch/{solo}?start=1.040&end=4.000&track={moment['track_id']}"
+    html, watch = both(client, moment["watch"])
+    assert watch["video"]["name"] == "solo.mp4" and watch["track"] == moment["track_id"]
+    assert watch["src"] == f"/media/{solo}" and watch["fragment"] == "#t=1.040,4.000" and watch["direct"] is True
+    assert f'src="/media/{solo}' in html and "solo.mp4</a>" in html
     played = client.get(f"/media/{solo}")
     assert played.status_code == 200 and played.content == media["solo"].read_bytes()
     part = client.get(f"/media/{solo}", headers={"range": "bytes=0-99"})
