@@ -311,9 +311,9 @@ def test_a_redaction_is_a_job_whose_file_hides_the_person(client, media, tmp_pat
     assert finished_job(client, f"/api/jobs/{key}", WAIT_S)["result"]["output"] == "solo.redacted.mp4"
 
 
-def test_a_track_moved_from_the_inbox_and_a_person_named(media, tmp_path):
-    """The inbox's form moves B's track into Ada and goes back to the inbox, now empty; the person page's form names a
-    person; each shows on the pages after."""
+def test_a_track_moved_from_the_inbox_and_a_person_named_and_hidden(media, tmp_path):
+    """The inbox's form moves B's track into Ada and goes back to the inbox, now empty; the person page's forms name
+    and hide a person; each shows on the pages after."""
     lib = copy_of_library(media["library"], tmp_path / "library")
     client = posting_client(create_app(lib, cache_dir=tmp_path / "cache"))
     (waiting,) = client.get("/api/inbox").json()["tracks"]
@@ -328,6 +328,10 @@ def test_a_track_moved_from_the_inbox_and_a_person_named(media, tmp_path):
     assert named.status_code == 200 and named.json() == {"ok": True, "id": media["ada"], "name": "Ada Lovelace"}
     assert "<h1>Ada Lovelace" in client.get(f"/people/{media['ada']}").text
     assert [p["label"] for p in client.get("/api/people").json()["people"]] == ["Ada Lovelace"]
+    hid = client.post(f"/people/{media['ada']}/hide", data={"hidden": "1", "csrf": csrf}, follow_redirects=False)
+    assert hid.status_code == 303 and client.get("/api/people").json()["people"] == []  # hidden: listed only on asking
+    assert [(p["label"], p["hidden"]) for p in client.get("/api/people?all=1").json()["people"]] == [("Ada Lovelace", True)]
+    assert client.post(f"/api/people/{media['ada']}/hide", json={"hidden": False}).json() == {"ok": True, "id": media["ada"], "hidden": False}
     again = client.post("/people/update", data={"csrf": csrf}, follow_redirects=False)  # the people page's "update"
     assert again.status_code == 303 and again.headers["location"] == "/people"
     assert client.post("/api/people/update", json={}).json()["summary"].startswith("0 new tracks")  # every track is in a person
