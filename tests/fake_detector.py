@@ -3,16 +3,20 @@
 `mark_face(picture, box)` draws that frame (the picture's own pixels stay inside it, so the fake embedder tells two
 marked faces apart); the fake face detector finds each frame's box, with the five landmarks of a frontal face in their
 usual places, and the fake pose detector sees nobody. `installed()` puts them in place of the real ones for the time
-of a test (conftest does, for every test outside the slow tier). Never shipped in the package."""
+of a test (conftest does, for every test outside the slow tier), and a comparison's spec names them as the detectors
+that judged (`fake_digests`: this file's digest, where the real ones' is their weights'). Never shipped in the package."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
 
+from headsearch.compare import spec as compare_spec
 from headsearch.detection.faces import FaceDetector
 from headsearch.detection.keypoints import PEOPLE_COLUMNS, PoseDetector
 from schemas.records import Box, FaceDetection
@@ -60,6 +64,13 @@ def _nobody(detector: PoseDetector, rgb: np.ndarray, side: int) -> np.ndarray:
     return np.zeros((0, PEOPLE_COLUMNS), np.float32)
 
 
+def fake_digests() -> dict[str, str]:
+    """What `compare`'s spec records of the detectors (`headsearch.compare.spec.detector_digests`: the SHA-256 of the real
+    ones' weights) while the fakes judge: the SHA-256 of their code, this file."""
+    digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    return {"faces": digest, "keypoints": digest}
+
+
 @contextlib.contextmanager
 def installed() -> Iterator[None]:
     """The fake detectors in place of the real ones' networks while the block runs (in this process)."""
@@ -68,6 +79,7 @@ def installed() -> Iterator[None]:
             patch.setattr(real, "_load", _no_session)  # the weights are never read
         patch.setattr(FaceDetector, "detect", _detect)
         patch.setattr(PoseDetector, "_pass", _nobody)
+        patch.setattr(compare_spec, "detector_digests", fake_digests)
         yield
 
 
