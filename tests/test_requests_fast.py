@@ -4,7 +4,6 @@ app on a library of the fake model over a clip the tests make (faces framed for 
 2 s, B from 2.4 s; bars written for the fake model (it ships none)."""
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -19,7 +18,6 @@ from test_exports_fast import LOSSLESS, picture
 
 from actions.compare import cast
 from actions.requests import CompareRequest, ReferenceSpec
-from headsearch.compare import spec
 from serve.app import create_app
 
 WAIT_S = 120.0  # a job over the 4 s clip with the fake model takes a second or two; a loaded machine may take longer
@@ -46,15 +44,6 @@ def made(tmp_path_factory) -> dict:
         person = next(p["id"] for p in people if track in p["tracks"])
         run("people", "name", person, NAME, "--library", library)
     return {"stage": stage, "photo": photo, "library": library, "person": person, "folder": folder}
-
-
-@pytest.fixture(autouse=True)
-def fake_detectors_digested(monkeypatch) -> None:
-    """A comparison's spec names the detectors that decided it by their weights' digests; here the fake detectors decide
-    (tests/fake_detector.py, in place of RetinaFace's and MoveNet's networks, whose weights the fast tier never reads),
-    so the spec names them, by their code's digest."""
-    digest = hashlib.sha256(Path(fake_detector.__file__).read_bytes()).hexdigest()
-    monkeypatch.setattr(spec, "detector_digests", lambda: {"faces": digest, "keypoints": digest})
 
 
 def copy(made: dict, to: Path) -> Path:
