@@ -89,6 +89,19 @@ def check_video_header(path: Path, limits: MediaLimits) -> int:
     decoded: no video stream, frames too small to hold a head or over the pixel limit, a duration or
     frame count no real file has. Returns the file's size. Files PyAV cannot open are left to the
     decoders, which say why."""
+    size, container = _opened(path)
+    if isinstance(container, Exception):
+        return size
+    try:
+        _check_streams(path, container, size, limits)
+    finally:
+        container.close()
+    return size
+
+
+def _opened(path: Path) -> tuple[int, object]:
+    """(the file's size, PyAV's container of it, or the exception PyAV raised where it cannot open it): a file that is
+    missing, unreadable or not a regular file refused; FFmpeg's log kept from Python and its stderr silenced."""
     try:
         st = path.stat()
     except OSError as e:
@@ -100,14 +113,9 @@ def check_video_header(path: Path, limits: MediaLimits) -> int:
     av.logging.set_level(None)  # no Python log callback: FFmpeg threads calling it deadlock with the GIL
     try:
         with native_stderr_silenced():
-            container = av.open(str(path))
-    except Exception:  # noqa: BLE001 - each backend raises its own types for unreadable media
-        return st.st_size
-    try:
-        _check_streams(path, container, st.st_size, limits)
-    finally:
-        container.close()
-    return st.st_size
+            return st.st_size, av.open(str(path))
+    except Exception as e:  # noqa: BLE001 - each backend raises its own types for unreadable media
+        return st.st_size, e
 
 
 def probe_source(path: Path, limits: MediaLimits | None = None) -> SourceProbe:
@@ -118,20 +126,11 @@ def probe_source(path: Path, limits: MediaLimits | None = None) -> SourceProbe:
 
     path = Path(path)
     limits = limits or MediaLimits.from_env()
+    size, container = _opened(path)
+    if isinstance(container, Exception):
+        raise MediaError(f"{path}: not a readable video", detail=first_line(container)) from container
     try:
-        st = path.stat()
-    except OSError as e:
-        raise unreadable(path, e) from e
-    if not stat.S_ISREG(st.st_mode):
-        raise MediaError(f"{path}: not a regular file")
-    av.logging.set_level(None)  # no Python log callback: FFmpeg threads calling it deadlock with the GIL
-    try:
-        with native_stderr_silenced():
-            container = av.open(str(path))
-    except Exception as e:  # noqa: BLE001 - each backend raises its own types for unreadable media
-        raise MediaError(f"{path}: not a readable video", detail=first_line(e)) from e
-    try:
-        _check_streams(path, container, st.st_size, limits)
+        _check_streams(path, container, size, limits)
         stream = container.streams.video[0]
         width, height = stream.codec_context.width, stream.codec_context.height
         first = float(stream.start_time * stream.time_base) if stream.start_time is not None and stream.time_base else 0.0
@@ -145,7 +144,7 @@ def probe_source(path: Path, limits: MediaLimits | None = None) -> SourceProbe:
                     break
         except (av.error.FFmpegError, ValueError):
             pass
-        return SourceProbe(str(path), st.st_size, int(width), int(height), int(round(rotation / 90.0)) % 4, rotation,
+        return SourceProbe(str(path), size, int(width), int(height), int(round(rotation / 90.0)) % 4, rotation,
                            float(stream.average_rate or stream.guessed_rate or 0.0), int(stream.frames or 0), first,
                            container.duration / 1_000_000 if container.duration else None)
     finally:
