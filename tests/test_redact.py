@@ -17,12 +17,10 @@ import numpy as np
 import pytest
 from clips import read_frames
 from conftest import DATA, EXAMPLES, HAMILTON, copy_of_library, needs_data, run
-from fake_detector import FacesInRegions
 from hostile_media import write_video
 
 from actions.redact import EveryFaceDetector
-from actions.redact_frames import HeadBoxes, HeadPath, to_stored, to_upright
-from schemas.records import Box, FaceDetection
+from schemas.records import Box
 
 pytestmark = [pytest.mark.slow, needs_data]
 
@@ -280,21 +278,6 @@ def test_a_killed_run_leaves_nothing_under_the_output_name(tmp_path):
     assert out.exists() and not partial[0].exists() and len(probe(out)["times"]) == 900
 
 
-def test_boxes_turn_with_the_picture():
-    """A box on the upright picture lands on the same pixels of the stored frame, whichever way the frame is turned."""
-    stored = np.zeros((40, 70), np.uint8)
-    for turns in range(4):
-        upright = np.rot90(stored, turns)
-        marked = np.zeros_like(upright)
-        box = Box(5, 7, 19, 16)
-        marked[7:16, 5:19] = 1
-        back = np.rot90(marked, -turns)  # the same pixels on the stored frame
-        s = to_stored(box, turns, 70, 40)
-        ys, xs = np.nonzero(back)
-        assert (s.x1, s.y1, s.x2, s.y2) == (xs.min(), ys.min(), xs.max() + 1, ys.max() + 1)
-        assert to_upright(s, turns, 70, 40) == box
-
-
 # ----- everyone, every head ---------------------------------------------------------------------------
 def test_everyone_hides_the_small_faces_of_a_crowd(crowd_everyone):
     """--everyone on a 1080p crowd: every face and profile labelled in bench/sets/heads.csv is hidden, judged from the
@@ -348,32 +331,3 @@ def test_where_everyone_is_hidden_small_faces_come_from_the_enlarged_frame_and_l
         return [f for f in faces if 1518 <= f.box.center[0] <= 1556 and 680 <= f.box.center[1] <= 748]
 
     assert not at_the_profile(FaceDetector.from_settings(settings).detect(crowd)) and at_the_profile(detector.detect(crowd))
-
-
-def _face_of(head: Box) -> FaceDetection:
-    """A frontal face whose head box (`head_box_from_face`) is `head`."""
-    h = head.height / 1.75
-    w = h / 1.15
-    cx, cy = head.center[0], head.center[1] + 0.18 * h
-    box = Box(cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
-    marks = np.array([[cx - w / 4, cy - h / 6], [cx + w / 4, cy - h / 6], [cx, cy], [cx - w / 5, cy + h / 4], [cx + w / 5, cy + h / 4]], np.float32)
-    return FaceDetection(box, marks, 0.9)
-
-
-
-
-def test_a_head_moving_on_past_its_last_sighting_is_found_frame_after_frame():
-    """After its track's last sighting a head walks on (12 pixels a frame, a fifth of its side): the detector, looking
-    where it found it the frame before, keeps it hidden until the track's span ends (it looked only around the last
-    sighting's box, and lost it once it had moved half a head)."""
-    scene = FacesInRegions((640, 360))
-    head = [Box(100 + 12 * k, 100, 160 + 12 * k, 160) for k in range(13)]
-    path = HeadPath(1, "track 1", ((0, head[0]),), 0, 12)
-    boxes = HeadBoxes([path], (1.0, 1.0), 0, scene.stored, 0.2, 0.62, scene, 0.3)
-    grey = np.full((360, 640), 128, np.uint8)  # flat: template following finds nothing, only the detector does
-    for k in range(13):
-        scene.faces = [_face_of(head[k])]
-        ((_, (x1, y1, x2, y2)),) = boxes.at(k, lambda: grey, scene.region)
-        face = scene.faces[0].box
-        assert x1 <= face.x1 and y1 <= face.y1 and x2 >= face.x2 and y2 >= face.y2, f"frame {k}: the face left the box"
-

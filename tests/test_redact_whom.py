@@ -139,6 +139,22 @@ def _inside(face: Box, box: tuple[int, int, int, int]) -> bool:
     return box[0] <= face.x1 and box[1] <= face.y1 and box[2] >= face.x2 and box[3] >= face.y2
 
 
+def test_a_head_moving_on_past_its_last_sighting_is_found_frame_after_frame():
+    """After its track's last sighting a head walks on (12 pixels a frame, a fifth of its side): the detector, looking
+    where it found it the frame before, keeps it hidden until the track's span ends (it looked only around the last
+    sighting's box, and lost it once it had moved half a head)."""
+    scene = FacesInRegions((640, 360))
+    head = [Box(100 + 12 * k, 100, 160 + 12 * k, 160) for k in range(13)]
+    path = HeadPath(1, "track 1", ((0, head[0]),), 0, 12)
+    boxes = HeadBoxes([path], (1.0, 1.0), 0, scene.stored, 0.2, 0.62, scene, 0.3)
+    grey = np.full((360, 640), 128, np.uint8)  # flat: template following finds nothing, only the detector does
+    for k in range(13):
+        scene.faces = [_face_of(head[k])]
+        ((_, (x1, y1, x2, y2)),) = boxes.at(k, lambda: grey, scene.region)
+        face = scene.faces[0].box
+        assert x1 <= face.x1 and y1 <= face.y1 and x2 >= face.x2 and y2 >= face.y2, f"frame {k}: the face left the box"
+
+
 def test_a_head_the_detector_loses_stays_hidden_where_it_was_last_found():
     """One sighting at frame 0; the head walks right, found by the detector frame after frame up to frame 4, then not
     (turned away, behind something) at frames 5-6: its box stays where it was last found (it went back to the sighting's
