@@ -336,7 +336,7 @@ class Redactor:
             log.warning("%s", note)
         seconds = probe.duration or (heads.frames / heads.fps if heads.fps else 0.0)
         return RedactSummary(heads.path, out, audit, sheet_path, chosen, written, heads.source, time.perf_counter() - t0, heads.seconds,
-                             seconds, notes)
+                             seconds, notes, style=style, margin=margin)
 
 
 def _unconfirmed(why: str, track: SeenTrack) -> str:

@@ -13,7 +13,7 @@ from actions.redact_frames import Written, covered_frames
 from actions.redact_verify import Shown, shown_path
 from headsearch.basics.text import counted
 from headsearch.evaluation.track_scores import TrackRows
-from schemas.records import Box
+from schemas.records import Box, RedactStyle
 
 if TYPE_CHECKING:
     from actions.redact_verify import Verification
@@ -92,6 +92,8 @@ class RedactSummary:
     video_seconds: float  # how long the video plays (its file's duration)
     notes: list[str] = field(default_factory=list)
     verified: Verification | None = None  # the output looked at again (`--verify`)
+    style: RedactStyle = RedactStyle.BLUR  # how each head was hidden
+    margin: float = 0.0  # the share of each head box it was grown by
 
     @property
     def speed(self) -> float:
@@ -119,7 +121,7 @@ class RedactSummary:
         return {"output": shown_path(shown, self.out), "audit": shown_path(shown, self.audit), "preview": shown_path(shown, self.preview),
                 "analysis": self.analysis, "line": self.line(shown), "frames": w.frames, "frames_with_boxes": w.frames_hidden,
                 "boxes": w.boxes, "seconds": round(self.seconds, 3), "analysis_seconds": round(self.analysis_seconds, 3),
-                "encoder": w.encoder, "video_seconds": round(self.video_seconds, 3), "notes": self.notes,
+                "encoder": w.encoder, "style": str(self.style), "margin": self.margin, "video_seconds": round(self.video_seconds, 3), "notes": self.notes,
                 "tracks": [{"track": c.track.key, "who": c.who, "why": c.why} for c in self.chosen],
                 "verify": verified.to_dict(shown) if verified is not None else None}
 

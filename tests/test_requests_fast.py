@@ -17,6 +17,7 @@ from PIL import Image
 from test_exports_fast import LOSSLESS, picture
 
 from actions.compare import cast
+from actions.redact_output import DEFAULT_MARGIN
 from actions.requests import CompareRequest, ReferenceSpec
 from serve.app import create_app
 
@@ -100,8 +101,9 @@ CHECK_OWN = {"output", "sheet", "line", "seconds"}
 
 
 def test_redact_json_is_the_web_redaction_jobs_answer(made, tmp_path):
-    """`redact CLIP --everyone --verify --json` and the web's redaction of everyone give one dict, but for the run's
-    own files (the CLI's paths, the web's names of the same files) and times."""
+    """`redact CLIP --everyone --verify --json` and the web's redaction of everyone give one dict (how the heads were
+    hidden, the style and margin, included), but for the run's own files (the CLI's paths, the web's names of the same
+    files) and times."""
     library = copy(made, tmp_path / "library")
     said = run("redact", made["stage"], "--everyone", "--style", "box", "--verify", "--library", library, "--out", tmp_path / "stage.redacted.mp4",
                "--preview", tmp_path, "--json", ok=None)
@@ -113,7 +115,7 @@ def test_redact_json_is_the_web_redaction_jobs_answer(made, tmp_path):
     job = finished_job(client, r.json()["page"], WAIT_S)
     assert job["state"] == "done", job
     web = job["result"]
-    assert cli["boxes"] > 0 and len(cli["tracks"]) == 2
+    assert cli["boxes"] > 0 and len(cli["tracks"]) == 2 and cli["style"] == "box" and cli["margin"] == DEFAULT_MARGIN
     assert cli.keys() == web.keys()
     assert {k: v for k, v in cli.items() if k not in RUN_OWN | {"verify"}} == {k: v for k, v in web.items() if k not in RUN_OWN | {"verify"}}
     assert {k: v for k, v in cli["verify"].items() if k not in CHECK_OWN} == {k: v for k, v in web["verify"].items() if k not in CHECK_OWN}
