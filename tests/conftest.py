@@ -96,9 +96,10 @@ CPU_LOG = os.environ.get("HEADSEARCH_TEST_CPU_LOG")  # a file: each test's CPU s
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """With HEADSEARCH_TEST_CPU_LOG set, append "cpu_s<TAB>wall_s<TAB>test id" per test (setup and teardown included) to
-    it: CPU time, unlike --durations' wall time, hardly changes when other work loads the machine, so it says which
-    tests to make cheaper on a busy machine too."""
+    """With HEADSEARCH_TEST_CPU_LOG set, append "cpu_s<TAB>wall_s<TAB>test id<TAB>test process<TAB>ended at (Unix
+    seconds)" per test (setup and teardown included) to it: CPU time, unlike --durations' wall time, hardly changes when
+    other work loads the machine, so it says which tests to make cheaper on a busy machine too; the process and the end
+    say how the test processes shared the run (which one ran last, and what)."""
     if not CPU_LOG:
         yield
         return
@@ -111,7 +112,8 @@ def pytest_runtest_protocol(item, nextitem):
     start, wall = cpu(), time.monotonic()
     yield
     with open(CPU_LOG, "a") as log:
-        log.write(f"{cpu() - start:.2f}\t{time.monotonic() - wall:.2f}\t{item.nodeid}\n")
+        log.write(f"{cpu() - start:.2f}\t{time.monotonic() - wall:.2f}\t{item.nodeid}\t{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+                  f"\t{time.time():.1f}\n")
 
 
 _guard: list[tiers.Guard] = []  # made by the first test of the fast tier
@@ -299,6 +301,13 @@ def hamilton_alone(tmp_path_factory) -> Path:
     """The hamilton clip alone, indexed with the default model, once for the whole run (the test processes share it):
     tests take a copy (`copy_of_library`), for it is theirs to change."""
     return _indexed_once(tmp_path_factory, "hamilton-alone", HAMILTON)
+
+
+@pytest.fixture(scope="session")
+def crowd_library(tmp_path_factory) -> Path:
+    """facenet-pytorch's 1080p crowd clip indexed with the default model, once for the whole run (the test processes share
+    it): tests that read it pass it to `--library`; one that changes it works on a copy (`copy_of_library`)."""
+    return _indexed_once(tmp_path_factory, "crowd-library", CROWD)
 
 
 TALKING_HEAD_FRAMES = 40  # of video-retalking's 5.mp4 (a talking head, 524 x 524, 25 fps)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
+from clips import read_frames
 from conftest import CROWD, needs_data, run
 
 from actions.redact_heads import covered_frames
@@ -33,28 +33,20 @@ REFERENCE_BOX = (193, 616, 462, 884)  # her face at frame 0 (bench/sets/presence
 HOOD_AT_39 = (1655, 865, 1695, 935)
 
 
-def _frames(path) -> list[np.ndarray]:
-    import av
-
-    with av.open(str(path)) as c:
-        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
-
-
 @pytest.mark.slow
 @needs_data
-def test_redact_ref_hides_her_at_the_sampled_frame_after_her_last_sighting(tmp_path):
+def test_redact_ref_hides_her_at_the_sampled_frame_after_her_last_sighting(tmp_path, crowd_library):
     import cv2
 
-    library = tmp_path / "library"
-    run("index", CROWD, "--library", library)
-    source = _frames(CROWD)
+    library = crowd_library
+    source = read_frames(CROWD)
     x1, y1, x2, y2 = REFERENCE_BOX
     crop = tmp_path / "scarf.png"
     cv2.imwrite(str(crop), cv2.cvtColor(source[0][y1:y2, x1:x2], cv2.COLOR_RGB2BGR))
     out = tmp_path / "boxed.mp4"
     run("redact", CROWD, "--ref", crop, "--library", library, "--out", out, "--style", "box")
     hx1, hy1, hx2, hy2 = HOOD_AT_39
-    hidden = _frames(out)
+    hidden = read_frames(out)
     for frame in (38, 39):
         lit = source[frame][hy1:hy2, hx1:hx2].max(axis=2) > 40
         black = hidden[frame][hy1:hy2, hx1:hx2].max(axis=2) < 12

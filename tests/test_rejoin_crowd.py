@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 from clips import read_frames
-from conftest import DATA, library_db, needs_data, run
+from conftest import CROWD, copy_of_library, library_db, needs_data, run
 
 from schemas.records import JOIN_WORDS, Box
 
 pytestmark = [pytest.mark.slow, needs_data]
 
-CROWD = DATA / "facenet-pytorch" / "examples" / "video.mp4"
 # His head, in the source's 1920 x 1080 pixels, at frames where it was checked by eye (contact sheet of the frames
 # with these boxes drawn): facing the camera at 0-26, his back at 91-104. Between them boxes are interpolated.
 FRONT = {0: Box(437, 570, 531, 664), 13: Box(463, 610, 535, 681), 26: Box(483, 646, 550, 714)}
@@ -56,11 +55,11 @@ def hidden_on_every_frame(out: Path, tracks) -> None:
 
 
 @pytest.fixture(scope="module")
-def bald_man(tmp_path_factory) -> dict:
-    """The clip indexed; a person made of the bald man's front track alone (found by where his head is at 0 s), named."""
+def bald_man(tmp_path_factory, crowd_library) -> dict:
+    """The clip indexed (a copy of the run's); a person made of the bald man's front track alone (found by where his
+    head is at 0 s), named."""
     folder = tmp_path_factory.mktemp("rejoin-crowd")
-    library = folder / "library"
-    run("index", CROWD, "--library", library)
+    library = copy_of_library(crowd_library, folder / "library")
     crop = folder / "front.png"
     import cv2
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
+from clips import first_frame
 from conftest import CROWD, needs_data, run
 from test_rejoin_crowd import FRONT, hidden_on_every_frame
 
@@ -16,21 +16,13 @@ pytestmark = [pytest.mark.slow, needs_data]
 SIDE = 160  # the crop: 160 px square around his 94 px head (a 30 x 40 px face), in the source's 1920 x 1080 pixels
 
 
-def _first_frame() -> np.ndarray:
-    import av
-
-    with av.open(str(CROWD)) as c:
-        return next(c.decode(video=0)).to_ndarray(format="rgb24")
-
-
-def test_redact_ref_with_a_small_crop_of_his_head_hides_him(tmp_path):
+def test_redact_ref_with_a_small_crop_of_his_head_hides_him(tmp_path, crowd_library):
     import cv2
 
-    library = tmp_path / "library"
-    run("index", CROWD, "--library", library)
+    library = crowd_library
     cx, cy = (int(v) for v in FRONT[0].center)
     crop = tmp_path / "small.png"
-    cv2.imwrite(str(crop), cv2.cvtColor(_first_frame()[cy - SIDE // 2:cy + SIDE // 2, cx - SIDE // 2:cx + SIDE // 2], cv2.COLOR_RGB2BGR))
+    cv2.imwrite(str(crop), cv2.cvtColor(first_frame(CROWD)[cy - SIDE // 2:cy + SIDE // 2, cx - SIDE // 2:cx + SIDE // 2], cv2.COLOR_RGB2BGR))
     out = tmp_path / "boxed.mp4"
     said = json.loads(run("redact", CROWD, "--ref", crop, "--library", library, "--out", out, "--style", "box", "--json").stdout)
     hidden_on_every_frame(out, said["tracks"])  # his face at the start and his back at the end (joined within the shot)
