@@ -93,7 +93,7 @@ class FaceDetector:
             box = Box(x1 / scale, y1 / scale, (x1 + width) / scale, (y1 + height) / scale)
             if min(box.width, box.height) < self.min_face_px:
                 continue
-            result.append(FaceDetection(box=box, landmarks=landmarks.astype(np.float32) / scale, score=score))
+            result.append(FaceDetection(box=box, landmarks=landmarks / scale, score=score))  # float32, as decoded
         result.sort(key=lambda d: -d.score)
         return result
 
